@@ -1,0 +1,47 @@
+# flatnet: see README.md. Targets delegate to small scripts under hack/.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/flatnet/flatnet/internal/cni/plugin.Version=$(VERSION)
+CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
+DESTDIR ?= /opt/cni/bin
+GO_TEST_FLAGS ?=
+
+.PHONY: all deps build install-cni test test-unit lint fuzz bench-cni clean
+
+all: build
+
+deps:
+	@hack/deps.sh
+
+build:
+	@mkdir -p bin
+	go build -ldflags '$(LDFLAGS)' -o bin/flatnet-cni ./cmd/flatnet-cni
+
+# install-cni: the multi-call binary under every plugin name (a contract).
+install-cni: build
+	@mkdir -p $(DESTDIR)
+	install -m 0755 bin/flatnet-cni $(DESTDIR)/flatnet-cni
+	@for p in $(CNI_PLUGINS); do ln -sf flatnet-cni $(DESTDIR)/$$p; done
+	@echo "installed flatnet-cni as: $(CNI_PLUGINS) in $(DESTDIR)"
+
+# test: every tier. Root tests run when root (CI is root) and skip with a
+# reason otherwise.
+test: deps
+	hack/test.sh $(GO_TEST_FLAGS)
+
+test-unit:
+	go test -count=1 ./...
+
+lint:
+	@bad=$$(gofmt -l cmd internal test 2>/dev/null); if [ -n "$$bad" ]; then echo "gofmt: $$bad"; exit 1; fi
+	go vet ./...
+
+fuzz:
+	hack/fuzz.sh
+
+bench-cni: deps
+	hack/bench-cni.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what flatnet's build, tests and demo need on a Debian machine, as
+# root: iproute2, nftables, iptables, conntrack, iperf3, ethtool. Go modules
+# come through the module proxy when `go` builds. Idempotent: it only calls
+# apt when a command is missing.
+set -euo pipefail
+need=()
+command -v ip >/dev/null        || need+=(iproute2)
+command -v nft >/dev/null       || need+=(nftables)
+command -v iptables >/dev/null  || need+=(iptables)
+command -v conntrack >/dev/null || need+=(conntrack)
+command -v iperf3 >/dev/null    || need+=(iperf3)
+command -v ethtool >/dev/null   || need+=(ethtool)
+command -v git >/dev/null       || need+=(git)
+command -v gcc >/dev/null       || need+=(gcc)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "hack/deps.sh: missing ${need[*]}; run as root (or install them) first" >&2
+    exit 1
+  fi
+  echo "hack/deps.sh: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v go >/dev/null; then
+  if [ -x /usr/local/go/bin/go ]; then
+    echo "hack/deps.sh: go is at /usr/local/go/bin; add it to PATH" >&2
+  else
+    echo "hack/deps.sh: no Go toolchain found; install Go 1.26 or newer" >&2
+  fi
+  exit 1
+fi
