@@ -18,3 +18,5 @@ fi
 echo "== go test"
 # -p 1: root tests share the kernel's tables; packages run one at a time.
 go test -count=1 -p 1 -timeout 20m "$@" ./...
+echo "== fuzz (short pass over every config parser)"
+FUZZTIME=${FUZZTIME:-3s} hack/fuzz.sh
