@@ -1,0 +1,272 @@
+// Package hostlocal is the host-local IPAM plugin: it reads the reference
+// plugin's JSON and keeps the reference's on-disk layout and locking (see
+// allocator's design note), so it can run exec'd, in-process under
+// bridge/ptp/macvlan (through internal/cni/ipam), or next to the reference
+// plugin on the same dataDir.
+package hostlocal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/hostlocal/allocator"
+	"github.com/flatnet/flatnet/internal/cni/hostlocal/store"
+	"github.com/flatnet/flatnet/internal/cni/plugin"
+)
+
+// Name is the plugin name.
+const Name = "host-local"
+
+// Plugin is host-local as a CNI plugin.
+var Plugin = plugin.Plugin{
+	Name: Name,
+	Funcs: skel.CNIFuncs{
+		Add: func(args *skel.CmdArgs) error {
+			res, c, err := add(args)
+			if err != nil {
+				return err
+			}
+			return plugin.PrintResult(res, c.CNIVersion)
+		},
+		Del:    Del,
+		Check:  Check,
+		GC:     GC,
+		Status: Status,
+	},
+}
+
+// openLocked opens the network's store and takes its lock; the returned
+// func unlocks and closes it.
+func openLocked(c *allocator.Config) (*store.Disk, func(), error) {
+	st, err := store.Open(c.Name, c.DataDir)
+	if err != nil {
+		return nil, nil, cnierr.Wrap(cnierr.IOFailure, err, "host-local: network %q, dataDir %q", c.Name, c.DataDir)
+	}
+	if err := st.Lock(); err != nil {
+		st.Close()
+		return nil, nil, cnierr.Wrap(cnierr.IOFailure, err, "host-local: network %q", c.Name)
+	}
+	return st, func() { st.Unlock(); st.Close() }, nil
+}
+
+// Add reserves one address per range set for (ContainerID, IfName) and
+// returns them with the config's routes (and DNS from resolvConf).
+func Add(args *skel.CmdArgs) (*current.Result, error) {
+	res, _, err := add(args)
+	return res, err
+}
+
+func add(args *skel.CmdArgs) (*current.Result, *allocator.Config, error) {
+	c, err := allocator.Load(args.StdinData, args.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	var dns *types.DNS
+	if c.ResolvConf != "" {
+		if dns, err = parseResolvConf(c.ResolvConf); err != nil {
+			return nil, nil, cnierr.Wrap(cnierr.InvalidConfig, err, "host-local: ipam.resolvConf")
+		}
+	}
+	st, done, err := openLocked(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	res, err := allocator.Allocate(c, st, args.ContainerID, args.IfName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dns != nil {
+		res.DNS = *dns
+	}
+	return res, c, nil
+}
+
+// Del frees every address (ContainerID, IfName) holds. Nothing reserved
+// is success.
+func Del(args *skel.CmdArgs) error {
+	c, err := allocator.Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	st, done, err := openLocked(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := st.ReleaseByID(args.ContainerID, args.IfName); err != nil {
+		return cnierr.Wrap(cnierr.IOFailure, err, "host-local: network %q: releasing container %q interface %q", c.Name, args.ContainerID, args.IfName)
+	}
+	return nil
+}
+
+// Check verifies that (ContainerID, IfName) holds a reservation and, when
+// the config carries a prevResult, that the addresses of prevResult inside
+// our range sets are exactly the ones reserved for it (code 106
+// otherwise).
+func Check(args *skel.CmdArgs) error {
+	c, err := allocator.Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	var nc types.NetConf
+	if err := json.Unmarshal(args.StdinData, &nc); err != nil {
+		return cnierr.Wrap(cnierr.DecodingFailure, err, "host-local: decoding network config")
+	}
+	if err := plugin.ParsePrevResult(&nc); err != nil {
+		return err
+	}
+	prev, err := plugin.PrevResult(&nc)
+	if err != nil {
+		return err
+	}
+	st, done, err := openLocked(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	held, err := st.GetByID(args.ContainerID, args.IfName)
+	if err != nil {
+		return cnierr.Wrap(cnierr.IOFailure, err, "host-local: network %q: reading reservations", c.Name)
+	}
+	if len(held) == 0 {
+		return cnierr.New(cnierr.CheckFailed, "host-local: no address reserved for container %q interface %q in %s",
+			args.ContainerID, args.IfName, st.Path())
+	}
+	if prev == nil {
+		return nil
+	}
+	inRanges := func(ip netip.Addr) bool {
+		for _, s := range c.Ranges {
+			if s.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	mine := map[netip.Addr]bool{}
+	for _, ip := range held {
+		if inRanges(ip) {
+			mine[ip] = true
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, ipc := range prev.IPs {
+		ip, ok := netip.AddrFromSlice(ipc.Address.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if !inRanges(ip) {
+			continue
+		}
+		seen[ip] = true
+		if !mine[ip] {
+			return cnierr.New(cnierr.CheckFailed, "host-local: prevResult address %s is not reserved for container %q interface %q in %s",
+				ip, args.ContainerID, args.IfName, st.Path())
+		}
+	}
+	for ip := range mine {
+		if !seen[ip] {
+			return cnierr.New(cnierr.CheckFailed, "host-local: %s is reserved for container %q interface %q but missing from prevResult",
+				ip, args.ContainerID, args.IfName)
+		}
+	}
+	return nil
+}
+
+// GC frees every reservation of the network whose (container ID, ifname)
+// is not in cni.dev/valid-attachments (or cni.dev/attachments).
+func GC(args *skel.CmdArgs) error {
+	c, err := allocator.Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	validSet, err := plugin.ValidAttachments(args.StdinData)
+	if err != nil {
+		return err
+	}
+	valid := make([]allocator.Attachment, 0, len(validSet))
+	for a := range validSet {
+		valid = append(valid, allocator.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	st, done, err := openLocked(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	all, err := st.List()
+	if err != nil {
+		return cnierr.Wrap(cnierr.IOFailure, err, "host-local: network %q GC", c.Name)
+	}
+	var errs []error
+	for _, ip := range allocator.Stale(all, valid) {
+		errs = append(errs, st.Release(ip))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cnierr.Wrap(cnierr.IOFailure, err, "host-local: network %q GC", c.Name)
+	}
+	return nil
+}
+
+// Status reports code 50 when the dataDir cannot be written or a range set
+// has no free address left (an ADD would fail either way).
+func Status(args *skel.CmdArgs) error {
+	c, err := allocator.Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(c.Name, c.DataDir)
+	if err != nil {
+		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "host-local: network %q: dataDir not usable", c.Name)
+	}
+	defer st.Close()
+	if err := writable(st.Path()); err != nil {
+		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "host-local: network %q: dataDir %s is not writable", c.Name, st.Path())
+	}
+	if err := st.Lock(); err != nil {
+		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "host-local: network %q", c.Name)
+	}
+	defer st.Unlock()
+	all, err := st.List()
+	if err != nil {
+		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "host-local: network %q: reading reservations", c.Name)
+	}
+	reserved := make([]netip.Addr, len(all))
+	for i, r := range all {
+		reserved[i] = r.IP
+	}
+	for i, set := range c.Ranges {
+		if allocator.Free(set, reserved).Sign() <= 0 {
+			return cnierr.New(cnierr.PluginNotAvailable, "host-local: network %q: %s (%s) has no free address left; ADD would fail until addresses are released (DEL or GC)",
+				c.Name, c.Where(i), set)
+		}
+	}
+	return nil
+}
+
+// writable proves dir accepts new files by creating and removing one (a
+// name no host-local reads as a reservation). access(2) would not catch a
+// full disk and lies for root about mode bits.
+func writable(dir string) error {
+	name := filepath.Join(dir, ".status-"+strconv.Itoa(os.Getpid()))
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("removing probe file: %w", err)
+	}
+	return nil
+}
