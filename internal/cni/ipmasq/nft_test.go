@@ -1,0 +1,118 @@
+package ipmasq
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+)
+
+// listOutput is `nft -j list table inet t` (nft 1.0.6) for a table shaped
+// like ours.
+const listOutput = `{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
+{"table": {"family": "inet", "name": "t", "handle": 1}},
+{"map": {"family": "inet", "name": "masq4", "table": "t", "type": "ipv4_addr", "handle": 1, "map": "verdict",
+  "elem": [["10.0.0.5", {"goto": {"target": "a1"}}], [{"elem": {"val": "10.0.0.6", "comment": "x"}}, {"jump": {"target": "a2"}}]]}},
+{"map": {"family": "inet", "name": "masq6", "table": "t", "type": "ipv6_addr", "handle": 2, "map": "verdict"}},
+{"set": {"family": "inet", "name": "s", "table": "t", "type": "ipv4_addr", "handle": 7, "flags": ["interval"],
+  "elem": [{"prefix": {"addr": "10.0.0.0", "len": 24}}, "10.1.0.1"]}},
+{"chain": {"family": "inet", "table": "t", "name": "postrouting", "handle": 3, "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}},
+{"chain": {"family": "inet", "table": "t", "name": "a1", "handle": 5}},
+{"rule": {"family": "inet", "table": "t", "chain": "postrouting", "handle": 4, "expr": [{"vmap": {"key": {"payload": {"protocol": "ip", "field": "saddr"}}, "data": "@masq4"}}]}},
+{"rule": {"family": "inet", "table": "t", "chain": "a1", "handle": 6, "comment": "c1", "expr": [{"masquerade": null}]}}]}`
+
+func fakeExec(t *testing.T, out string, err error) *execNFT {
+	n := &execNFT{path: "nft", family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
+	n.exec = func(_ context.Context, stdin string, args ...string) ([]byte, error) {
+		if got := strings.Join(args, " "); got != "-j list table inet t" {
+			t.Errorf("ran nft %s", got)
+		}
+		return []byte(out), err
+	}
+	return n
+}
+
+func TestExecNFTLists(t *testing.T) {
+	ctx := context.Background()
+	n := fakeExec(t, listOutput, nil)
+	chains, err := n.List(ctx, "chains")
+	must(t, err)
+	if d := cmp.Diff([]string{"postrouting", "a1"}, chains); d != "" {
+		t.Errorf("List(chains) (-want +got):\n%s", d)
+	}
+	elems, err := n.ListElements(ctx, "map", "masq4")
+	must(t, err)
+	want := []*knftables.Element{
+		{Map: "masq4", Key: []string{"10.0.0.5"}, Value: []string{"goto a1"}},
+		{Map: "masq4", Key: []string{"10.0.0.6"}, Value: []string{"jump a2"}},
+	}
+	if d := cmp.Diff(want, elems); d != "" {
+		t.Errorf("ListElements(masq4) (-want +got):\n%s", d)
+	}
+	if elems, err := n.ListElements(ctx, "map", "masq6"); err != nil || len(elems) != 0 {
+		t.Errorf("ListElements(masq6) = %v, %v; want empty", elems, err)
+	}
+	set, err := n.ListElements(ctx, "set", "s")
+	must(t, err)
+	if d := cmp.Diff([]*knftables.Element{{Set: "s", Key: []string{"10.0.0.0/24"}}, {Set: "s", Key: []string{"10.1.0.1"}}}, set); d != "" {
+		t.Errorf("ListElements(set s) (-want +got):\n%s", d)
+	}
+	if _, err := n.ListElements(ctx, "map", "nope"); !IsNotFound(err) {
+		t.Errorf("ListElements(nope) err = %v, want not found", err)
+	}
+	rules, err := n.ListRules(ctx, "a1")
+	must(t, err)
+	if len(rules) != 1 || *rules[0].Handle != 6 || *rules[0].Comment != "c1" || rules[0].Chain != "a1" {
+		t.Errorf("ListRules(a1) = %+v", rules)
+	}
+	if _, err := n.ListRules(ctx, "nope"); !IsNotFound(err) {
+		t.Errorf("ListRules(nope) err = %v, want not found", err)
+	}
+}
+
+func TestExecNFTMissingTable(t *testing.T) {
+	n := fakeExec(t, "", &NFTError{Msg: "Error: No such file or directory", Errno: syscall.ENOENT})
+	chains, err := n.List(context.Background(), "chain")
+	if err != nil || len(chains) != 0 {
+		t.Errorf("List on a missing table = %v, %v; want empty, nil", chains, err)
+	}
+}
+
+func TestExecNFTRunsTransactionText(t *testing.T) {
+	n := &execNFT{path: "nft", family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
+	var got string
+	n.exec = func(_ context.Context, stdin string, args ...string) ([]byte, error) {
+		got = strings.Join(args, " ") + "\n" + stdin
+		return nil, nil
+	}
+	tx := n.NewTransaction()
+	tx.Add(&knftables.Chain{Name: "c"})
+	must(t, n.Run(context.Background(), tx))
+	if want := "-f -\nadd chain inet t c\n"; got != want {
+		t.Errorf("ran %q, want %q", got, want)
+	}
+	// An invalid transaction is refused before nft runs.
+	got = ""
+	tx = n.NewTransaction()
+	tx.Add(&knftables.Chain{})
+	if err := n.Run(context.Background(), tx); err == nil || got != "" {
+		t.Errorf("invalid transaction: err=%v, ran %q", err, got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for in, want := range map[string]syscall.Errno{
+		"Error: Could not process rule: No such file or directory\nadd element ...": syscall.ENOENT,
+		"Error: Could not process rule: File exists":                                syscall.EEXIST,
+		"Error: Could not process rule: Device or resource busy":                    syscall.EBUSY,
+		"Error: Could not process rule: Operation not supported":                    syscall.EOPNOTSUPP,
+		"Error: syntax error\nNo such file or directory":                            0,
+	} {
+		if got := classify(in); got != want {
+			t.Errorf("classify(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

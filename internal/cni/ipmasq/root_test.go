@@ -1,0 +1,81 @@
+package ipmasq
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+// TestRealNFT runs the package against the kernel in a test namespace: the
+// same scenarios as the fake tests, so the EEXIST/EBUSY handling and the
+// JSON reader meet the real thing.
+func TestRealNFT(t *testing.T) {
+	ns := testutil.NewNetNS(t)
+	if _, err := LookNFT(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx := context.Background()
+	list := func() string {
+		out, err := exec.Command("ip", "netns", "exec", testutil.NSName(ns), "nft", "list", "table", "inet", Table).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	err := netns.Do(ns, func() error {
+		m, err := NewDefault()
+		if err != nil {
+			return err
+		}
+		must(t, m.Teardown(ctx, attA, nil)) // nothing there yet
+		must(t, m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
+		must(t, m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
+		must(t, m.Setup(ctx, attC, pfx("10.9.0.5/24")))
+		must(t, m.Check(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
+		wantCode(t, m.Check(ctx, attB, pfx("10.1.0.6/24")), 106, "is missing")
+		got := list()
+		for _, want := range []string{
+			"ip saddr 10.1.0.5 ip daddr != 10.1.0.0/24 masquerade",
+			"ip6 saddr fd00:1::5 ip6 daddr != fd00:1::/64 masquerade",
+			"10.1.0.5 : goto " + ChainName(attA),
+			"ip daddr 224.0.0.0/4 return",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("ruleset lacks %q:\n%s", want, got)
+			}
+		}
+		// B takes A's IPv4 address: A is evicted, and A's DEL keeps B.
+		must(t, m.Setup(ctx, attB, pfx("10.1.0.5/24")))
+		must(t, m.Teardown(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
+		must(t, m.Check(ctx, attB, pfx("10.1.0.5/24")))
+		if got := list(); strings.Contains(got, ChainName(attA)) || strings.Contains(got, "fd00:1::5") {
+			t.Errorf("A's rules survived:\n%s", got)
+		}
+		// GC of mynet with nothing valid: B goes, othernet stays.
+		names, err := m.Attachments(ctx, "mynet")
+		must(t, err)
+		if len(names) != 1 || names[0] != ChainName(attB) {
+			t.Errorf("Attachments(mynet) = %v", names)
+		}
+		must(t, m.GC(ctx, "mynet", nil))
+		got = list()
+		if strings.Contains(got, ChainName(attB)) || !strings.Contains(got, ChainName(attC)) {
+			t.Errorf("after GC:\n%s", got)
+		}
+		// Teardown with addresses that are not the attachment's.
+		must(t, m.Teardown(ctx, attC, pfx("10.9.0.99/24")))
+		if got := list(); strings.Contains(got, ChainName(attC)) {
+			t.Errorf("C survived its teardown:\n%s", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
