@@ -1,0 +1,207 @@
+// Package veth creates and deletes the veth pairs of the bridge and ptp
+// plugins.
+//
+// The pair is made with a single RTM_NEWLINK from the host namespace whose
+// peer attributes name the container's namespace (IFLA_NET_NS_FD): the
+// container end is born in the container with its final name, MTU and MAC,
+// and the host end is born up, with its MTU and MAC. The reference plugins
+// instead create the pair inside the container under temporary names and
+// move the host end out, which costs several more netlink round trips and
+// two namespace switches, and then read both ends back for their MACs. We
+// choose the MACs (random, locally administered) so nothing is read back.
+package veth
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/netlinkx"
+	"github.com/flatnet/flatnet/internal/netns"
+)
+
+// Spec describes a pair to create from the calling thread's namespace
+// (the host).
+type Spec struct {
+	// NetNS is the path of the namespace that gets the peer; "" keeps
+	// the peer in the host namespace.
+	NetNS string
+	// PeerName is the peer's name (CNI_IFNAME).
+	PeerName string
+	// HostName is the host end's name; "" picks a random "veth" name.
+	HostName string
+	// MTU of both ends; 0 leaves the kernel default.
+	MTU int
+	// PeerMAC and HostMAC; nil picks a random locally administered MAC.
+	PeerMAC, HostMAC net.HardwareAddr
+	// MasterIndex attaches the host end to this bridge; 0: none.
+	MasterIndex int
+}
+
+// Pair is a created pair.
+type Pair struct {
+	HostName  string
+	HostIndex int
+	HostMAC   net.HardwareAddr
+	PeerName  string
+	PeerMAC   net.HardwareAddr
+}
+
+// RandomMAC returns a random unicast, locally administered MAC.
+func RandomMAC() net.HardwareAddr {
+	b := make(net.HardwareAddr, 6)
+	_, _ = rand.Read(b)
+	b[0] = (b[0] &^ 0x01) | 0x02
+	return b
+}
+
+// RandomName returns "veth" plus 8 random hex digits.
+func RandomName() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "veth" + hex.EncodeToString(b)
+}
+
+// Create makes the pair. When PeerName already exists in NetNS the error
+// has code 104; a missing NetNS gives code 3.
+func Create(s Spec) (*Pair, error) {
+	if s.PeerName == "" {
+		return nil, cnierr.New(cnierr.InvalidEnvironment, "no interface name (CNI_IFNAME) given")
+	}
+	var peerNS any
+	if s.NetNS != "" {
+		if err := netns.Check(s.NetNS); err != nil {
+			return nil, nsErr(err, s.NetNS)
+		}
+		f, err := os.Open(s.NetNS)
+		if err != nil {
+			return nil, nsErr(err, s.NetNS)
+		}
+		defer f.Close()
+		peerNS = netlink.NsFd(f.Fd())
+	}
+	peerMAC, hostMAC := s.PeerMAC, s.HostMAC
+	if peerMAC == nil {
+		peerMAC = RandomMAC()
+	}
+	if hostMAC == nil {
+		hostMAC = RandomMAC()
+	}
+	const attempts = 5
+	for i := 0; ; i++ {
+		name := s.HostName
+		if name == "" {
+			name = RandomName()
+		}
+		la := netlink.NewLinkAttrs()
+		la.Name = name
+		la.MTU = s.MTU
+		la.HardwareAddr = hostMAC
+		la.Flags = net.FlagUp
+		la.MasterIndex = s.MasterIndex
+		v := &netlink.Veth{
+			LinkAttrs:        la,
+			PeerName:         s.PeerName,
+			PeerHardwareAddr: peerMAC,
+			PeerNamespace:    peerNS,
+		}
+		err := netlink.LinkAdd(v)
+		if err == nil {
+			return &Pair{HostName: name, HostIndex: v.Index, HostMAC: hostMAC, PeerName: s.PeerName, PeerMAC: peerMAC}, nil
+		}
+		if v.Index != 0 {
+			// Created, but attaching to the bridge failed.
+			_ = netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}})
+			return nil, fmt.Errorf("attaching %s to bridge index %d: %w", name, s.MasterIndex, err)
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("creating veth pair %s (host) / %s (container): %w", name, s.PeerName, err)
+		}
+		if exists, cerr := peerExists(s.NetNS, s.PeerName); cerr == nil && exists {
+			where := "the host namespace"
+			if s.NetNS != "" {
+				where = "netns " + s.NetNS
+			}
+			return nil, cnierr.New(cnierr.InterfaceExists, "interface %s already exists in %s", s.PeerName, where)
+		}
+		if s.HostName != "" || i+1 == attempts {
+			return nil, fmt.Errorf("creating veth pair %s (host) / %s (container): host name taken: %w", name, s.PeerName, err)
+		}
+	}
+}
+
+func nsErr(err error, path string) error {
+	if errors.Is(err, netns.ErrNotExist) || errors.Is(err, os.ErrNotExist) {
+		return cnierr.Wrap(cnierr.UnknownContainer, err, "container netns %s", path)
+	}
+	return cnierr.Wrap(cnierr.InvalidNetNS, err, "opening container netns %s", path)
+}
+
+func linkExists(name string) bool {
+	_, err := netlinkx.LinkByName(name)
+	return err == nil
+}
+
+func peerExists(nsPath, name string) (bool, error) {
+	if nsPath == "" {
+		return linkExists(name), nil
+	}
+	var exists bool
+	err := netns.Do(nsPath, func() error {
+		exists = linkExists(name)
+		return nil
+	})
+	return exists, err
+}
+
+// DeleteInNS deletes ifName in the namespace at nsPath (its veth peer goes
+// with it) and returns the addresses it had. A missing namespace or
+// interface is not an error: DEL must succeed when things are gone.
+func DeleteInNS(nsPath, ifName string) ([]netlink.Addr, error) {
+	if nsPath == "" {
+		return nil, nil
+	}
+	var addrs []netlink.Addr
+	err := netns.Do(nsPath, func() error {
+		link, err := netlinkx.LinkByName(ifName)
+		if err != nil {
+			if netlinkx.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("looking up %s: %w", ifName, err)
+		}
+		addrs, err = netlinkx.AddrList(link, netlink.FAMILY_ALL)
+		if err != nil {
+			return fmt.Errorf("listing addresses of %s: %w", ifName, err)
+		}
+		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, syscall.ENODEV) {
+			return fmt.Errorf("deleting %s: %w", ifName, err)
+		}
+		return nil
+	})
+	if errors.Is(err, netns.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", nsPath, err)
+	}
+	return addrs, nil
+}
+
+// DeleteHost deletes the host end name (its peer goes with it); a missing
+// link is fine. Used to undo Create.
+func DeleteHost(name string) error {
+	err := netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}})
+	if err != nil && !errors.Is(err, syscall.ENODEV) && !netlinkx.IsNotFound(err) {
+		return fmt.Errorf("deleting veth %s: %w", name, err)
+	}
+	return nil
+}
