@@ -13,6 +13,7 @@ command -v iperf3 >/dev/null    || need+=(iperf3)
 command -v ethtool >/dev/null   || need+=(ethtool)
 command -v git >/dev/null       || need+=(git)
 command -v gcc >/dev/null       || need+=(gcc)
+command -v strace >/dev/null    || need+=(strace)  # make bench-cni: processes, netlink and sysctls per plugin
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "hack/deps.sh: missing ${need[*]}; run as root (or install them) first" >&2

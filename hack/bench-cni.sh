@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench-cni: times ADD and DEL per pod through libcni for one conflist
+# (bridge+host-local with ipMasq -> bandwidth -> portmap), with the
+# reference plugins (containernetworking/plugins, built through the Go
+# module proxy into a cache outside git) and flatnet-cni alternating pod by
+# pod in one run. Everything happens in network namespaces the harness
+# creates and deletes; see test/bench/cnibench and docs/benchmarks.md.
+#
+# Usage: hack/bench-cni.sh [harness flags], e.g. -pods 50 -json out.json.
+# Environment: REF_CNI_VERSION (v1.10.0), REF_CNI_DIR (the cache dir),
+# FLATNET_CNI_PATH (use this install of ours instead of building it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+
+if [ "$(id -u)" != 0 ]; then
+  echo "bench-cni: needs root (network namespaces, bridges, nftables); run as root" >&2
+  exit 1
+fi
+
+hack/deps.sh
+
+ref_version=${REF_CNI_VERSION:-v1.10.0}
+ref_dir=${REF_CNI_DIR:-${XDG_CACHE_HOME:-/root/.cache}/flatnet/ref-cni-${ref_version}}
+ref_plugins=(main/bridge ipam/host-local meta/bandwidth meta/portmap main/loopback)
+
+# Reference plugins: built once into the cache, reused after. Another
+# helper may install host-local into the same dir; only what is missing is
+# built, one `go install` per plugin.
+mkdir -p "$ref_dir"
+for p in "${ref_plugins[@]}"; do
+  name=${p##*/}
+  if [ ! -x "$ref_dir/$name" ]; then
+    echo "bench-cni: building reference $name $ref_version into $ref_dir"
+    (cd / && GOBIN="$ref_dir" GOFLAGS=-mod=mod GO111MODULE=on \
+      go install "github.com/containernetworking/plugins/plugins/$p@$ref_version")
+  fi
+done
+
+run_id=fnb$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+work=$(mktemp -d /tmp/flatnet-bench-cni.XXXXXX)
+cleanup() {
+  # The harness removes its own namespaces; this is the net for a hard
+  # kill (a second Ctrl-C). Only names carrying this run's id are touched.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${run_id}" || true); do
+    echo "bench-cni: removing leftover netns $ns" >&2
+    ip netns delete "$ns" || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ours_dir=${FLATNET_CNI_PATH:-}
+if [ -z "$ours_dir" ]; then
+  ours_dir=$work/ours-bin
+  make -s install-cni DESTDIR="$ours_dir" >/dev/null
+fi
+
+go build -o "$work/cnibench" ./test/bench/cnibench
+"$work/cnibench" -ref "$ref_dir" -ours "$ours_dir" -prefix "$run_id" -workdir "$work" \
+  -ref-version "$ref_version" -ours-version "$("$ours_dir/flatnet-cni" --version 2>/dev/null || echo unknown)" "$@"
