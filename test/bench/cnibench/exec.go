@@ -86,6 +86,22 @@ func (e *benchExec) beginPod(counted bool) {
 	e.mu.Unlock()
 }
 
+// podPluginTime is the total time this pod's plugin processes took for
+// verb (the time libcni spent outside them is the rest of the op).
+func (e *benchExec) podPluginTime(verb string) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var sum time.Duration
+	for k, v := range e.pod {
+		if strings.HasSuffix(k, " "+verb) {
+			for _, d := range v {
+				sum += d
+			}
+		}
+	}
+	return sum
+}
+
 // endPod keeps the pod's plugin times when keep is set: failed pods and
 // their cleanup DELs are not part of the figures.
 func (e *benchExec) endPod(keep bool) {

@@ -71,6 +71,7 @@ type set struct {
 	cni                   *libcni.CNIConfig
 	exec                  *benchExec
 	add, del, total       []time.Duration
+	addRest, delRest      []time.Duration // op time outside plugin processes
 	failures              []Failure
 	pods, okPods          int
 }
@@ -406,6 +407,8 @@ func (b *bench) pod(s *set, counted bool) {
 			s.add = append(s.add, addDur)
 			s.del = append(s.del, delDur)
 			s.total = append(s.total, addDur+delDur)
+			s.addRest = append(s.addRest, addDur-s.exec.podPluginTime("ADD"))
+			s.delRest = append(s.delRest, delDur-s.exec.podPluginTime("DEL"))
 		}
 	}
 }

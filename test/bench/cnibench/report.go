@@ -40,6 +40,8 @@ type SetResult struct {
 	Del      Summary            `json:"del"`
 	Total    Summary            `json:"add_plus_del"`
 	Plugins  map[string]Summary `json:"plugin_exec,omitempty"` // "plugin VERB"
+	AddRest  Summary            `json:"add_outside_plugins"`
+	DelRest  Summary            `json:"del_outside_plugins"`
 	Traces   []*Trace           `json:"traces,omitempty"`
 	Failures []Failure          `json:"failures,omitempty"`
 }
@@ -61,7 +63,8 @@ func (b *bench) results() *Results {
 	for _, s := range b.sets {
 		sr := SetResult{Name: s.name, Version: s.version, Path: s.binDir, Pods: s.pods, OKPods: s.okPods,
 			Add: Summarize(s.add), Del: Summarize(s.del), Total: Summarize(s.total),
-			Plugins: map[string]Summary{}, Failures: s.failures}
+			Plugins: map[string]Summary{}, Failures: s.failures,
+			AddRest: Summarize(s.addRest), DelRest: Summarize(s.delRest)}
 		s.exec.mu.Lock()
 		for k, v := range s.exec.times {
 			sr.Plugins[k] = Summarize(v)
@@ -166,27 +169,25 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 	}
 
 	// Per-plugin process times from the timed pods.
-	fmt.Fprintln(w, "\nper plugin process (median ms, timed pods; libcni = rest of the op):")
+	fmt.Fprintln(w, "\nper plugin process (median ms over the measured pods; libcni = time of the op outside plugin processes):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "set\tverb\tbridge\thost-local\tbandwidth\tportmap\tlibcni\t")
 	for _, s := range r.Sets {
 		for _, verb := range []string{"ADD", "DEL"} {
 			row := []string{s.Name, verb}
-			sum := 0.0
 			for _, p := range []string{"bridge", "host-local", "bandwidth", "portmap"} {
 				if v, ok := s.Plugins[p+" "+verb]; ok && v.N > 0 {
 					row = append(row, ms(v.Median))
-					sum += v.Median
 				} else {
 					row = append(row, "-")
 				}
 			}
-			op := s.Add
+			rest := s.AddRest
 			if verb == "DEL" {
-				op = s.Del
+				rest = s.DelRest
 			}
-			if op.N > 0 {
-				row = append(row, ms(op.Median-sum))
+			if rest.N > 0 {
+				row = append(row, ms(rest.Median))
 			} else {
 				row = append(row, "-")
 			}
