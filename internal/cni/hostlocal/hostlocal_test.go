@@ -367,3 +367,5 @@ func TestBadConfigCodes(t *testing.T) {
 		t.Errorf("bad configs created state in dataDir: %v", es)
 	}
 }
+
+func testutilCNIPath(t *testing.T) string { return testutil.CNIPath(t) }
