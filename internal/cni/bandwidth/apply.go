@@ -28,7 +28,7 @@ func classify(err error, format string, args ...any) error {
 // When apply fails, it has already undone its own steps.
 func apply(k tc.Kernel, p *Plan, owner Owner) (ifb *tc.Link, undo func() error, err error) {
 	var undos []func() error
-	undo = func() error {
+	undoAll := func() error {
 		var errs []error
 		for _, u := range slices.Backward(undos) {
 			errs = append(errs, u())
@@ -38,7 +38,7 @@ func apply(k tc.Kernel, p *Plan, owner Owner) (ifb *tc.Link, undo func() error, 
 	}
 	defer func() {
 		if err != nil {
-			if uerr := undo(); uerr != nil {
+			if uerr := undoAll(); uerr != nil {
 				err = fmt.Errorf("%w; undoing the partial setup also failed: %v", err, uerr)
 			}
 			ifb, undo = nil, nil
@@ -78,7 +78,7 @@ func apply(k tc.Kernel, p *Plan, owner Owner) (ifb *tc.Link, undo func() error, 
 		}
 		undos = append(undos, func() error { return k.DeleteRoot(host.Index) })
 	}
-	return ifb, undo, nil
+	return ifb, undoAll, nil
 }
 
 // createIFB makes p's IFB. A leftover IFB of the same attachment (a retried

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -62,7 +63,9 @@ func parseConfig(stdin []byte, strict bool) (*Config, error) {
 	if err := json.Unmarshal(stdin, &raw); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return nil, cnierr.New(cnierr.InvalidConfig, "bandwidth: field %q: %s is not valid here (want %s)", te.Field, te.Value, describeType(te))
+			// Field paths name embedded structs ("entry.ingressRate").
+			field := strings.TrimPrefix(strings.TrimPrefix(te.Field, "entry."), "NetConf.")
+			return nil, cnierr.New(cnierr.InvalidConfig, "bandwidth: field %q: %s is not valid here (want %s)", field, te.Value, describeType(te))
 		}
 		return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "bandwidth: decoding network config")
 	}
