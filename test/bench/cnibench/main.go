@@ -43,6 +43,7 @@ type options struct {
 	refDir, oursDir       string
 	refVersion, oursVer   string
 	pods, warmup, tracing int
+	hostRules             int
 	subnet                string
 	cniVersion            string
 	jsonOut               string
@@ -101,6 +102,7 @@ func run() int {
 	flag.IntVar(&o.pods, "pods", 30, "measured pods per set")
 	flag.IntVar(&o.warmup, "warmup", 2, "warm-up pods per set, not counted")
 	flag.IntVar(&o.tracing, "trace-pods", 1, "pods per set run under strace afterwards to count processes, netlink sends and sysctls (0: off)")
+	flag.IntVar(&o.hostRules, "host-rules", 0, "preload this many iptables nat rules into the bench host netns, like kube-proxy's on a busy node (0: an empty ruleset)")
 	flag.StringVar(&o.subnet, "subnet", "", "IPv4 pod range (default: the first free 10.2xx.0.0/24)")
 	flag.StringVar(&o.cniVersion, "cni-version", "1.0.0", "cniVersion of the conflist")
 	flag.StringVar(&o.jsonOut, "json", "", "also write results as JSON to this file (- for stdout)")
@@ -257,6 +259,11 @@ func (b *bench) setup() error {
 		return netlink.LinkSetUp(lo)
 	}); err != nil {
 		return fmt.Errorf("lo up in %s: %w", b.hostNS, err)
+	}
+	if o.hostRules > 0 {
+		if err := b.inHost(func() error { return preloadRules(o.hostRules) }); err != nil {
+			return fmt.Errorf("preloading %d rules into %s: %w", o.hostRules, b.hostNS, err)
+		}
 	}
 	type def struct{ name, dir, version string }
 	defs := []def{{"ref", o.refDir, o.refVersion}, {"ours", o.oursDir, o.oursVer}}
