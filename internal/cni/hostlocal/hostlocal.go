@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"strconv"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -256,16 +254,16 @@ func Status(args *skel.CmdArgs) error {
 }
 
 // writable proves dir accepts new files by creating and removing one (a
-// name no host-local reads as a reservation). access(2) would not catch a
-// full disk and lies for root about mode bits.
+// name no host-local reads as a reservation; unique, so concurrent STATUS
+// calls do not trip over each other). access(2) would not catch a full
+// disk and ignores mode bits for root.
 func writable(dir string) error {
-	name := filepath.Join(dir, ".status-"+strconv.Itoa(os.Getpid()))
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.CreateTemp(dir, ".status-")
 	if err != nil {
 		return err
 	}
 	f.Close()
-	if err := os.Remove(name); err != nil {
+	if err := os.Remove(f.Name()); err != nil {
 		return fmt.Errorf("removing probe file: %w", err)
 	}
 	return nil

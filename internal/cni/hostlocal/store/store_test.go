@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,5 +298,21 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if Dir("n", "") != filepath.Join(DefaultDataDir, "n") {
 		t.Errorf("default dir %s", Dir("n", ""))
+	}
+}
+
+func TestDiskLongContainerID(t *testing.T) {
+	d, _ := openTemp(t)
+	long := strings.Repeat("x", 3000)
+	if ok, err := d.Reserve(long, "eth0", ip("10.0.0.2"), "0"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	got, err := d.GetByID(long, "eth0")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("GetByID of a 3000-byte ID: %v %v", got, err)
+	}
+	all, _ := d.List()
+	if len(all) != 1 || all[0].ContainerID != long || all[0].IfName != "eth0" {
+		t.Fatalf("List: %+v", all)
 	}
 }
