@@ -29,8 +29,8 @@ const (
 // file. This is the layout of the reference plugin, so either plugin can
 // take over a node's state from the other.
 type Disk struct {
-	dir  string
-	lock *os.File
+	dir    string
+	lockFD int // DIR/lock, opened like go-filemutex does
 }
 
 var _ Store = (*Disk)(nil)
@@ -53,11 +53,12 @@ func Open(network, dataDir string) (*Disk, error) {
 	}
 	// Same open mode as go-filemutex (used by the reference), so neither
 	// plugin fails to open a lock file the other created.
-	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDONLY|os.O_CREATE, 0o750)
+	name := filepath.Join(dir, lockFileName)
+	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o750)
 	if err != nil {
-		return nil, fmt.Errorf("opening host-local lock file: %w", err)
+		return nil, fmt.Errorf("opening host-local lock file: %w", &fs.PathError{Op: "open", Path: name, Err: err})
 	}
-	return &Disk{dir: dir, lock: f}, nil
+	return &Disk{dir: dir, lockFD: fd}, nil
 }
 
 // Path returns the network's directory.
@@ -68,26 +69,33 @@ func (d *Disk) Path() string { return d.dir }
 // other just as two processes do.
 func (d *Disk) Lock() error {
 	for {
-		err := unix.Flock(int(d.lock.Fd()), unix.LOCK_EX)
+		err := unix.Flock(d.lockFD, unix.LOCK_EX)
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("locking %s: %w", d.lock.Name(), err)
+			return fmt.Errorf("locking %s: %w", filepath.Join(d.dir, lockFileName), err)
 		}
 	}
 }
 
 // Unlock releases the lock.
 func (d *Disk) Unlock() error {
-	if err := unix.Flock(int(d.lock.Fd()), unix.LOCK_UN); err != nil {
-		return fmt.Errorf("unlocking %s: %w", d.lock.Name(), err)
+	if err := unix.Flock(d.lockFD, unix.LOCK_UN); err != nil {
+		return fmt.Errorf("unlocking %s: %w", filepath.Join(d.dir, lockFileName), err)
 	}
 	return nil
 }
 
 // Close releases the lock (if held) and closes the lock file.
-func (d *Disk) Close() error { return d.lock.Close() }
+func (d *Disk) Close() error {
+	if d.lockFD < 0 {
+		return nil
+	}
+	err := unix.Close(d.lockFD) // closing the last fd drops the flock
+	d.lockFD = -1
+	return err
+}
 
 func (d *Disk) ipPath(ip netip.Addr) string { return filepath.Join(d.dir, ip.Unmap().String()) }
 

@@ -275,7 +275,9 @@ func TestLockExcludes(t *testing.T) {
 		t.Fatalf("foreign flock while locked: %v, want EWOULDBLOCK", err)
 	}
 	got := make(chan struct{})
+	released := make(chan struct{})
 	go func() {
+		defer close(released)
 		d2.Lock()
 		close(got)
 		d2.Unlock()
@@ -287,6 +289,7 @@ func TestLockExcludes(t *testing.T) {
 	}
 	d1.Unlock()
 	<-got // must now succeed (the test would hang, and time out, if not)
+	<-released
 }
 
 func TestOpenErrors(t *testing.T) {
