@@ -1,0 +1,354 @@
+// Package bridge is the bridge CNI plugin: it reads the reference bridge
+// plugin's configuration (v1.10.0) and connects a container to a Linux
+// bridge in the host namespace through a veth pair.
+//
+// ADD, in order: ensure the bridge; create the veth pair (the container
+// end is created directly inside the container netns, see package veth);
+// port settings (hairpin, isolation, VLANs, MAC spoof check); IPAM; the
+// container's addresses and routes; the gateway on the bridge and
+// forwarding; ipMasq; wait for the port to be up. Every step after the
+// pair exists registers its undo, and a failed ADD runs them in reverse:
+// no veth, no reservation, no rule is left behind (the reference leaves
+// its veth when IPAM fails). The pair is created before IPAM so that an
+// ADD that fails because CNI_IFNAME already exists (code 104) never
+// releases the reservation of the attachment that owns that interface.
+//
+// DEL removes the container interface (its host end goes with it), the
+// masquerade and spoof-check rules, and releases the IPAM reservation last,
+// so that an address is never handed out while rules for it remain.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+
+	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/ipam"
+	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/cni/veth"
+	"github.com/flatnet/flatnet/internal/netns"
+)
+
+// Plugin is bridge as a CNI plugin.
+var Plugin = plugin.Plugin{
+	Name: "bridge",
+	Funcs: skel.CNIFuncs{
+		Add:    cmdAdd,
+		Del:    cmdDel,
+		Check:  cmdCheck,
+		GC:     cmdGC,
+		Status: cmdStatus,
+	},
+}
+
+// undo collects the reversal of each completed ADD step.
+type undo []func() error
+
+func (u *undo) push(f func() error) { *u = append(*u, f) }
+
+// run reverses the steps, newest first, and reports what it could not undo.
+func (u undo) run() error {
+	var errs []error
+	for i := len(u) - 1; i >= 0; i-- {
+		if err := u[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkNetNS(path string) error {
+	if path == "" {
+		return cnierr.New(cnierr.InvalidEnvironment, "CNI_NETNS is not set")
+	}
+	if err := netns.Check(path); err != nil {
+		if errors.Is(err, netns.ErrNotExist) {
+			return cnierr.Wrap(cnierr.UnknownContainer, err, "container netns")
+		}
+		return cnierr.Wrap(cnierr.InvalidNetNS, err, "container netns")
+	}
+	return nil
+}
+
+func attachment(n *NetConf, args *skel.CmdArgs) ipmasq.Attachment {
+	return ipmasq.Attachment{Network: n.Name, ContainerID: args.ContainerID, IfName: args.IfName}
+}
+
+func cmdAdd(args *skel.CmdArgs) (err error) {
+	n, err := Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
+		return err
+	}
+	prev, err := plugin.PrevResult(&n.NetConf)
+	if err != nil {
+		return err
+	}
+	if err := checkNetNS(args.Netns); err != nil {
+		return err
+	}
+	ctx := context.Background()
+
+	br, created, err := ensureBridge(n)
+	if err != nil {
+		return err
+	}
+	pair, err := veth.Create(veth.Spec{NetNS: args.Netns, PeerName: args.IfName, MTU: n.MTU, PeerMAC: n.mac, MasterIndex: br.Index})
+	if err != nil {
+		return err
+	}
+	var u undo
+	defer func() {
+		if err != nil {
+			if uerr := u.run(); uerr != nil {
+				err = fmt.Errorf("%w (and undoing the ADD failed: %v)", err, uerr)
+			}
+		}
+	}()
+	u.push(func() error { return veth.DeleteHost(pair.HostName) })
+
+	if err := setupPort(n, br, pair.HostName, pair.HostIndex, n.Vlan); err != nil {
+		return err
+	}
+	if n.MacSpoofChk {
+		sc, err := newSpoofChecker()
+		if err != nil {
+			return err
+		}
+		if err := sc.Setup(ctx, n.Name, args.ContainerID, args.IfName, pair.HostName, pair.PeerMAC); err != nil {
+			return err
+		}
+		u.push(func() error { return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName) })
+	}
+
+	base := 0
+	if prev != nil {
+		base = len(prev.Interfaces)
+	}
+	brIface := &current.Interface{Name: n.BrName}
+	ifaces := []*current.Interface{
+		brIface,
+		{Name: pair.HostName, Mac: pair.HostMAC.String()},
+		{Name: args.IfName, Mac: pair.PeerMAC.String(), Sandbox: args.Netns},
+	}
+	var p *addrPlan
+	if n.Layer3() {
+		ipamRes, err := ipam.Add(ctx, args)
+		if err != nil {
+			return err
+		}
+		u.push(func() error { return ipam.Del(ctx, args) })
+		if p, err = planAddrs(n, ipamRes, base+2); err != nil {
+			return err
+		}
+		if err := netns.Do(args.Netns, func() error { return configureContainer(n, args.IfName, p) }); err != nil {
+			return fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
+		}
+		if n.IsGW {
+			link, gwIface, err := gatewayLink(n, br)
+			if err != nil {
+				return err
+			}
+			if gwIface != nil {
+				ifaces = append(ifaces, gwIface)
+			}
+			if err := ensureGateways(n, link, p); err != nil {
+				return err
+			}
+			if !created && n.Vlan == 0 {
+				if err := pinMAC(br); err != nil {
+					return err
+				}
+			}
+		}
+		if n.IPMasq {
+			m, err := ipmasq.NewDefault()
+			if err != nil {
+				return err
+			}
+			if err := m.Setup(ctx, attachment(n, args), p.Masq); err != nil {
+				return err
+			}
+			u.push(func() error { return m.Teardown(ctx, attachment(n, args), p.Masq) })
+		}
+	} else if !n.DisableContainerInterface {
+		if err := netns.Do(args.Netns, func() error { return linkUp(args.IfName) }); err != nil {
+			return fmt.Errorf("setting %s up in netns %s: %w", args.IfName, args.Netns, err)
+		}
+	}
+	if !n.DisableContainerInterface {
+		if _, err := waitUp(pair.HostIndex, pair.HostName); err != nil {
+			return err
+		}
+	}
+	// The bridge's MAC may have changed when its first port arrived.
+	if l, err := netlink.LinkByIndex(br.Index); err == nil {
+		brIface.Mac = l.Attrs().HardwareAddr.String()
+	} else {
+		return fmt.Errorf("looking up bridge %q: %w", n.BrName, err)
+	}
+
+	result := assemble(prev, ifaces, p)
+	if p == nil && dnsSet(n.DNS) {
+		result.DNS = n.DNS
+	}
+	out, err := result.GetAsVersion(n.CNIVersion)
+	if err != nil {
+		return cnierr.Wrap(cnierr.IncompatibleVersion, err, "bridge: result as CNI %s", n.CNIVersion)
+	}
+	return out.Print()
+}
+
+func linkUp(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(l)
+}
+
+// masqAddrs merges the addresses found on the deleted interface with
+// those of prevResult (either may be missing).
+func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
+	seen := map[netip.Prefix]bool{}
+	var out []netip.Prefix
+	addP := func(a net.IPNet) {
+		if !a.IP.IsGlobalUnicast() {
+			return
+		}
+		if p, ok := toPrefix(a); ok && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, a := range linkAddrs {
+		if a.IPNet != nil {
+			addP(*a.IPNet)
+		}
+	}
+	if prev != nil {
+		for _, ip := range prev.IPs {
+			addP(ip.Address)
+		}
+	}
+	return out
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	n, err := Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	var prev *current.Result
+	if plugin.ParsePrevResult(&n.NetConf) == nil {
+		prev, _ = plugin.PrevResult(&n.NetConf)
+	}
+	ctx := context.Background()
+	addrs, err := veth.DeleteInNS(args.Netns, args.IfName)
+	if err != nil {
+		return err
+	}
+	if n.IPMasq {
+		m, err := ipmasq.NewDefault()
+		switch {
+		case ipmasq.ErrNoNFT(err):
+			// No nft, so no rules of ours.
+		case err != nil:
+			return err
+		default:
+			if err := m.Teardown(ctx, attachment(n, args), masqAddrs(addrs, prev)); err != nil {
+				return err
+			}
+		}
+	}
+	if n.MacSpoofChk {
+		sc, err := newSpoofChecker()
+		switch {
+		case ipmasq.ErrNoNFT(err):
+		case err != nil:
+			return err
+		default:
+			if err := sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName); err != nil {
+				return err
+			}
+		}
+	}
+	if n.Layer3() {
+		if err := ipam.Del(ctx, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmdStatus(args *skel.CmdArgs) error {
+	n, err := Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	if n.Layer3() {
+		return ipam.Status(context.Background(), args)
+	}
+	return nil
+}
+
+func cmdGC(args *skel.CmdArgs) error {
+	n, err := Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	valid, err := plugin.ValidAttachments(args.StdinData)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	// Rules first, addresses last (as DEL).
+	m, err := ipmasq.NewDefault()
+	switch {
+	case ipmasq.ErrNoNFT(err) && !n.IPMasq && !n.MacSpoofChk:
+	case err != nil:
+		return err
+	default:
+		var atts []ipmasq.Attachment
+		keep := map[[2]string]bool{}
+		for a := range valid {
+			atts = append(atts, ipmasq.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+			keep[[2]string{a.ContainerID, a.IfName}] = true
+		}
+		if err := m.GC(ctx, n.Name, atts); err != nil {
+			return err
+		}
+		if n.MacSpoofChk {
+			sc, err := newSpoofChecker()
+			if err != nil {
+				return err
+			}
+			if err := sc.GC(ctx, n.Name, keep); err != nil {
+				return err
+			}
+		}
+	}
+	if n.Layer3() {
+		return ipam.GC(ctx, args)
+	}
+	return nil
+}
+
+// describeMismatch joins CHECK findings into one code-106 error.
+func describeMismatch(problems []string) error {
+	if len(problems) == 0 {
+		return nil
+	}
+	return cnierr.New(cnierr.CheckFailed, "bridge: %s", strings.Join(problems, "; "))
+}
