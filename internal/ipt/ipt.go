@@ -217,7 +217,9 @@ func (b *Builder) DeclareChain(name string) {
 }
 
 // Append adds "-A chain args...".
-func (b *Builder) Append(chain string, args ...string) { b.add(append([]string{"-A", chain}, args...)...) }
+func (b *Builder) Append(chain string, args ...string) {
+	b.add(append([]string{"-A", chain}, args...)...)
+}
 
 // Insert adds "-I chain pos args...".
 func (b *Builder) Insert(chain string, pos int, args ...string) {
@@ -225,7 +227,9 @@ func (b *Builder) Insert(chain string, pos int, args ...string) {
 }
 
 // Delete adds "-D chain args...": the rule must exist when restored.
-func (b *Builder) Delete(chain string, args ...string) { b.add(append([]string{"-D", chain}, args...)...) }
+func (b *Builder) Delete(chain string, args ...string) {
+	b.add(append([]string{"-D", chain}, args...)...)
+}
 
 // DeleteChain adds "-X chain": it must exist, be empty and unreferenced.
 func (b *Builder) DeleteChain(name string) { b.add("-X", name) }

@@ -11,7 +11,6 @@ import (
 	"github.com/flatnet/flatnet/internal/nft"
 )
 
-
 // nftA is the table after ADD of attachment A alone.
 const nftA = `
 add table inet flatnet-portmap { comment "flatnet portmap: hostPort DNAT for CNI attachments" ; }
@@ -275,4 +274,3 @@ func TestNFTFailedRunChangesNothing(t *testing.T) {
 	}
 	wantDump(t, "after failed run", f.Dump(), before)
 }
-
