@@ -43,6 +43,9 @@ func ensureBridge(n *NetConf) (br *netlink.Bridge, created bool, err error) {
 			created = true
 		case errors.Is(err, unix.EEXIST):
 			// Another ADD made it first.
+		case errors.Is(err, unix.EOPNOTSUPP) && nb.VlanFiltering != nil:
+			return nil, false, cnierr.Wrap(cnierr.KernelFeatureMissing, err,
+				"bridge: creating bridge %q with VLAN filtering (for \"vlan\"/\"vlanTrunk\"): this kernel has no bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING)", n.BrName)
 		default:
 			return nil, false, fmt.Errorf("creating bridge %q: %w", n.BrName, err)
 		}
@@ -70,7 +73,12 @@ func ensureBridge(n *NetConf) (br *netlink.Bridge, created bool, err error) {
 }
 
 // setupPort applies the per-port settings to the host end of a pair.
-func setupPort(n *NetConf, br *netlink.Bridge, name string, index int, vlan int) error {
+func setupPort(n *NetConf, br *netlink.Bridge, name string, index int, vlan int) (err error) {
+	defer func() {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = cnierr.Wrap(cnierr.KernelFeatureMissing, err, "bridge: port %s: the kernel does not support this bridge port setting", name)
+		}
+	}()
 	port := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: index}}
 	if n.HairpinMode {
 		if err := netlink.LinkSetHairpin(port, true); err != nil {

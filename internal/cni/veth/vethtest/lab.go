@@ -1,0 +1,357 @@
+// Package vethtest holds root-test helpers for the veth-based plugins
+// (bridge, ptp): a test "host" namespace driving the plugins through
+// libcni with its own cache and host-local dataDir, and traffic checks
+// done with Go sockets opened inside namespaces (no ping binary needed).
+package vethtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+
+	"github.com/flatnet/flatnet/internal/netlinkx"
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// Lab is one test's world: a host namespace standing in for the node, a
+// libcni instance with its own cache dir, and a host-local dataDir.
+type Lab struct {
+	T       *testing.T
+	Host    string
+	CNI     *libcni.CNIConfig
+	List    *libcni.NetworkConfigList
+	DataDir string
+}
+
+// New parses conf (a conflist, or a single plugin config) after replacing
+// @DATADIR@ with the lab's dataDir.
+func New(t *testing.T, conf string) *Lab {
+	t.Helper()
+	testutil.RequireRoot(t)
+	l := &Lab{T: t, Host: testutil.NewNetNS(t), DataDir: t.TempDir()}
+	l.List = l.parse(conf)
+	l.CNI = libcni.NewCNIConfigWithCacheDir([]string{testutil.CNIPath(t)}, t.TempDir(), nil)
+	return l
+}
+
+// WithConf returns a lab sharing l's host namespace, libcni cache and
+// dataDir, for another network config.
+func (l *Lab) WithConf(conf string) *Lab {
+	l.T.Helper()
+	o := *l
+	o.List = l.parse(conf)
+	return &o
+}
+
+func (l *Lab) parse(conf string) *libcni.NetworkConfigList {
+	l.T.Helper()
+	conf = strings.ReplaceAll(conf, "@DATADIR@", l.DataDir)
+	var (
+		list *libcni.NetworkConfigList
+		err  error
+	)
+	if strings.Contains(conf, `"plugins"`) {
+		list, err = libcni.NetworkConfFromBytes([]byte(conf))
+	} else {
+		var c *libcni.PluginConfig
+		if c, err = libcni.ConfFromBytes([]byte(conf)); err == nil {
+			list, err = libcni.ConfListFromConf(c)
+		}
+	}
+	if err != nil {
+		l.T.Fatalf("parsing config: %v\n%s", err, conf)
+	}
+	return list
+}
+
+// RT is the runtime config for container id in nsPath.
+func RT(id, nsPath string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: "eth0"}
+}
+
+// InHost runs fn in the lab's host namespace; plugins exec'd from there
+// inherit it.
+func (l *Lab) InHost(fn func() error) error { return netns.Do(l.Host, fn) }
+
+// Add runs ADD for id in nsPath.
+func (l *Lab) Add(id, nsPath string) (*current.Result, error) {
+	return l.AddRT(RT(id, nsPath))
+}
+
+// AddRT runs ADD with a full runtime config.
+func (l *Lab) AddRT(rt *libcni.RuntimeConf) (*current.Result, error) {
+	var res types.Result
+	err := l.InHost(func() error {
+		var err error
+		res, err = l.CNI.AddNetworkList(context.Background(), l.List, rt)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return current.NewResultFromResult(res)
+}
+
+// MustAdd is Add that fails the test on error.
+func (l *Lab) MustAdd(id, nsPath string) *current.Result {
+	l.T.Helper()
+	r, err := l.Add(id, nsPath)
+	if err != nil {
+		l.T.Fatalf("ADD %s: %v", id, err)
+	}
+	return r
+}
+
+// Del runs DEL.
+func (l *Lab) Del(id, nsPath string) error {
+	return l.InHost(func() error { return l.CNI.DelNetworkList(context.Background(), l.List, RT(id, nsPath)) })
+}
+
+// Check runs CHECK.
+func (l *Lab) Check(id, nsPath string) error {
+	return l.InHost(func() error { return l.CNI.CheckNetworkList(context.Background(), l.List, RT(id, nsPath)) })
+}
+
+// GC runs GC with the given valid container IDs (ifname eth0).
+func (l *Lab) GC(valid ...string) error {
+	var atts []types.GCAttachment
+	for _, id := range valid {
+		atts = append(atts, types.GCAttachment{ContainerID: id, IfName: "eth0"})
+	}
+	return l.InHost(func() error {
+		return l.CNI.GCNetworkList(context.Background(), l.List, &libcni.GCArgs{ValidAttachments: atts})
+	})
+}
+
+// Status runs STATUS.
+func (l *Lab) Status() error {
+	return l.InHost(func() error { return l.CNI.GetStatusNetworkList(context.Background(), l.List) })
+}
+
+// Links lists the links of namespace ns by name.
+func Links(t *testing.T, ns string) map[string]netlink.Link {
+	t.Helper()
+	out := map[string]netlink.Link{}
+	if err := netns.Do(ns, func() error {
+		links, err := netlinkx.LinkList()
+		for _, k := range links {
+			out[k.Attrs().Name] = k
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Veths lists the names of the veths in ns.
+func Veths(t *testing.T, ns string) []string {
+	t.Helper()
+	var out []string
+	for name, l := range Links(t, ns) {
+		if l.Type() == "veth" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Addrs lists "ip/len" of ifName in ns (global scope only).
+func Addrs(t *testing.T, ns, ifName string) []string {
+	t.Helper()
+	var out []string
+	if err := netns.Do(ns, func() error {
+		link, err := netlinkx.LinkByName(ifName)
+		if err != nil {
+			return err
+		}
+		addrs, err := netlinkx.AddrList(link, netlink.FAMILY_ALL)
+		for _, a := range addrs {
+			if a.IP.IsGlobalUnicast() {
+				out = append(out, a.IPNet.String())
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NFT returns ns's nftables ruleset as text.
+func NFT(t *testing.T, ns string) string {
+	t.Helper()
+	return testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "nft", "list", "ruleset")
+}
+
+// Sysctl reads a sysctl in ns.
+func Sysctl(t *testing.T, ns, path string) string {
+	t.Helper()
+	b, err := exec.Command("ip", "netns", "exec", testutil.NSName(ns), "cat", filepath.Join("/proc/sys", path)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("reading %s in %s: %v: %s", path, ns, err, b)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Reservations lists the IPs reserved in the lab's dataDir.
+func (l *Lab) Reservations() []string {
+	l.T.Helper()
+	entries, err := os.ReadDir(filepath.Join(l.DataDir, l.List.Name))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		l.T.Fatal(err)
+	}
+	var ips []string
+	for _, e := range entries {
+		if net.ParseIP(e.Name()) != nil {
+			ips = append(ips, e.Name())
+		}
+	}
+	sort.Strings(ips)
+	return ips
+}
+
+// IPOf returns r's first address of the family (v4 true: IPv4).
+func IPOf(t *testing.T, r *current.Result, v4 bool) net.IP {
+	t.Helper()
+	for _, ip := range r.IPs {
+		if (ip.Address.IP.To4() != nil) == v4 {
+			return ip.Address.IP
+		}
+	}
+	t.Fatalf("result has no address of that family: %+v", r)
+	return nil
+}
+
+// Code returns the CNI error code of err, or 0.
+func Code(err error) uint {
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// Echo is a UDP echo server in a namespace. It records the source of
+// every datagram it receives.
+type Echo struct {
+	Addr    *net.UDPAddr
+	conn    *net.UDPConn
+	sources chan string
+}
+
+// ServeUDP starts an echo server on ip (port chosen by the kernel) in ns.
+// The socket belongs to ns because it is created inside it.
+func ServeUDP(t *testing.T, ns string, ip net.IP) *Echo {
+	t.Helper()
+	var conn *net.UDPConn
+	if err := netns.Do(ns, func() error {
+		var err error
+		conn, err = net.ListenUDP("udp", &net.UDPAddr{IP: ip})
+		return err
+	}); err != nil {
+		t.Fatalf("listening on %s in %s: %v", ip, ns, err)
+	}
+	e := &Echo{Addr: conn.LocalAddr().(*net.UDPAddr), conn: conn, sources: make(chan string, 100)}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case e.sources <- from.IP.String():
+			default:
+			}
+			_, _ = conn.WriteToUDP(buf[:n], from)
+		}
+	}()
+	return e
+}
+
+// LastSource returns the source of the last datagram received, or "".
+func (e *Echo) LastSource() string {
+	last := ""
+	for {
+		select {
+		case s := <-e.sources:
+			last = s
+		default:
+			return last
+		}
+	}
+}
+
+// Exchange sends a datagram from ns to dst and waits for the echo. It
+// retries a few times (the first packet may wait for neighbour
+// resolution).
+func Exchange(ns string, dst *net.UDPAddr) error {
+	var conn *net.UDPConn
+	if err := netns.Do(ns, func() error {
+		var err error
+		conn, err = net.DialUDP("udp", nil, dst)
+		return err
+	}); err != nil {
+		return fmt.Errorf("dialing %s from %s: %w", dst, ns, err)
+	}
+	defer conn.Close()
+	msg := []byte("flatnet")
+	buf := make([]byte, 64)
+	var last error
+	for range 10 {
+		if _, err := conn.Write(msg); err != nil {
+			last = err
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := conn.Read(buf)
+		if err == nil && string(buf[:n]) == string(msg) {
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("no echo from %s (from %s): %v", dst, ns, last)
+}
+
+// MustExchange is Exchange that fails the test.
+func MustExchange(t *testing.T, ns string, dst *net.UDPAddr) {
+	t.Helper()
+	if err := Exchange(ns, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Outside connects ns (a lab host) to a new namespace standing for the
+// world outside the node: a veth with hostIP/30 on the host side and
+// outsideIP/30 outside. The outside namespace has no route back to the
+// pods, so only masqueraded traffic can be answered.
+func Outside(t *testing.T, host string, hostIP, outsideIP string) string {
+	t.Helper()
+	out := testutil.NewNetNS(t)
+	name := testutil.Name("fno")
+	testutil.Run(t, "ip", "-n", testutil.NSName(host), "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", testutil.NSName(out))
+	testutil.Run(t, "ip", "-n", testutil.NSName(host), "addr", "add", hostIP+"/30", "dev", name)
+	testutil.Run(t, "ip", "-n", testutil.NSName(host), "link", "set", name, "up")
+	testutil.Run(t, "ip", "-n", testutil.NSName(out), "addr", "add", outsideIP+"/30", "dev", "eth0")
+	testutil.Run(t, "ip", "-n", testutil.NSName(out), "link", "set", "eth0", "up")
+	return out
+}
