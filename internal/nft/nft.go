@@ -112,11 +112,8 @@ func (r *Runner) NewTransaction() *knftables.Transaction { return r.txs.NewTrans
 
 // Run implements Interface.
 func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
-	if tx.NumOperations() == 0 {
-		return nil
-	}
 	s, err := Render(tx)
-	if err != nil {
+	if err != nil || tx.NumOperations() == 0 {
 		return err
 	}
 	_, err = r.exec(ctx, s, "-f", "-")

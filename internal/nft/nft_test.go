@@ -62,6 +62,11 @@ func TestRenderRefusesInvalidTransactions(t *testing.T) {
 		t.Fatalf("Render = %q, %v", s, err)
 	}
 	tx = f.NewTransaction()
+	tx.Add(&knftables.Rule{Chain: "c"}) // the only operation, and invalid
+	if _, err := Render(tx); err == nil || tx.NumOperations() != 0 {
+		t.Fatalf("Render of an invalid-only transaction: %v", err)
+	}
+	tx = f.NewTransaction()
 	tx.Add(&knftables.Chain{Name: "c", Comment: knftables.PtrTo("# ERROR: not really")})
 	if _, err := Render(tx); err != nil {
 		t.Fatalf("a comment that looks like an error: %v", err)
