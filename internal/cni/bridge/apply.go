@@ -287,26 +287,3 @@ func pinMAC(br *netlink.Bridge) error {
 	}
 	return nil
 }
-
-// waitUp waits until the host end of the pair is operationally up; until
-// then the kernel drops what the bridge sends through it.
-func waitUp(index int, name string) (netlink.Link, error) {
-	deadline := time.Now().Add(3 * time.Second)
-	sleep := 500 * time.Microsecond
-	for {
-		l, err := netlink.LinkByIndex(index)
-		if err != nil {
-			return nil, fmt.Errorf("looking up %s: %w", name, err)
-		}
-		if l.Attrs().OperState == netlink.OperUp {
-			return l, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("bridge port %s is still %s after 3s", name, l.Attrs().OperState)
-		}
-		time.Sleep(sleep)
-		if sleep < 50*time.Millisecond {
-			sleep *= 2
-		}
-	}
-}

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -188,7 +189,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		}
 	}
 	if !n.DisableContainerInterface {
-		if _, err := waitUp(pair.HostIndex, pair.HostName); err != nil {
+		if err := veth.WaitUp(pair.HostIndex, pair.HostName, 3*time.Second); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -26,6 +27,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/sysctl"
 )
 
 // Spec describes a pair to create from the calling thread's namespace
@@ -44,6 +46,11 @@ type Spec struct {
 	PeerMAC, HostMAC net.HardwareAddr
 	// MasterIndex attaches the host end to this bridge; 0: none.
 	MasterIndex int
+	// NoHostDAD turns off IPv6 duplicate address detection on the host
+	// end before it goes up. A routed (ptp) host end needs its link-local
+	// address at once: while it is tentative the kernel delays neighbour
+	// discovery toward the container by about a second.
+	NoHostDAD bool
 }
 
 // Pair is a created pair.
@@ -105,7 +112,9 @@ func Create(s Spec) (*Pair, error) {
 		la.Name = name
 		la.MTU = s.MTU
 		la.HardwareAddr = hostMAC
-		la.Flags = net.FlagUp
+		if !s.NoHostDAD {
+			la.Flags = net.FlagUp
+		}
 		la.MasterIndex = s.MasterIndex
 		v := &netlink.Veth{
 			LinkAttrs:        la,
@@ -114,6 +123,13 @@ func Create(s Spec) (*Pair, error) {
 			PeerNamespace:    peerNS,
 		}
 		err := netlink.LinkAdd(v)
+		if err == nil && s.NoHostDAD {
+			_ = sysctl.SetPath("0", "net/ipv6/conf", name, "accept_dad")
+			if err := netlink.LinkSetUp(v); err != nil {
+				_ = DeleteHost(name)
+				return nil, fmt.Errorf("setting %s up: %w", name, err)
+			}
+		}
 		if err == nil {
 			return &Pair{HostName: name, HostIndex: v.Index, HostMAC: hostMAC, PeerName: s.PeerName, PeerMAC: peerMAC}, nil
 		}
@@ -204,4 +220,28 @@ func DeleteHost(name string) error {
 		return fmt.Errorf("deleting veth %s: %w", name, err)
 	}
 	return nil
+}
+
+// WaitUp waits until the host end (index) is operationally up: until the
+// kernel has processed the carrier change, what is sent through it is
+// dropped.
+func WaitUp(index int, name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	sleep := 500 * time.Microsecond
+	for {
+		l, err := netlink.LinkByIndex(index)
+		if err != nil {
+			return fmt.Errorf("looking up %s: %w", name, err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("veth %s is still %s after %s", name, l.Attrs().OperState, timeout)
+		}
+		time.Sleep(sleep)
+		if sleep < 50*time.Millisecond {
+			sleep *= 2
+		}
+	}
 }
