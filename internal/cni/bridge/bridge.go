@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -144,6 +145,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		{Name: args.IfName, Mac: pair.PeerMAC.String(), Sandbox: args.Netns},
 	}
 	var p *addrPlan
+	masq := func() error { return nil }
 	if n.Layer3() {
 		ipamRes, err := ipam.Add(ctx, args)
 		if err != nil {
@@ -152,6 +154,13 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		u.push(func() error { return ipam.Del(ctx, args) })
 		if p, err = planAddrs(n, ipamRes, base+2); err != nil {
 			return err
+		}
+		// The masquerade rules need only the addresses: install them
+		// (an nft process) while the container and the gateway are set up.
+		if n.IPMasq {
+			wait, undoMasq := ipmasq.Start(ctx, attachment(n, args), p.Masq)
+			masq = wait
+			u.push(undoMasq)
 		}
 		if err := netns.Do(args.Netns, func() error { return configureContainer(n, args.IfName, p) }); err != nil {
 			return fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
@@ -173,16 +182,6 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 				}
 			}
 		}
-		if n.IPMasq {
-			m, err := ipmasq.NewDefault()
-			if err != nil {
-				return err
-			}
-			if err := m.Setup(ctx, attachment(n, args), p.Masq); err != nil {
-				return err
-			}
-			u.push(func() error { return m.Teardown(ctx, attachment(n, args), p.Masq) })
-		}
 	} else if !n.DisableContainerInterface {
 		if err := netns.Do(args.Netns, func() error { return linkUp(args.IfName) }); err != nil {
 			return fmt.Errorf("setting %s up in netns %s: %w", args.IfName, args.Netns, err)
@@ -192,6 +191,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		if err := veth.WaitUp(pair.HostIndex, pair.HostName, 3*time.Second); err != nil {
 			return err
 		}
+	}
+	if err := masq(); err != nil {
+		return err
 	}
 	// The bridge's MAC may have changed when its first port arrived.
 	if l, err := netlink.LinkByIndex(br.Index); err == nil {
@@ -256,33 +258,31 @@ func cmdDel(args *skel.CmdArgs) error {
 		prev, _ = plugin.PrevResult(&n.NetConf)
 	}
 	ctx := context.Background()
-	addrs, err := veth.DeleteInNS(args.Netns, args.IfName)
-	if err != nil {
-		return err
-	}
-	if n.IPMasq {
-		m, err := ipmasq.NewDefault()
-		switch {
-		case ipmasq.ErrNoNFT(err):
-			// No nft, so no rules of ours.
-		case err != nil:
-			return err
-		default:
-			if err := m.Teardown(ctx, attachment(n, args), masqAddrs(addrs, prev)); err != nil {
-				return err
-			}
-		}
+	// Removing the interface and removing rules each wait for the kernel
+	// (an RCU grace period apiece), so they run at the same time when
+	// prevResult names the addresses. The rules go by name either way;
+	// the addresses only let the masquerade teardown skip reading the
+	// table.
+	prevAddrs := masqAddrs(nil, prev)
+	early := n.IPMasq && len(prevAddrs) > 0
+	var wg sync.WaitGroup
+	var masqErr, spoofErr error
+	if early {
+		wg.Add(1)
+		go func() { defer wg.Done(); masqErr = ipmasq.TeardownIfAny(ctx, attachment(n, args), prevAddrs) }()
 	}
 	if n.MacSpoofChk {
-		sc, err := newSpoofChecker()
-		switch {
-		case ipmasq.ErrNoNFT(err):
-		case err != nil:
+		wg.Add(1)
+		go func() { defer wg.Done(); spoofErr = teardownSpoof(ctx, n, args) }()
+	}
+	addrs, err := veth.DeleteInNS(args.Netns, args.IfName)
+	wg.Wait()
+	if err := errors.Join(err, masqErr, spoofErr); err != nil {
+		return err
+	}
+	if n.IPMasq && !early {
+		if err := ipmasq.TeardownIfAny(ctx, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
 			return err
-		default:
-			if err := sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName); err != nil {
-				return err
-			}
 		}
 	}
 	if n.Layer3() {
@@ -291,6 +291,17 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 	}
 	return nil
+}
+
+func teardownSpoof(ctx context.Context, n *NetConf, args *skel.CmdArgs) error {
+	sc, err := newSpoofChecker()
+	if ipmasq.ErrNoNFT(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName)
 }
 
 func cmdStatus(args *skel.CmdArgs) error {

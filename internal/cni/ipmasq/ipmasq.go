@@ -516,3 +516,42 @@ func ErrNoNFT(err error) bool {
 	var ne *NFTError
 	return ok && code == cnierr.KernelFeatureMissing && !errors.As(err, &ne)
 }
+
+// Start installs a's rules in the background, so that the nft process
+// runs while the caller configures interfaces. wait returns Setup's
+// result; undo waits for it and removes whatever was installed (for a
+// failed ADD).
+func Start(ctx context.Context, a Attachment, addrs []netip.Prefix) (wait, undo func() error) {
+	m, err := NewDefault()
+	if err != nil {
+		return func() error { return err }, func() error { return nil }
+	}
+	done := make(chan struct{})
+	var setupErr error
+	go func() {
+		defer close(done)
+		setupErr = m.Setup(ctx, a, addrs)
+	}()
+	wait = func() error {
+		<-done
+		return setupErr
+	}
+	undo = func() error {
+		<-done
+		return m.Teardown(ctx, a, addrs)
+	}
+	return wait, undo
+}
+
+// TeardownIfAny is Teardown with the default runner; without nft there
+// are no rules, so nothing to do.
+func TeardownIfAny(ctx context.Context, a Attachment, addrs []netip.Prefix) error {
+	m, err := NewDefault()
+	if ErrNoNFT(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return m.Teardown(ctx, a, addrs)
+}

@@ -124,23 +124,24 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	// The masquerade rules need only the addresses: install them (an nft
+	// process) while the interfaces are configured.
+	masq := func() error { return nil }
+	if n.IPMasq {
+		wait, undoMasq := ipmasq.Start(ctx, attachment(n, args), p.Masq)
+		masq = wait
+		u.push(undoMasq)
+	}
 	if err := netns.Do(args.Netns, func() error { return configureContainer(args.IfName, p) }); err != nil {
 		return fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
 	}
 	if err := configureHost(pair, p); err != nil {
 		return err
 	}
-	if n.IPMasq {
-		m, err := ipmasq.NewDefault()
-		if err != nil {
-			return err
-		}
-		if err := m.Setup(ctx, attachment(n, args), p.Masq); err != nil {
-			return err
-		}
-		u.push(func() error { return m.Teardown(ctx, attachment(n, args), p.Masq) })
-	}
 	if err := veth.WaitUp(pair.HostIndex, pair.HostName, 3*time.Second); err != nil {
+		return err
+	}
+	if err := masq(); err != nil {
 		return err
 	}
 
@@ -252,20 +253,23 @@ func cmdDel(args *skel.CmdArgs) error {
 		prev, _ = plugin.PrevResult(&n.NetConf)
 	}
 	ctx := context.Background()
+	// The interface and the rules are removed at the same time when
+	// prevResult names the addresses (each waits for the kernel).
+	prevAddrs := masqAddrs(nil, prev)
+	early := n.IPMasq && len(prevAddrs) > 0
+	masqErr := make(chan error, 1)
+	if early {
+		go func() { masqErr <- ipmasq.TeardownIfAny(ctx, attachment(n, args), prevAddrs) }()
+	} else {
+		masqErr <- nil
+	}
 	addrs, err := veth.DeleteInNS(args.Netns, args.IfName)
-	if err != nil {
+	if err := errors.Join(err, <-masqErr); err != nil {
 		return err
 	}
-	if n.IPMasq {
-		m, err := ipmasq.NewDefault()
-		switch {
-		case ipmasq.ErrNoNFT(err):
-		case err != nil:
+	if n.IPMasq && !early {
+		if err := ipmasq.TeardownIfAny(ctx, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
 			return err
-		default:
-			if err := m.Teardown(ctx, attachment(n, args), masqAddrs(addrs, prev)); err != nil {
-				return err
-			}
 		}
 	}
 	return ipam.Del(ctx, args)
