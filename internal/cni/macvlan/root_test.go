@@ -8,6 +8,7 @@ package macvlan_test
 // namespace, with their own cache dir and host-local dataDir.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -403,6 +406,52 @@ func TestRootLinkInContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	onlyLo(t, a, "mc0", "mc1")
+	if got := lab.Reservations(); len(got) != 0 {
+		t.Errorf("reservations = %v", got)
+	}
+}
+
+// Older conflists get results in their own version; CHECK (0.4.0 and
+// later) reads the prevResult in that version.
+func TestRootResultVersions(t *testing.T) {
+	testutil.RequireFreeRange(t, "10.76.5.0/24")
+	lab := vethtest.New(t, mvConf("x", "", ""))
+	seg := newSegment(t, lab.Host)
+	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			l := lab.WithConf(strings.Replace(mvConf(seg.master, "", `"ranges":[[{"subnet":"10.76.5.0/24","gateway":"10.76.5.1"}]]`),
+				`"cniVersion":"1.1.0"`, `"cniVersion":"`+v+`"`, 1))
+			a := testutil.NewNetNS(t)
+			var res types.Result
+			err := l.InHost(func() error {
+				var err error
+				res, err = l.CNI.AddNetworkList(context.Background(), l.List, vethtest.RT("a", a))
+				return err
+			})
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if res.Version() != v {
+				t.Errorf("result version %s, want %s", res.Version(), v)
+			}
+			r, err := current.NewResultFromResult(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := vethtest.Addrs(t, a, "eth0"); len(r.IPs) != 1 || !slices.Equal(got, []string{r.IPs[0].Address.String()}) {
+				t.Errorf("addresses %v, result %+v", got, r.IPs)
+			}
+			if v != "0.3.1" { // CHECK arrived with 0.4.0
+				if err := l.Check("a", a); err != nil {
+					t.Errorf("CHECK: %v", err)
+				}
+			}
+			if err := l.Del("a", a); err != nil {
+				t.Fatal(err)
+			}
+			onlyLo(t, a)
+		})
+	}
 	if got := lab.Reservations(); len(got) != 0 {
 		t.Errorf("reservations = %v", got)
 	}
