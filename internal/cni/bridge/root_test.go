@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 // classic is the reference README's bridge config (a unique network and
 // bridge name, a free range, the lab's dataDir).
-func classic(t *testing.T, subnet string) (conf, brName string) {
+func classic(t testing.TB, subnet string) (conf, brName string) {
 	testutil.RequireFreeRange(t, subnet)
 	brName = testutil.Name("fnb")
 	return fmt.Sprintf(`{
@@ -514,4 +515,31 @@ func TestConcurrentAdds(t *testing.T) {
 	if rules := vethtest.NFT(t, l.Host); strings.Contains(rules, "masquerade comment") {
 		t.Errorf("rules left:\n%s", rules)
 	}
+}
+
+// BenchmarkAddDel times one pod's ADD and DEL through libcni with the
+// classic config (bridge + in-process host-local, isGateway, ipMasq).
+func BenchmarkAddDel(b *testing.B) {
+	conf, _ := classic(b, "10.58.0.0/16")
+	l := vethtest.New(b, conf)
+	pod := testutil.NewNetNS(b)
+	l.MustAdd("warm", pod)
+	if err := l.Del("warm", pod); err != nil {
+		b.Fatal(err)
+	}
+	var add, del time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("b%d", i)
+		t0 := time.Now()
+		l.MustAdd(id, pod)
+		t1 := time.Now()
+		if err := l.Del(id, pod); err != nil {
+			b.Fatal(err)
+		}
+		add += t1.Sub(t0)
+		del += time.Since(t1)
+	}
+	b.ReportMetric(float64(add.Microseconds())/float64(b.N)/1000, "ms/ADD")
+	b.ReportMetric(float64(del.Microseconds())/float64(b.N)/1000, "ms/DEL")
 }

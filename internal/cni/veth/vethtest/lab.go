@@ -30,7 +30,7 @@ import (
 // Lab is one test's world: a host namespace standing in for the node, a
 // libcni instance with its own cache dir, and a host-local dataDir.
 type Lab struct {
-	T       *testing.T
+	T       testing.TB
 	Host    string
 	CNI     *libcni.CNIConfig
 	List    *libcni.NetworkConfigList
@@ -39,7 +39,7 @@ type Lab struct {
 
 // New parses conf (a conflist, or a single plugin config) after replacing
 // @DATADIR@ with the lab's dataDir.
-func New(t *testing.T, conf string) *Lab {
+func New(t testing.TB, conf string) *Lab {
 	t.Helper()
 	testutil.RequireRoot(t)
 	l := &Lab{T: t, Host: testutil.NewNetNS(t), DataDir: t.TempDir()}
@@ -143,7 +143,7 @@ func (l *Lab) Status() error {
 }
 
 // Links lists the links of namespace ns by name.
-func Links(t *testing.T, ns string) map[string]netlink.Link {
+func Links(t testing.TB, ns string) map[string]netlink.Link {
 	t.Helper()
 	out := map[string]netlink.Link{}
 	if err := netns.Do(ns, func() error {
@@ -159,7 +159,7 @@ func Links(t *testing.T, ns string) map[string]netlink.Link {
 }
 
 // Veths lists the names of the veths in ns.
-func Veths(t *testing.T, ns string) []string {
+func Veths(t testing.TB, ns string) []string {
 	t.Helper()
 	var out []string
 	for name, l := range Links(t, ns) {
@@ -172,7 +172,7 @@ func Veths(t *testing.T, ns string) []string {
 }
 
 // Addrs lists "ip/len" of ifName in ns (global scope only).
-func Addrs(t *testing.T, ns, ifName string) []string {
+func Addrs(t testing.TB, ns, ifName string) []string {
 	t.Helper()
 	var out []string
 	if err := netns.Do(ns, func() error {
@@ -195,13 +195,13 @@ func Addrs(t *testing.T, ns, ifName string) []string {
 }
 
 // NFT returns ns's nftables ruleset as text.
-func NFT(t *testing.T, ns string) string {
+func NFT(t testing.TB, ns string) string {
 	t.Helper()
 	return testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "nft", "list", "ruleset")
 }
 
 // Sysctl reads a sysctl in ns.
-func Sysctl(t *testing.T, ns, path string) string {
+func Sysctl(t testing.TB, ns, path string) string {
 	t.Helper()
 	b, err := exec.Command("ip", "netns", "exec", testutil.NSName(ns), "cat", filepath.Join("/proc/sys", path)).CombinedOutput()
 	if err != nil {
@@ -228,7 +228,7 @@ func (l *Lab) Reservations() []string {
 }
 
 // IPOf returns r's first address of the family (v4 true: IPv4).
-func IPOf(t *testing.T, r *current.Result, v4 bool) net.IP {
+func IPOf(t testing.TB, r *current.Result, v4 bool) net.IP {
 	t.Helper()
 	for _, ip := range r.IPs {
 		if (ip.Address.IP.To4() != nil) == v4 {
@@ -258,7 +258,7 @@ type Echo struct {
 
 // ServeUDP starts an echo server on ip (port chosen by the kernel) in ns.
 // The socket belongs to ns because it is created inside it.
-func ServeUDP(t *testing.T, ns string, ip net.IP) *Echo {
+func ServeUDP(t testing.TB, ns string, ip net.IP) *Echo {
 	t.Helper()
 	var conn *net.UDPConn
 	if err := netns.Do(ns, func() error {
@@ -333,7 +333,7 @@ func Exchange(ns string, dst *net.UDPAddr) error {
 }
 
 // MustExchange is Exchange that fails the test.
-func MustExchange(t *testing.T, ns string, dst *net.UDPAddr) {
+func MustExchange(t testing.TB, ns string, dst *net.UDPAddr) {
 	t.Helper()
 	if err := Exchange(ns, dst); err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func MustExchange(t *testing.T, ns string, dst *net.UDPAddr) {
 // world outside the node: a veth with hostIP/30 on the host side and
 // outsideIP/30 outside. The outside namespace has no route back to the
 // pods, so only masqueraded traffic can be answered.
-func Outside(t *testing.T, host string, hostIP, outsideIP string) string {
+func Outside(t testing.TB, host string, hostIP, outsideIP string) string {
 	t.Helper()
 	out := testutil.NewNetNS(t)
 	name := testutil.Name("fno")
