@@ -49,7 +49,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	err = inNetNS(args.Netns, func() error {
 		link, err := netlinkx.LinkByName(ifName)
 		if err != nil {
-			return cnierr.Wrap(cnierr.UnknownContainer, err, "loopback: looking up %s", describe(args.Netns))
+			return cnierr.Wrap(cnierr.Internal, err, "loopback: looking up %s", describe(args.Netns))
 		}
 		if err := netlink.LinkSetUp(link); err != nil {
 			return cnierr.Wrap(cnierr.Internal, err, "loopback: setting %s up", describe(args.Netns))
