@@ -142,7 +142,8 @@ func configureContainer(n *NetConf, ifName string, p *addrPlan) error {
 	return nil
 }
 
-// settleDAD waits until ifName has no tentative IPv6 address.
+// settleDAD waits until ifName has no tentative IPv6 address, link-local
+// included (as the reference does: neighbour discovery needs it).
 func settleDAD(ifName string, timeout time.Duration) error {
 	link, err := netlinkx.LinkByName(ifName)
 	if err != nil {
@@ -159,7 +160,7 @@ func settleDAD(ifName string, timeout time.Duration) error {
 			if a.Flags&unix.IFA_F_DADFAILED != 0 {
 				return fmt.Errorf("duplicate address detection failed for %s on %s", a.IPNet, ifName)
 			}
-			if a.Flags&unix.IFA_F_TENTATIVE != 0 && !a.IP.IsLinkLocalUnicast() {
+			if a.Flags&unix.IFA_F_TENTATIVE != 0 {
 				tentative = true
 			}
 		}

@@ -543,3 +543,72 @@ func BenchmarkAddDel(b *testing.B) {
 	b.ReportMetric(float64(add.Microseconds())/float64(b.N)/1000, "ms/ADD")
 	b.ReportMetric(float64(del.Microseconds())/float64(b.N)/1000, "ms/DEL")
 }
+
+// Layer 2 only (no ipam): the container end is up with no address, MTU
+// applies to the bridge and both ends; disableContainerInterface leaves
+// the container end down.
+func TestLayer2AndMTU(t *testing.T) {
+	brName := testutil.Name("fnb")
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,"mtu":1450,"promiscMode":true}`, testutil.Name("fnet"), brName)
+	l := vethtest.New(t, conf)
+	pod, down := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	r := l.MustAdd("l2", pod)
+	if len(r.IPs) != 0 || len(r.Interfaces) != 3 {
+		t.Errorf("L2 result = %+v", r)
+	}
+	c := vethtest.Links(t, pod)["eth0"]
+	if c == nil || c.Attrs().MTU != 1450 || c.Attrs().Flags&net.FlagUp == 0 || c.Attrs().HardwareAddr.String() != r.Interfaces[2].Mac {
+		t.Fatalf("container end = %+v", c)
+	}
+	host := vethtest.Links(t, l.Host)
+	if br := host[brName]; br.Attrs().MTU != 1450 || br.Attrs().Promisc == 0 {
+		t.Errorf("bridge = %+v", br.Attrs())
+	}
+	if hv := host[r.Interfaces[1].Name]; hv.Attrs().MTU != 1450 {
+		t.Errorf("host end MTU = %d", hv.Attrs().MTU)
+	}
+	if err := l.Check("l2", pod); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := l.Status(); err != nil {
+		t.Errorf("STATUS without IPAM: %v", err)
+	}
+	if err := l.Del("l2", pod); err != nil {
+		t.Fatal(err)
+	}
+
+	l2 := l.WithConf(fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,"disableContainerInterface":true}`, testutil.Name("fnet"), brName))
+	l2.MustAdd("down", down)
+	if c := vethtest.Links(t, down)["eth0"]; c == nil || c.Attrs().Flags&net.FlagUp != 0 {
+		t.Errorf("disableContainerInterface: container end = %+v", c)
+	}
+	if err := l2.Del("down", down); err != nil {
+		t.Fatal(err)
+	}
+	if v := vethtest.Veths(t, l.Host); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+}
+
+// enabledad: ADD returns once duplicate address detection is over, so the
+// pod's IPv6 address is usable (not tentative) when the runtime gets the
+// result.
+func TestEnableDAD(t *testing.T) {
+	testutil.RequireFreeRange(t, "fd00:57::/64")
+	brName := testutil.Name("fnb")
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,"isGateway":true,"enabledad":true,
+		"ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"fd00:57::/64"}]]}}`, testutil.Name("fnet"), brName)
+	l := vethtest.New(t, conf)
+	pod := testutil.NewNetNS(t)
+	r := l.MustAdd("dad", pod)
+	if v := vethtest.Sysctl(t, pod, "net/ipv6/conf/eth0/accept_dad"); v != "1" {
+		t.Errorf("accept_dad = %s", v)
+	}
+	out := testutil.Run(t, "ip", "-n", testutil.NSName(pod), "-6", "addr", "show", "dev", "eth0")
+	if !strings.Contains(out, vethtest.IPOf(t, r, false).String()) || strings.Contains(out, "tentative") {
+		t.Errorf("pod address not settled:\n%s", out)
+	}
+	if err := l.Del("dad", pod); err != nil {
+		t.Fatal(err)
+	}
+}
