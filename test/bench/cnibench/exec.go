@@ -28,6 +28,8 @@ type benchExec struct {
 	mu       sync.Mutex
 	counting bool                       // record plugin times (not during warm-up)
 	pod      map[string][]time.Duration // this pod's times, kept if the pod succeeds
+	podCPU   map[string][]time.Duration // and CPU times
+	cpu      map[string][]time.Duration // "plugin VERB" -> CPU time (user+sys, children included)
 	times    map[string][]time.Duration // "plugin VERB" -> durations
 	lastPlug string                     // plugin of the latest invocation
 	lastVerb string                     // its CNI_COMMAND
@@ -38,7 +40,7 @@ type benchExec struct {
 }
 
 func newBenchExec() *benchExec {
-	return &benchExec{RawExec: &invoke.RawExec{}, times: map[string][]time.Duration{}}
+	return &benchExec{RawExec: &invoke.RawExec{}, times: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}}
 }
 
 func envValue(environ []string, key string) string {
@@ -50,26 +52,88 @@ func envValue(environ []string, key string) string {
 	return ""
 }
 
-// ExecPlugin implements invoke.Exec.
+// ExecPlugin implements invoke.Exec like invoke.RawExec does, and also
+// records the plugin's wall time and CPU time (user+system of the plugin
+// and of every child it waited for, from wait4's rusage).
 func (e *benchExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
 	plug, verb := filepath.Base(pluginPath), envValue(environ, "CNI_COMMAND")
 	e.mu.Lock()
 	e.lastPlug, e.lastVerb = plug, verb
-	tracing, strace := e.strace != "" && verb != "VERSION", e.strace
+	tracing, strace, traceDir := e.strace != "" && verb != "VERSION", e.strace, e.traceDir
 	e.mu.Unlock()
+
+	argv0, args, logPath := pluginPath, []string(nil), ""
 	if tracing {
-		return e.execTraced(ctx, strace, pluginPath, plug, verb, stdin, environ)
+		f, err := os.CreateTemp(traceDir, "strace-"+plug+"-"+verb+"-*.log")
+		if err != nil {
+			return nil, err
+		}
+		f.Close()
+		logPath = f.Name()
+		argv0, args = strace, append(straceArgs(logPath), pluginPath)
 	}
+	var stdout, stderr bytes.Buffer
+	c := exec.CommandContext(ctx, argv0, args...)
+	c.Env, c.Stdin, c.Stdout, c.Stderr = environ, bytes.NewReader(stdin), &stdout, &stderr
 	start := time.Now()
-	out, err := e.RawExec.ExecPlugin(ctx, pluginPath, stdin, environ)
-	d := time.Since(start)
-	e.mu.Lock()
-	if e.counting && err == nil {
-		k := plug + " " + verb
-		e.pod[k] = append(e.pod[k], d)
+	runErr := c.Run()
+	wall := time.Since(start)
+	var cpu time.Duration
+	if c.ProcessState != nil {
+		cpu = c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 	}
-	e.mu.Unlock()
-	return out, err
+
+	if tracing {
+		e.parseTrace(plug, verb, logPath)
+	} else {
+		e.mu.Lock()
+		if e.counting && runErr == nil {
+			k := plug + " " + verb
+			e.pod[k] = append(e.pod[k], wall)
+			e.podCPU[k] = append(e.podCPU[k], cpu)
+		}
+		e.mu.Unlock()
+	}
+	if runErr != nil {
+		return nil, pluginErr(runErr, stdout.Bytes(), stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
+}
+
+// pluginErr turns a failed run into the plugin's CNI error, as RawExec
+// does: the error JSON from stdout, else stderr, else the exit status.
+func pluginErr(err error, stdout, stderr []byte) error {
+	emsg := &types.Error{}
+	switch {
+	case len(stdout) == 0 && len(stderr) == 0:
+		emsg.Msg = fmt.Sprintf("netplugin failed with no error message: %v", err)
+	case len(stdout) == 0:
+		emsg.Msg = fmt.Sprintf("netplugin failed: %q: %v", string(stderr), err)
+	default:
+		if perr := json.Unmarshal(stdout, emsg); perr != nil {
+			emsg.Msg = fmt.Sprintf("netplugin failed but error parsing its diagnostic message %q: %v", string(stdout), perr)
+		}
+	}
+	return emsg
+}
+
+func (e *benchExec) parseTrace(plug, verb, logPath string) {
+	lf, err := os.Open(logPath)
+	if err != nil {
+		e.mu.Lock()
+		e.traceErr = append(e.traceErr, fmt.Errorf("%s %s: %w", plug, verb, err))
+		e.mu.Unlock()
+		return
+	}
+	progs, perr := ParseStrace(lf)
+	lf.Close()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if perr != nil {
+		e.traceErr = append(e.traceErr, fmt.Errorf("%s %s: %w", plug, verb, perr))
+		return
+	}
+	e.traces = append(e.traces, &Trace{Plugin: plug, Verb: verb, Programs: progs})
 }
 
 // last returns the plugin and verb of the latest invocation.
@@ -82,7 +146,7 @@ func (e *benchExec) last() (string, string) {
 // beginPod starts collecting plugin times for one pod (if counted).
 func (e *benchExec) beginPod(counted bool) {
 	e.mu.Lock()
-	e.counting, e.pod = counted, map[string][]time.Duration{}
+	e.counting, e.pod, e.podCPU = counted, map[string][]time.Duration{}, map[string][]time.Duration{}
 	e.mu.Unlock()
 }
 
@@ -110,8 +174,11 @@ func (e *benchExec) endPod(keep bool) {
 		for k, v := range e.pod {
 			e.times[k] = append(e.times[k], v...)
 		}
+		for k, v := range e.podCPU {
+			e.cpu[k] = append(e.cpu[k], v...)
+		}
 	}
-	e.counting, e.pod = false, nil
+	e.counting, e.pod, e.podCPU = false, nil, nil
 	e.mu.Unlock()
 }
 
@@ -119,39 +186,4 @@ func (e *benchExec) setTracing(strace, dir string) {
 	e.mu.Lock()
 	e.strace, e.traceDir = strace, dir
 	e.mu.Unlock()
-}
-
-// execTraced runs the plugin under strace with the same stdin and
-// environment and turns a failure into the plugin's CNI error, as RawExec
-// does. strace exits with the plugin's status.
-func (e *benchExec) execTraced(ctx context.Context, strace, pluginPath, plug, verb string, stdin []byte, environ []string) ([]byte, error) {
-	f, err := os.CreateTemp(e.traceDir, "strace-"+plug+"-"+verb+"-*.log")
-	if err != nil {
-		return nil, err
-	}
-	f.Close()
-	args := append(straceArgs(f.Name()), pluginPath)
-	c := exec.CommandContext(ctx, strace, args...)
-	var stdout, stderr bytes.Buffer
-	c.Env, c.Stdin, c.Stdout, c.Stderr = environ, bytes.NewReader(stdin), &stdout, &stderr
-	runErr := c.Run()
-	if lf, err := os.Open(f.Name()); err == nil {
-		progs, perr := ParseStrace(lf)
-		lf.Close()
-		e.mu.Lock()
-		if perr != nil {
-			e.traceErr = append(e.traceErr, fmt.Errorf("%s %s: %w", plug, verb, perr))
-		} else {
-			e.traces = append(e.traces, &Trace{Plugin: plug, Verb: verb, Programs: progs})
-		}
-		e.mu.Unlock()
-	}
-	if runErr != nil {
-		emsg := &types.Error{}
-		if stdout.Len() == 0 || json.Unmarshal(stdout.Bytes(), emsg) != nil {
-			emsg = &types.Error{Code: 999, Msg: fmt.Sprintf("plugin failed under strace: %v: %q %q", runErr, stdout.String(), stderr.String())}
-		}
-		return nil, emsg
-	}
-	return stdout.Bytes(), nil
 }

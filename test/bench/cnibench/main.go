@@ -86,6 +86,7 @@ type bench struct {
 	sets     []*set
 	podSeq   int
 	rootSnap snapshot
+	load0    string // load average when the run started
 	notes    []string
 	tempWork bool          // workdir was created here and is removed at the end
 	seen     map[*set]bool // sets that ran their first pod (which may create persistent chains)
@@ -235,6 +236,7 @@ func (b *bench) setup() error {
 	if b.subnet, err = pickSubnet(o.subnet); err != nil {
 		return err
 	}
+	b.load0 = loadavg()
 	if b.rootSnap, err = takeSnapshot(o.prefix); err != nil {
 		return fmt.Errorf("reading the root namespace: %w", err)
 	}
@@ -507,6 +509,20 @@ func (b *bench) cleanup() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// loadavg returns the 1-minute load average: other work on the machine
+// shows up in the spread of the figures.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 func machine() map[string]string {

@@ -31,19 +31,20 @@ type Results struct {
 
 // SetResult is one plugin set's figures.
 type SetResult struct {
-	Name     string             `json:"name"`
-	Version  string             `json:"version,omitempty"`
-	Path     string             `json:"cni_path"`
-	Pods     int                `json:"pods_run"`
-	OKPods   int                `json:"pods_ok"`
-	Add      Summary            `json:"add"`
-	Del      Summary            `json:"del"`
-	Total    Summary            `json:"add_plus_del"`
-	Plugins  map[string]Summary `json:"plugin_exec,omitempty"` // "plugin VERB"
-	AddRest  Summary            `json:"add_outside_plugins"`
-	DelRest  Summary            `json:"del_outside_plugins"`
-	Traces   []*Trace           `json:"traces,omitempty"`
-	Failures []Failure          `json:"failures,omitempty"`
+	Name      string             `json:"name"`
+	Version   string             `json:"version,omitempty"`
+	Path      string             `json:"cni_path"`
+	Pods      int                `json:"pods_run"`
+	OKPods    int                `json:"pods_ok"`
+	Add       Summary            `json:"add"`
+	Del       Summary            `json:"del"`
+	Total     Summary            `json:"add_plus_del"`
+	Plugins   map[string]Summary `json:"plugin_exec,omitempty"` // "plugin VERB"
+	PluginCPU map[string]Summary `json:"plugin_cpu,omitempty"`  // user+sys incl. children
+	AddRest   Summary            `json:"add_outside_plugins"`
+	DelRest   Summary            `json:"del_outside_plugins"`
+	Traces    []*Trace           `json:"traces,omitempty"`
+	Failures  []Failure          `json:"failures,omitempty"`
 }
 
 func (b *bench) results() *Results {
@@ -57,17 +58,21 @@ func (b *bench) results() *Results {
 		Order:   "alternating pod by pod: " + strings.Join(b.setNames(), ", ") + ", ...",
 		Notes:   b.notes,
 	}
+	r.Machine["load_start"], r.Machine["load_end"] = b.load0, loadavg()
 	if len(b.sets) > 0 {
 		r.Conflist = b.sets[0].conf
 	}
 	for _, s := range b.sets {
 		sr := SetResult{Name: s.name, Version: s.version, Path: s.binDir, Pods: s.pods, OKPods: s.okPods,
 			Add: Summarize(s.add), Del: Summarize(s.del), Total: Summarize(s.total),
-			Plugins: map[string]Summary{}, Failures: s.failures,
+			Plugins: map[string]Summary{}, PluginCPU: map[string]Summary{}, Failures: s.failures,
 			AddRest: Summarize(s.addRest), DelRest: Summarize(s.delRest)}
 		s.exec.mu.Lock()
 		for k, v := range s.exec.times {
 			sr.Plugins[k] = Summarize(v)
+		}
+		for k, v := range s.exec.cpu {
+			sr.PluginCPU[k] = Summarize(v)
 		}
 		sr.Traces = s.exec.traces
 		for _, e := range s.exec.traceErr {
@@ -136,7 +141,7 @@ func ms(v float64) string { return fmt.Sprintf("%.1f", v) }
 
 func printReport(w io.Writer, r *Results, verbose bool) {
 	fmt.Fprintf(w, "cnibench: %s\n", r.Chain)
-	fmt.Fprintf(w, "machine: %s cpus, %s, kernel %s, %s\n", r.Machine["cpus"], r.Machine["cpu"], r.Machine["kernel"], r.Machine["go"])
+	fmt.Fprintf(w, "machine: %s cpus, %s, kernel %s, %s; load average %s at start, %s at end\n", r.Machine["cpus"], r.Machine["cpu"], r.Machine["kernel"], r.Machine["go"], r.Machine["load_start"], r.Machine["load_end"])
 	fmt.Fprintf(w, "pods: %d measured + %d warm-up per set, %s; subnet %s; times in ms (libcni AddNetworkList / DelNetworkList)\n\n",
 		r.Pods, r.Warmup, r.Order, r.Subnet)
 
@@ -160,7 +165,11 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 		fmt.Fprint(w, "\nratio ours/ref (median):")
 		for _, k := range []string{"add", "del", "add_plus_del"} {
 			if v := r.Ratio[k]; v != nil {
-				fmt.Fprintf(w, "  %s %.3f (%.1fx faster)", strings.ToUpper(strings.ReplaceAll(k, "_plus_", "+")), *v, 1 / *v)
+				speed := fmt.Sprintf("%.1fx faster", 1 / *v)
+				if *v > 1 {
+					speed = fmt.Sprintf("%.1fx slower", *v)
+				}
+				fmt.Fprintf(w, "  %s %.3f (%s)", strings.ToUpper(strings.ReplaceAll(k, "_plus_", "+")), *v, speed)
 			} else {
 				fmt.Fprintf(w, "  %s n/a", strings.ToUpper(strings.ReplaceAll(k, "_plus_", "+")))
 			}
@@ -169,7 +178,7 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 	}
 
 	// Per-plugin process times from the timed pods.
-	fmt.Fprintln(w, "\nper plugin process (median ms over the measured pods; libcni = time of the op outside plugin processes):")
+	fmt.Fprintln(w, "\nper plugin process, median ms over the measured pods: wall (CPU user+sys incl. its children); libcni = op time outside plugin processes:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "set\tverb\tbridge\thost-local\tbandwidth\tportmap\tlibcni\t")
 	for _, s := range r.Sets {
@@ -177,7 +186,7 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 			row := []string{s.Name, verb}
 			for _, p := range []string{"bridge", "host-local", "bandwidth", "portmap"} {
 				if v, ok := s.Plugins[p+" "+verb]; ok && v.N > 0 {
-					row = append(row, ms(v.Median))
+					row = append(row, fmt.Sprintf("%s (%s)", ms(v.Median), ms(s.PluginCPU[p+" "+verb].Median)))
 				} else {
 					row = append(row, "-")
 				}
