@@ -45,6 +45,15 @@ func (f *Fake) AddLink(l Link) int {
 	return l.Index
 }
 
+// SetDown sets link administratively down.
+func (f *Fake) SetDown(link int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.links[link]; l != nil {
+		l.Up = false
+	}
+}
+
 // SetOtherRoot gives link a root qdisc of some other kind.
 func (f *Fake) SetOtherRoot(link int, kind string) {
 	f.mu.Lock()
@@ -122,7 +131,7 @@ func (f *Fake) AddIFB(name, alias string, mtu int) (Link, error) {
 			return Link{}, fmt.Errorf("creating IFB %s: %w", name, ErrExist)
 		}
 	}
-	l := Link{Index: f.next, Name: name, Kind: "ifb", Alias: alias, MTU: mtu, MAC: fmt.Sprintf("02:00:00:00:00:%02x", f.next%256)}
+	l := Link{Index: f.next, Name: name, Kind: "ifb", Alias: alias, MTU: mtu, Up: true, MAC: fmt.Sprintf("02:00:00:00:00:%02x", f.next%256)}
 	f.next++
 	f.links[l.Index] = &fakeLink{Link: l}
 	f.Ops = append(f.Ops, "AddIFB "+name)

@@ -13,6 +13,7 @@ type Link struct {
 	Alias string
 	MAC   string
 	MTU   int
+	Up    bool // administratively up
 	// Parent is IFLA_LINK: for a veth, its peer's index (in the peer's
 	// namespace).
 	Parent int

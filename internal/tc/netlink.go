@@ -27,7 +27,7 @@ var (
 
 func toLink(l netlink.Link) Link {
 	a := l.Attrs()
-	return Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Alias: a.Alias, MAC: a.HardwareAddr.String(), MTU: a.MTU, Parent: a.ParentIndex}
+	return Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Alias: a.Alias, MAC: a.HardwareAddr.String(), MTU: a.MTU, Up: a.Flags&net.FlagUp != 0, Parent: a.ParentIndex}
 }
 
 // randomMAC returns a random locally administered unicast address, as
@@ -76,7 +76,7 @@ func (Netlink) AddIFB(name, alias string, mtu int) (Link, error) {
 		_ = netlink.LinkDel(ifb)
 		return Link{}, fmt.Errorf("creating IFB %s: it vanished right after creation", name)
 	}
-	return Link{Index: ifb.Index, Name: name, Kind: "ifb", Alias: alias, MAC: mac.String(), MTU: mtu}, nil
+	return Link{Index: ifb.Index, Name: name, Kind: "ifb", Alias: alias, MAC: mac.String(), MTU: mtu, Up: true}, nil
 }
 
 // LinkByName implements Kernel.

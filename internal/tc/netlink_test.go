@@ -46,7 +46,7 @@ func TestNetlinkRoundTrip(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("IFB not found: %v", err)
 		}
-		if got.Kind != "ifb" || got.Alias != "flatnet-bw:n:c:eth0" || got.MTU != 1400 || got.MAC != ifb.MAC || got.Index != ifb.Index {
+		if got.Kind != "ifb" || !got.Up || got.Alias != "flatnet-bw:n:c:eth0" || got.MTU != 1400 || got.MAC != ifb.MAC || got.Index != ifb.Index {
 			t.Errorf("IFB read back as %+v, created as %+v", got, ifb)
 		}
 		if _, err := k.AddIFB("fnifb0", "", 1400); !errors.Is(err, ErrExist) {

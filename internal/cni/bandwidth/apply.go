@@ -145,6 +145,9 @@ func check(k tc.Kernel, p *Plan) error {
 		if ifb.Alias != "" && ifb.Alias != p.Alias {
 			return failed("IFB %s belongs to %q, not %q", p.IFB, ifb.Alias, p.Alias)
 		}
+		if !ifb.Up {
+			return failed("IFB %s is down: traffic from the container redirected to it is dropped", p.IFB)
+		}
 		got, ok, err := k.RootTBF(ifb.Index)
 		if err != nil {
 			return fmt.Errorf("bandwidth: reading qdiscs of IFB %s: %w", p.IFB, err)

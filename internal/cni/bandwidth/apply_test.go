@@ -167,6 +167,7 @@ func TestCheckFindsEachDifference(t *testing.T) {
 		{"host root not TBF", func(k *tc.Fake, host, _ tc.Link) { k.SetOtherRoot(host.Index, "fq_codel") }, "no TBF root qdisc"},
 		{"IFB gone", func(k *tc.Fake, _, ifb tc.Link) { k.DeleteLink(ifb.Index) }, "is missing"},
 		{"IFB TBF changed", func(k *tc.Fake, _, ifb tc.Link) { k.SetRootTBF(ifb.Index, tc.TBF{Rate: 1, Buffer: 2, Limit: 3}) }, "want rate"},
+		{"IFB down", func(k *tc.Fake, _, ifb tc.Link) { k.SetDown(ifb.Index) }, "is down"},
 		{"ingress qdisc gone", func(k *tc.Fake, host, _ tc.Link) { k.DeleteIngress(host.Index) }, "no ingress qdisc"},
 		{"redirect to another device", func(k *tc.Fake, host, _ tc.Link) {
 			k.DeleteIngress(host.Index)

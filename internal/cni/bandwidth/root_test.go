@@ -34,14 +34,14 @@ import (
 func TestMain(m *testing.M) { testutil.Main(m) }
 
 type lab struct {
-	t        *testing.T
+	t        testing.TB
 	host     string // host netns path
 	network  string
 	cni      *libcni.CNIConfig
 	cacheDir string
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	t.Helper()
 	testutil.RequireRoot(t)
 	l := &lab{t: t, host: testutil.NewNetNS(t), network: testutil.Name("fnbw-"), cacheDir: t.TempDir()}
@@ -55,6 +55,7 @@ func (l *lab) inHost(fn func() error) error { return netns.Do(l.host, fn) }
 type pod struct {
 	id       string
 	ns       string
+	ifName   string // CNI_IFNAME; "eth0" unless a test changes it
 	hostVeth string
 	hostIP   net.IP // host end, /30
 	podIP    net.IP
@@ -71,7 +72,7 @@ func (l *lab) newPod(id, subnet string) *pod {
 		l.t.Fatal(err)
 	}
 	base := n.IP.To4()
-	p := &pod{id: id, ns: testutil.NewNetNS(l.t), hostVeth: testutil.Name("fnbv"),
+	p := &pod{id: id, ns: testutil.NewNetNS(l.t), ifName: "eth0", hostVeth: testutil.Name("fnbv"),
 		hostIP: net.IPv4(base[0], base[1], base[2], base[3]+1), podIP: net.IPv4(base[0], base[1], base[2], base[3]+2)}
 	podNS, err := vnetns.GetFromPath(p.ns)
 	if err != nil {
@@ -136,7 +137,7 @@ func (l *lab) list(p *pod, static map[string]any) *libcni.NetworkConfigList {
 }
 
 func (l *lab) rt(p *pod, caps map[string]any) *libcni.RuntimeConf {
-	return &libcni.RuntimeConf{ContainerID: p.id, NetNS: p.ns, IfName: "eth0", CapabilityArgs: caps}
+	return &libcni.RuntimeConf{ContainerID: p.id, NetNS: p.ns, IfName: p.ifName, CapabilityArgs: caps}
 }
 
 func (l *lab) add(list *libcni.NetworkConfigList, p *pod, caps map[string]any) (*current.Result, error) {
@@ -485,9 +486,45 @@ func TestErrors(t *testing.T) {
 		})
 	}
 	// A missing netns is code 3.
-	gone := &pod{id: "ctr-nons", ns: "/run/netns/fnt-does-not-exist", prev: p.prev}
+	gone := &pod{id: "ctr-nons", ns: "/run/netns/fnt-does-not-exist", ifName: "eth0", prev: p.prev}
 	if _, err := l.add(l.list(gone, map[string]any{"ingressRate": rate10M, "ingressBurst": burst100}), gone, nil); code(err) != 3 {
 		t.Errorf("missing netns: want code 3, got %v", err)
+	}
+}
+
+// The host veth is found from the container's side (its veth peer), also
+// when prevResult lists no host interface; a non-veth CNI_IFNAME is 7.
+func TestHostVethDiscovery(t *testing.T) {
+	l := newLab(t)
+	p := l.newPod("ctr-find", "10.231.0.36/30")
+	p.prev.Interfaces = p.prev.Interfaces[1:] // only eth0, in the sandbox
+	p.prev.IPs[0].Interface = current.Int(0)
+	list := l.list(p, map[string]any{"egressRate": rate10M, "egressBurst": burst100})
+	if _, err := l.add(list, p, nil); err != nil {
+		t.Fatalf("ADD with only the container interface in prevResult: %v", err)
+	}
+	if s := l.state(); len(s.redir[p.hostVeth]) != 1 {
+		t.Errorf("host veth %s not shaped: %v", p.hostVeth, s.redir)
+	}
+	if err := l.check(list, p, nil); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := l.del(list, p, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	lo := &pod{id: "ctr-lo", ns: p.ns, ifName: "lo", prev: p.prev}
+	_, err := l.add(l.list(lo, map[string]any{"egressRate": rate10M, "egressBurst": burst100}), lo, nil)
+	if code(err) != 7 || !strings.Contains(err.Error(), "veth") {
+		t.Errorf("CNI_IFNAME=lo: want code 7 about veth pairs, got %v", err)
+	}
+	missing := &pod{id: "ctr-missing", ns: p.ns, ifName: "eth9", prev: p.prev}
+	_, err = l.add(l.list(missing, map[string]any{"egressRate": rate10M, "egressBurst": burst100}), missing, nil)
+	if code(err) != 7 || !strings.Contains(err.Error(), "eth9") {
+		t.Errorf("CNI_IFNAME=eth9 (absent): want code 7 naming eth9, got %v", err)
+	}
+	if ifbs := l.state().ifbs(); len(ifbs) != 0 {
+		t.Errorf("failed ADDs left IFBs %v", ifbs)
 	}
 }
 
@@ -603,5 +640,34 @@ func TestThroughput(t *testing.T) {
 	}
 	if err := l.del(list, p, caps); err != nil {
 		t.Fatalf("DEL: %v", err)
+	}
+}
+
+// BenchmarkAddDel times one ADD (both directions shaped) and one DEL of
+// the bandwidth plugin alone, exec'd through libcni as a runtime does.
+func BenchmarkAddDel(b *testing.B) {
+	l := newLab(b)
+	p := l.newPod("ctr-bench", "10.231.0.28/30")
+	list := l.list(p, nil)
+	caps := map[string]any{"bandwidth": map[string]any{"ingressRate": rate10M, "ingressBurst": burst100, "egressRate": rate10M, "egressBurst": burst100}}
+	for b.Loop() {
+		if _, err := l.add(list, p, caps); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.del(list, p, caps); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStatus times STATUS, which probes IFB and TBF in a scratch
+// namespace.
+func BenchmarkStatus(b *testing.B) {
+	l := newLab(b)
+	list := l.list(nil, nil)
+	for b.Loop() {
+		if err := l.inHost(func() error { return l.cni.GetStatusNetworkList(context.Background(), list) }); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
