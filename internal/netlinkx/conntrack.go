@@ -1,7 +1,7 @@
 package netlinkx
 
-// Added by the portmap task: conntrack deletion dumps the whole table, so
-// it can be interrupted like any other dump.
+// Added by the portmap task: conntrack listing and deletion dump the whole
+// table, so they can be interrupted like any other dump.
 
 import "github.com/vishvananda/netlink"
 
@@ -10,5 +10,12 @@ import "github.com/vishvananda/netlink"
 func ConntrackDeleteFilters(table netlink.ConntrackTableType, family netlink.InetFamily, filters ...netlink.CustomConntrackFilter) (uint, error) {
 	return retry("deleting conntrack entries", func() (uint, error) {
 		return netlink.ConntrackDeleteFilters(table, family, filters...)
+	})
+}
+
+// ConntrackTableList lists the conntrack entries of family (AF_UNSPEC: all).
+func ConntrackTableList(table netlink.ConntrackTableType, family netlink.InetFamily) ([]*netlink.ConntrackFlow, error) {
+	return retry("listing conntrack entries", func() ([]*netlink.ConntrackFlow, error) {
+		return netlink.ConntrackTableList(table, family)
 	})
 }

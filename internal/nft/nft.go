@@ -32,6 +32,10 @@ import (
 // file or directory").
 var ErrNotFound = errors.New("nftables object not found")
 
+// ErrExists is wrapped by errors for objects that already exist (nft said
+// "File exists", e.g. to a create).
+var ErrExists = errors.New("nftables object exists")
+
 // ErrNoNFT is wrapped when the nft binary is not installed.
 var ErrNoNFT = errors.New("nft binary not found in PATH")
 
@@ -77,6 +81,12 @@ func (t *Table) RulesIn(chain string) []*knftables.Rule {
 // both Runner and the fake.
 func IsNotFound(err error) bool {
 	return errors.Is(err, ErrNotFound) || knftables.IsNotFound(err)
+}
+
+// IsExists reports whether err means an nftables object already exists,
+// for both Runner and the fake.
+func IsExists(err error) bool {
+	return errors.Is(err, ErrExists) || knftables.IsAlreadyExists(err)
 }
 
 // LookPath finds the nft binary.
@@ -178,8 +188,11 @@ func (r *Runner) exec(ctx context.Context, stdin string, args ...string) ([]byte
 			msg = err.Error()
 		}
 		first, _, _ := strings.Cut(msg, "\n")
-		if strings.Contains(first, "No such file or directory") {
+		switch {
+		case strings.Contains(first, "No such file or directory"):
 			return nil, fmt.Errorf("nft %s: %s: %w", strings.Join(args, " "), msg, ErrNotFound)
+		case strings.Contains(first, "File exists"):
+			return nil, fmt.Errorf("nft %s: %s: %w", strings.Join(args, " "), msg, ErrExists)
 		}
 		return nil, fmt.Errorf("nft %s: %s", strings.Join(args, " "), msg)
 	}

@@ -3,6 +3,7 @@ package portmap
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -68,30 +69,54 @@ func enableRouteLocalnet(containerIP netip.Addr) error {
 	return nil
 }
 
-// flushUDPConntrack deletes the conntrack entries of UDP flows to ports in
-// the given family, so that a new or removed mapping applies to datagrams
-// at once instead of after the old entries time out.
-func flushUDPConntrack(ipv6 bool, ports []uint16) error {
-	if len(ports) == 0 {
+// flushUDPConntrack deletes the conntrack entries of UDP flows to the
+// given host ports (IPv4 and IPv6), so that a new or removed mapping
+// applies to datagrams at once instead of after the old entries time out.
+//
+// A conntrack dump walks the kernel's whole conntrack hash, shared by all
+// namespaces (about 10 ms here), whatever the namespace holds. So: no dump
+// when the namespace has no entry at all; one dump of every family, not
+// one per family; and a deleting pass only for a family that has a stale
+// flow.
+func flushUDPConntrack(ports4, ports6 []uint16) error {
+	if len(ports4)+len(ports6) == 0 {
 		return nil
 	}
-	family := netlink.InetFamily(unix.AF_INET)
-	if ipv6 {
-		family = unix.AF_INET6
+	n, err := sysctl.Get("net.netfilter.nf_conntrack_count")
+	if errors.Is(err, fs.ErrNotExist) || n == "0" {
+		return nil // conntrack not loaded, or no entry in this namespace
 	}
-	var filters []netlink.CustomConntrackFilter
-	for _, p := range ports {
-		f := &netlink.ConntrackFilter{}
-		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
-			return err
+	filters := map[netlink.InetFamily][]netlink.CustomConntrackFilter{}
+	for fam, ports := range map[netlink.InetFamily][]uint16{unix.AF_INET: ports4, unix.AF_INET6: ports6} {
+		for _, p := range ports {
+			f := &netlink.ConntrackFilter{}
+			if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
+				return err
+			}
+			if err := f.AddPort(netlink.ConntrackOrigDstPort, p); err != nil {
+				return err
+			}
+			filters[fam] = append(filters[fam], f)
 		}
-		if err := f.AddPort(netlink.ConntrackOrigDstPort, p); err != nil {
-			return err
+	}
+	flows, err := netlinkx.ConntrackTableList(netlink.ConntrackTable, unix.AF_UNSPEC)
+	if err != nil {
+		return fmt.Errorf("listing conntrack entries: %w", err)
+	}
+	stale := map[netlink.InetFamily]bool{}
+	for _, flow := range flows {
+		fam := netlink.InetFamily(flow.FamilyType)
+		for _, f := range filters[fam] {
+			if f.MatchConntrackFlow(flow) {
+				stale[fam] = true
+			}
 		}
-		filters = append(filters, f)
 	}
-	if _, err := netlinkx.ConntrackDeleteFilters(netlink.ConntrackTable, family, filters...); err != nil {
-		return fmt.Errorf("deleting UDP conntrack entries for ports %v: %w", ports, err)
+	var errs []error
+	for fam := range stale {
+		if _, err := netlinkx.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filters[fam]...); err != nil {
+			errs = append(errs, fmt.Errorf("deleting UDP conntrack entries for ports %v %v: %w", ports4, ports6, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

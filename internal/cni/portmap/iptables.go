@@ -213,11 +213,11 @@ func (b *iptBackend) add(ctx context.Context, p *Plan) error {
 }
 
 // removeChains queues the removal of attachment chains and the jumps to
-// them. When no other attachment chain is left, our shared chains and the
-// jumps from built-in chains go too: a node without mappings carries no
-// portmap rules at all.
-func removeChains(w *ipt.Builder, t *ipt.Table, chains ...string) {
-	last := true
+// them. With prune, when no other attachment chain is left, our shared
+// chains and the jumps from built-in chains go too (GC, a failed ADD's
+// undo); DEL leaves them for the next ADD, as for nftables.
+func removeChains(w *ipt.Builder, t *ipt.Table, prune bool, chains ...string) {
+	last := prune
 	for _, c := range t.Chains {
 		if strings.HasPrefix(c, iptChainPrefix) && !slices.Contains(chains, c) {
 			last = false
@@ -263,7 +263,7 @@ func removeChains(w *ipt.Builder, t *ipt.Table, chains ...string) {
 }
 
 // del implements backend.
-func (b *iptBackend) del(ctx context.Context, id ID) error {
+func (b *iptBackend) del(ctx context.Context, id ID, prune bool) error {
 	chain := iptChain(id)
 	var errs []error
 	for _, proto := range b.protos {
@@ -272,11 +272,14 @@ func (b *iptBackend) del(ctx context.Context, id ID) error {
 			errs = append(errs, fmt.Errorf("reading the %s nat table: %w", proto, err))
 			continue
 		}
-		if !t.HasChain(chain) {
+		if !t.HasChain(chain) && !(prune && t.HasChain(iptTopDNAT)) {
 			continue
 		}
 		w := ipt.NewBuilder(iptNAT)
-		removeChains(w, t, chain)
+		removeChains(w, t, prune, chain)
+		if w.Empty() {
+			continue
+		}
 		if err := b.ipt.Restore(ctx, proto, w.Bytes()); err != nil {
 			errs = append(errs, fmt.Errorf("removing %s rules of %s: %w", proto, id, err))
 		}
@@ -352,7 +355,7 @@ func (b *iptBackend) gc(ctx context.Context, network string, valid map[ID]bool) 
 			}
 		}
 		stale := staleIDs(ids, net, valid)
-		if len(stale) == 0 {
+		if len(stale) == 0 && len(ids) > 0 {
 			continue
 		}
 		var chains []string
@@ -360,7 +363,10 @@ func (b *iptBackend) gc(ctx context.Context, network string, valid map[ID]bool) 
 			chains = append(chains, iptChain(id))
 		}
 		w := ipt.NewBuilder(iptNAT)
-		removeChains(w, t, chains...)
+		removeChains(w, t, true, chains...)
+		if w.Empty() {
+			continue
+		}
 		if err := b.ipt.Restore(ctx, proto, w.Bytes()); err != nil {
 			errs = append(errs, fmt.Errorf("removing stale %s rules: %w", proto, err))
 		}

@@ -120,6 +120,26 @@ const iptCv6 = `
 COMMIT
 `
 
+// iptSkeleton is what DEL of the last attachment leaves.
+const iptSkeleton = `
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:FLATNET-HOSTPORT-DNAT - [0:0]
+:FLATNET-HOSTPORT-MASQ - [0:0]
+:FLATNET-HOSTPORT-SETMARK - [0:0]
+-A PREROUTING -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
+-A OUTPUT -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
+-A POSTROUTING -m comment --comment "flatnet-portmap: masquerade marked hostport connections" -j FLATNET-HOSTPORT-MASQ
+-A FLATNET-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE
+-A FLATNET-HOSTPORT-MASQ -m mark --mark 0x20/0x20 -j MASQUERADE
+-A FLATNET-HOSTPORT-SETMARK -m comment --comment "flatnet-portmap: mark for masquerade" -j MARK --set-xmark 0x2000/0x2000
+-A FLATNET-HOSTPORT-SETMARK -m comment --comment "flatnet-portmap: mark for masquerade" -j MARK --set-xmark 0x20/0x20
+COMMIT
+`
+
 func newIPTFake() (*ipt.Fake, *iptBackend) {
 	f := ipt.NewFake()
 	return f, &iptBackend{ipt: f, protos: []ipt.Protocol{ipt.IPv4, ipt.IPv6}}
@@ -160,9 +180,9 @@ func TestIPTLifecycle(t *testing.T) {
 	for _, p := range []*Plan{a, bb, c} {
 		must("CHECK "+p.ID.String(), b.check(ctx, p))
 	}
-	must("DEL B", b.del(ctx, bb.ID))
+	must("DEL B", b.del(ctx, bb.ID, false))
 	wantDump(t, "DEL B v4", v4(), iptACv4)
-	must("DEL B again", b.del(ctx, bb.ID))
+	must("DEL B again", b.del(ctx, bb.ID, false))
 	wantDump(t, "DEL B twice v4", v4(), iptACv4)
 
 	must("GC net1 {A}", b.gc(ctx, "net1", map[ID]bool{a.ID: true}))
@@ -171,9 +191,13 @@ func TestIPTLifecycle(t *testing.T) {
 	wantDump(t, "GC net1 {} v6", v6(), iptCv6)
 	must("CHECK C", b.check(ctx, c))
 
-	must("DEL C", b.del(ctx, c.ID))
-	wantDump(t, "DEL C v4", v4(), iptEmpty)
-	wantDump(t, "DEL C v6", v6(), iptEmpty)
+	// DEL of the last attachment keeps the shared chains; GC with nothing
+	// left removes them.
+	must("DEL C", b.del(ctx, c.ID, false))
+	wantDump(t, "DEL C v4", v4(), iptSkeleton)
+	must("GC of nothing", b.gc(ctx, "net2", nil))
+	wantDump(t, "GC v4", v4(), iptEmpty)
+	wantDump(t, "GC v6", v6(), iptEmpty)
 }
 
 func TestIPTGCRemovesLast(t *testing.T) {
@@ -222,10 +246,10 @@ func TestIPTLeavesOthersAlone(t *testing.T) {
 	if err := b.check(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.del(ctx, p.ID); err != nil {
+	if err := b.del(ctx, p.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	wantDump(t, "after DEL", f.Dump(ipt.IPv4, "nat"), before)
+	wantDump(t, "after DEL with prune", f.Dump(ipt.IPv4, "nat"), before)
 }
 
 func TestIPTCheckFindsMissingRules(t *testing.T) {

@@ -5,19 +5,21 @@ package portmap
 // One table, inet flatnet-portmap, holds every mapping of every network
 // (inet: one transaction serves IPv4 and IPv6):
 //
-//	prerouting  (nat, dstnat)  fib daddr type local jump hostports
-//	output      (nat, dstnat)  fib daddr type local jump hostports
-//	postrouting (nat, srcnat)  meta mark & MARK == MARK masquerade   (one per mark bit in use)
-//	hostports                  jump dnat-<net>-<att>  comment "<net>-<att> ..."   (one per attachment)
-//	dnat-<net>-<att>           per mapping: mark hairpin/localhost, dnat to the container
+//	prerouting        (nat, dstnat)  fib daddr type local jump hostports
+//	output            (nat, dstnat)  fib daddr type local jump hostports
+//	masquerade-bitN   (nat, srcnat)  meta mark & 1<<N == 1<<N masquerade   (one per mark bit in use)
+//	hostports                        jump dnat-<net>-<att>  comment "<net>-<att> ..."   (one per attachment)
+//	dnat-<net>-<att>                 per mapping: mark hairpin/localhost, dnat to the container
 //
 // Each attachment owns one chain, named from a hash of (network,
 // containerID, ifname), and the jump rule(s) to it, tagged by a comment that
-// starts with the same ID. DEL and GC find both from one listing of the
-// table and remove them in one transaction; ADD adds the shared skeleton
-// only where the listing shows it missing, so running ADD twice yields the
-// same ruleset. Masquerade uses a packet mark, as the iptables backend
-// does, so that postrouting needs no per-attachment rules.
+// starts with the same ID. ADD writes the shared skeleton in a form that is
+// idempotent without reading the table (base chains are flushed and
+// refilled) and creates the attachment's chain, so a new attachment costs
+// one nft run. DEL and GC find an attachment's chain and jumps from one
+// listing of the table and remove them in one transaction; DEL leaves the
+// skeleton (see removeTx). Masquerade uses a packet mark, as the iptables
+// backend does, so that postrouting needs no per-attachment rules.
 
 import (
 	"context"
@@ -36,7 +38,7 @@ const (
 	nftTable         = "flatnet-portmap"
 	nftPrerouting    = "prerouting"
 	nftOutput        = "output"
-	nftPostrouting   = "postrouting"
+	nftMasqPrefix    = "masquerade-bit"
 	nftHostports     = "hostports"
 	nftChainPrefix   = "dnat-"
 	nftEntryComment  = "flatnet-portmap: connections to a local address"
@@ -138,6 +140,9 @@ func (*nftBackend) name() string { return backendNFT }
 
 func masqComment(mark uint32) string { return fmt.Sprintf(nftMasqCommentFm, mark) }
 
+// masqChain is the postrouting chain of one mark bit.
+func masqChain(bit int) string { return nftMasqPrefix + strconv.Itoa(bit) }
+
 func hasComment(t *nft.Table, chain, comment string) bool {
 	for _, r := range t.RulesIn(chain) {
 		if r.Comment != nil && *r.Comment == comment {
@@ -172,16 +177,11 @@ func baseChain(name string, hook knftables.BaseChainHook, prio knftables.BaseCha
 	return &knftables.Chain{Name: name, Type: knftables.PtrTo(knftables.NATType), Hook: &hook, Priority: &prio}
 }
 
-// add implements backend.
-func (b *nftBackend) add(ctx context.Context, p *Plan) error {
-	cur, err := b.nft.ListTable(ctx)
-	if err != nil {
-		return fmt.Errorf("reading nftables table inet %s: %w", nftTable, err)
-	}
-	want := renderNFT(p)
-	tx := b.nft.NewTransaction()
-
-	// The shared skeleton, where missing.
+// skeletonTx queues the shared chains and their rules. Every base chain
+// is flushed and refilled: that is idempotent without reading the table,
+// and atomic with the rest of the transaction. Each mark bit has its own
+// postrouting chain, so a network's bit never replaces another's.
+func skeletonTx(tx *knftables.Transaction, p *Plan) {
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo(nftTableComment)})
 	tx.Add(&knftables.Chain{Name: nftHostports})
 	for _, c := range []struct {
@@ -189,19 +189,50 @@ func (b *nftBackend) add(ctx context.Context, p *Plan) error {
 		hook knftables.BaseChainHook
 	}{{nftPrerouting, knftables.PreroutingHook}, {nftOutput, knftables.OutputHook}} {
 		tx.Add(baseChain(c.name, c.hook, knftables.DNATPriority))
-		if !hasComment(cur, c.name, nftEntryComment) {
-			tx.Add(&knftables.Rule{Chain: c.name, Rule: "fib daddr type local jump " + nftHostports, Comment: knftables.PtrTo(nftEntryComment)})
-		}
+		tx.Flush(&knftables.Chain{Name: c.name})
+		tx.Add(&knftables.Rule{Chain: c.name, Rule: "fib daddr type local jump " + nftHostports, Comment: knftables.PtrTo(nftEntryComment)})
 	}
 	if p.SNAT {
-		tx.Add(baseChain(nftPostrouting, knftables.PostroutingHook, knftables.SNATPriority))
-		if c := masqComment(p.Mark()); !hasComment(cur, nftPostrouting, c) {
-			mark := fmt.Sprintf("%#x", p.Mark())
-			tx.Add(&knftables.Rule{Chain: nftPostrouting, Rule: "meta mark & " + mark + " == " + mark + " masquerade", Comment: &c})
+		c := masqChain(p.MarkBit)
+		mark := fmt.Sprintf("%#x", p.Mark())
+		tx.Add(baseChain(c, knftables.PostroutingHook, knftables.SNATPriority))
+		tx.Flush(&knftables.Chain{Name: c})
+		tx.Add(&knftables.Rule{Chain: c, Rule: "meta mark & " + mark + " == " + mark + " masquerade", Comment: knftables.PtrTo(masqComment(p.Mark()))})
+	}
+}
+
+// add implements backend. A new attachment costs one nft run and no read:
+// `create chain` fails if the attachment's chain exists (ADD repeated, or
+// the mappings changed), and only then is the table read to replace the
+// attachment's jumps.
+func (b *nftBackend) add(ctx context.Context, p *Plan) error {
+	want := renderNFT(p)
+	if len(want.Rules) > 0 {
+		tx := b.nft.NewTransaction()
+		skeletonTx(tx, p)
+		tx.Create(&knftables.Chain{Name: want.Chain})
+		for _, r := range want.Rules {
+			tx.Add(r)
+		}
+		for _, r := range want.Jumps {
+			tx.Add(r)
+		}
+		err := b.nft.Run(ctx, tx)
+		if err == nil {
+			return nil
+		}
+		if !nft.IsExists(err) {
+			return fmt.Errorf("adding nftables rules for %s: %w", p.ID, err)
 		}
 	}
 
-	// This attachment: its chain is rewritten, its jumps kept if identical.
+	cur, err := b.nft.ListTable(ctx)
+	if err != nil {
+		return fmt.Errorf("reading nftables table inet %s: %w", nftTable, err)
+	}
+	tx := b.nft.NewTransaction()
+	skeletonTx(tx, p)
+	// The attachment's chain is rewritten, its jumps kept if identical.
 	old := jumpsOf(cur, p.ID)
 	keep := len(want.Rules) > 0 && slices.Equal(comments(old), comments(want.Jumps))
 	if !keep {
@@ -232,10 +263,12 @@ func (b *nftBackend) add(ctx context.Context, p *Plan) error {
 	return nil
 }
 
-// removeTx queues the removal of the attachments ids found in t. When no
-// other attachment is left, the whole table goes: a node without mappings
-// carries no portmap rules at all.
-func removeTx(tx *knftables.Transaction, t *nft.Table, ids ...ID) {
+// removeTx queues the removal of the attachments ids found in t. With
+// prune, when no other attachment is left, the whole table goes too. DEL
+// does not prune: deleting base chains unregisters netfilter hooks, which
+// waits for an RCU grace period (20-40 ms here), and the next ADD would
+// only add them back; GC and a failed ADD's undo do.
+func removeTx(tx *knftables.Transaction, t *nft.Table, prune bool, ids ...ID) {
 	gone := map[ID]bool{}
 	for _, id := range ids {
 		gone[id] = true
@@ -244,7 +277,7 @@ func removeTx(tx *knftables.Transaction, t *nft.Table, ids ...ID) {
 	for _, id := range nftIDs(t) {
 		last = last && gone[id]
 	}
-	if last {
+	if prune && last {
 		tx.Delete(&knftables.Table{})
 		return
 	}
@@ -260,16 +293,19 @@ func removeTx(tx *knftables.Transaction, t *nft.Table, ids ...ID) {
 }
 
 // del implements backend.
-func (b *nftBackend) del(ctx context.Context, id ID) error {
+func (b *nftBackend) del(ctx context.Context, id ID, prune bool) error {
 	cur, err := b.nft.ListTable(ctx)
 	if err != nil {
 		return fmt.Errorf("reading nftables table inet %s: %w", nftTable, err)
 	}
-	if cur == nil || !slices.Contains(nftIDs(cur), id) {
+	if cur == nil {
+		return nil
+	}
+	if !slices.Contains(nftIDs(cur), id) && !(prune && len(nftIDs(cur)) == 0) {
 		return nil
 	}
 	tx := b.nft.NewTransaction()
-	removeTx(tx, cur, id)
+	removeTx(tx, cur, prune, id)
 	if err := b.nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("removing nftables rules of %s: %w", id, err)
 	}
@@ -291,8 +327,8 @@ func (b *nftBackend) check(ctx context.Context, p *Plan) error {
 			return fmt.Errorf("chain %s of table inet %s lacks the jump to %s", c, nftTable, nftHostports)
 		}
 	}
-	if p.SNAT && !hasComment(cur, nftPostrouting, masqComment(p.Mark())) {
-		return fmt.Errorf("chain %s of table inet %s lacks the masquerade rule for mark %#x", nftPostrouting, nftTable, p.Mark())
+	if c := masqChain(p.MarkBit); p.SNAT && !hasComment(cur, c, masqComment(p.Mark())) {
+		return fmt.Errorf("chain %s of table inet %s lacks the masquerade rule for mark %#x", c, nftTable, p.Mark())
 	}
 	if got, exp := comments(jumpsOf(cur, p.ID)), comments(want.Jumps); !slices.Equal(got, exp) {
 		return fmt.Errorf("chain %s of table inet %s: jump rules for %s are %q, want %q", nftHostports, nftTable, p.ID, got, exp)
@@ -307,7 +343,7 @@ func (b *nftBackend) check(ctx context.Context, p *Plan) error {
 }
 
 // gc implements backend: it removes every attachment of network whose ID
-// is not in valid.
+// is not in valid, and the table when no attachment is left.
 func (b *nftBackend) gc(ctx context.Context, network string, valid map[ID]bool) error {
 	cur, err := b.nft.ListTable(ctx)
 	if err != nil {
@@ -316,12 +352,13 @@ func (b *nftBackend) gc(ctx context.Context, network string, valid map[ID]bool) 
 	if cur == nil {
 		return nil
 	}
-	stale := staleIDs(nftIDs(cur), netToken(network), valid)
-	if len(stale) == 0 {
+	ids := nftIDs(cur)
+	stale := staleIDs(ids, netToken(network), valid)
+	if len(stale) == 0 && len(ids) > 0 {
 		return nil
 	}
 	tx := b.nft.NewTransaction()
-	removeTx(tx, cur, stale...)
+	removeTx(tx, cur, true, stale...)
 	if err := b.nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("removing stale nftables rules: %w", err)
 	}

@@ -16,8 +16,8 @@ const nftA = `
 add table inet flatnet-portmap { comment "flatnet portmap: hostPort DNAT for CNI attachments" ; }
 add chain inet flatnet-portmap dnat-ujajvl-cbftli2xat
 add chain inet flatnet-portmap hostports
+add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
-add chain inet flatnet-portmap postrouting { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.2:80 comment "v4 tcp 8080->80 dnat to 10.1.0.2:80"
@@ -26,8 +26,8 @@ add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip daddr 10.0.0.1 udp dport
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::2 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00::2]:80 comment "v6 tcp 8080->80 dnat to [fd00::2]:80"
 add rule inet flatnet-portmap hostports jump dnat-ujajvl-cbftli2xat comment "ujajvl-cbftli2xat mxvxjj net=net1 id=ctr1 if=eth0"
+add rule inet flatnet-portmap masquerade-bit13 meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
 add rule inet flatnet-portmap output fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
-add rule inet flatnet-portmap postrouting meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
 add rule inet flatnet-portmap prerouting fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
 `
 
@@ -38,8 +38,9 @@ add chain inet flatnet-portmap dnat-ujajvl-cbftli2xat
 add chain inet flatnet-portmap dnat-ujajvl-fty67ey7oh
 add chain inet flatnet-portmap dnat-wqnkqj-efyokcjjcq
 add chain inet flatnet-portmap hostports
+add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting priority 100 ; }
+add chain inet flatnet-portmap masquerade-bit5 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
-add chain inet flatnet-portmap postrouting { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.2:80 comment "v4 tcp 8080->80 dnat to 10.1.0.2:80"
@@ -56,9 +57,9 @@ add rule inet flatnet-portmap hostports jump dnat-ujajvl-cbftli2xat comment "uja
 add rule inet flatnet-portmap hostports jump dnat-ujajvl-fty67ey7oh comment "ujajvl-fty67ey7oh vilm2x net=net1 id=ctr2 if=eth0"
 add rule inet flatnet-portmap hostports meta nfproto ipv4 ip saddr 10.0.0.0/8 jump dnat-wqnkqj-efyokcjjcq comment "wqnkqj-efyokcjjcq gs3wj7 net=net2 id=ctr3 if=net1"
 add rule inet flatnet-portmap hostports meta nfproto ipv6 jump dnat-wqnkqj-efyokcjjcq comment "wqnkqj-efyokcjjcq 5causd net=net2 id=ctr3 if=net1"
+add rule inet flatnet-portmap masquerade-bit13 meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
+add rule inet flatnet-portmap masquerade-bit5 meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
 add rule inet flatnet-portmap output fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
-add rule inet flatnet-portmap postrouting meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
-add rule inet flatnet-portmap postrouting meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
 add rule inet flatnet-portmap prerouting fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
 `
 
@@ -68,8 +69,9 @@ add table inet flatnet-portmap { comment "flatnet portmap: hostPort DNAT for CNI
 add chain inet flatnet-portmap dnat-ujajvl-cbftli2xat
 add chain inet flatnet-portmap dnat-wqnkqj-efyokcjjcq
 add chain inet flatnet-portmap hostports
+add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting priority 100 ; }
+add chain inet flatnet-portmap masquerade-bit5 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
-add chain inet flatnet-portmap postrouting { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.2:80 comment "v4 tcp 8080->80 dnat to 10.1.0.2:80"
@@ -84,9 +86,9 @@ add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv6 tcp dport
 add rule inet flatnet-portmap hostports jump dnat-ujajvl-cbftli2xat comment "ujajvl-cbftli2xat mxvxjj net=net1 id=ctr1 if=eth0"
 add rule inet flatnet-portmap hostports meta nfproto ipv4 ip saddr 10.0.0.0/8 jump dnat-wqnkqj-efyokcjjcq comment "wqnkqj-efyokcjjcq gs3wj7 net=net2 id=ctr3 if=net1"
 add rule inet flatnet-portmap hostports meta nfproto ipv6 jump dnat-wqnkqj-efyokcjjcq comment "wqnkqj-efyokcjjcq 5causd net=net2 id=ctr3 if=net1"
+add rule inet flatnet-portmap masquerade-bit13 meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
+add rule inet flatnet-portmap masquerade-bit5 meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
 add rule inet flatnet-portmap output fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
-add rule inet flatnet-portmap postrouting meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
-add rule inet flatnet-portmap postrouting meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
 add rule inet flatnet-portmap prerouting fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
 `
 
@@ -95,8 +97,9 @@ const nftC = `
 add table inet flatnet-portmap { comment "flatnet portmap: hostPort DNAT for CNI attachments" ; }
 add chain inet flatnet-portmap dnat-wqnkqj-efyokcjjcq
 add chain inet flatnet-portmap hostports
+add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting priority 100 ; }
+add chain inet flatnet-portmap masquerade-bit5 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
-add chain inet flatnet-portmap postrouting { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
 add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv4 tcp dport 443 meta mark set meta mark | 0x20 comment "v4 tcp 443->8443 mark for masquerade"
 add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv4 tcp dport 443 dnat ip to 10.2.0.2:8443 comment "v4 tcp 443->8443 dnat to 10.2.0.2:8443"
@@ -104,15 +107,69 @@ add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv6 tcp dport
 add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv6 tcp dport 443 dnat ip6 to [fd00:2::2]:8443 comment "v6 tcp 443->8443 dnat to [fd00:2::2]:8443"
 add rule inet flatnet-portmap hostports meta nfproto ipv4 ip saddr 10.0.0.0/8 jump dnat-wqnkqj-efyokcjjcq comment "wqnkqj-efyokcjjcq gs3wj7 net=net2 id=ctr3 if=net1"
 add rule inet flatnet-portmap hostports meta nfproto ipv6 jump dnat-wqnkqj-efyokcjjcq comment "wqnkqj-efyokcjjcq 5causd net=net2 id=ctr3 if=net1"
+add rule inet flatnet-portmap masquerade-bit13 meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
+add rule inet flatnet-portmap masquerade-bit5 meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
 add rule inet flatnet-portmap output fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
-add rule inet flatnet-portmap postrouting meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
-add rule inet flatnet-portmap postrouting meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
+add rule inet flatnet-portmap prerouting fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
+`
+
+// nftSkeleton is what DEL of the last attachment leaves (marks 0x2000 and
+// 0x20 in use).
+const nftSkeleton = `
+add table inet flatnet-portmap { comment "flatnet portmap: hostPort DNAT for CNI attachments" ; }
+add chain inet flatnet-portmap hostports
+add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting priority 100 ; }
+add chain inet flatnet-portmap masquerade-bit5 { type nat hook postrouting priority 100 ; }
+add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
+add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
+add rule inet flatnet-portmap masquerade-bit13 meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
+add rule inet flatnet-portmap masquerade-bit5 meta mark & 0x20 == 0x20 masquerade comment "flatnet-portmap: masquerade mark 0x20"
+add rule inet flatnet-portmap output fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
 add rule inet flatnet-portmap prerouting fib daddr type local jump hostports comment "flatnet-portmap: connections to a local address"
 `
 
 func newNFTFake() (*nft.Fake, *nftBackend) {
 	f := nft.NewFake(knftables.InetFamily, nftTable)
 	return f, &nftBackend{nft: f}
+}
+
+// counting counts the calls that would each start an nft process.
+type counting struct {
+	*nft.Fake
+	lists, runs int
+}
+
+func (c *counting) ListTable(ctx context.Context) (*nft.Table, error) {
+	c.lists++
+	return c.Fake.ListTable(ctx)
+}
+
+func (c *counting) Run(ctx context.Context, tx *knftables.Transaction) error {
+	c.runs++
+	return c.Fake.Run(ctx, tx)
+}
+
+func TestNFTCallsPerVerb(t *testing.T) {
+	ctx := context.Background()
+	c := &counting{Fake: nft.NewFake(knftables.InetFamily, nftTable)}
+	b := &nftBackend{nft: c}
+	step := func(name string, err error, lists, runs int) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if c.lists != lists || c.runs != runs {
+			t.Fatalf("%s: %d listings and %d runs, want %d and %d", name, c.lists, c.runs, lists, runs)
+		}
+		c.lists, c.runs = 0, 0
+	}
+	step("ADD A on an empty node", b.add(ctx, planA()), 0, 1)
+	step("ADD B", b.add(ctx, planB()), 0, 1)
+	// A repeated ADD: the create fails, then one listing and one run.
+	step("ADD A again", b.add(ctx, planA()), 1, 2)
+	step("DEL A", b.del(ctx, attA.ID(), false), 1, 1)
+	step("DEL A again", b.del(ctx, attA.ID(), false), 1, 0)
+	step("GC nothing stale", b.gc(ctx, "net1", map[ID]bool{attB.ID(): true}), 1, 0)
 }
 
 func wantDump(t *testing.T, step, got, want string) {
@@ -149,9 +206,9 @@ func TestNFTLifecycle(t *testing.T) {
 		must("CHECK "+p.ID.String(), b.check(ctx, p))
 	}
 
-	must("DEL B", b.del(ctx, bb.ID))
+	must("DEL B", b.del(ctx, bb.ID, false))
 	wantDump(t, "DEL B", f.Dump(), nftAC)
-	must("DEL B again", b.del(ctx, bb.ID))
+	must("DEL B again", b.del(ctx, bb.ID, false))
 	wantDump(t, "DEL B twice", f.Dump(), nftAC)
 	if err := b.check(ctx, bb); err == nil {
 		t.Fatal("CHECK B after DEL B passed")
@@ -165,10 +222,15 @@ func TestNFTLifecycle(t *testing.T) {
 	wantDump(t, "GC net1 {}", f.Dump(), nftC)
 	must("CHECK C", b.check(ctx, c))
 
-	// The last attachment takes the table with it.
-	must("DEL C", b.del(ctx, c.ID))
-	wantDump(t, "DEL C", f.Dump(), "")
-	must("DEL C on no table", b.del(ctx, c.ID))
+	// DEL of the last attachment keeps the skeleton for the next ADD;
+	// GC, with nothing left, takes the table away.
+	must("DEL C", b.del(ctx, c.ID, false))
+	wantDump(t, "DEL C", f.Dump(), nftSkeleton)
+	must("DEL C twice", b.del(ctx, c.ID, false))
+	wantDump(t, "DEL C twice", f.Dump(), nftSkeleton)
+	must("GC of an empty table", b.gc(ctx, "net1", nil))
+	wantDump(t, "GC of an empty table", f.Dump(), "")
+	must("DEL C on no table", b.del(ctx, c.ID, false))
 	must("GC on no table", b.gc(ctx, "net2", nil))
 }
 
@@ -203,7 +265,7 @@ func TestNFTAddReplacesChangedMappings(t *testing.T) {
 	if err := b.add(ctx, planB()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.del(ctx, attB.ID()); err != nil {
+	if err := b.del(ctx, attB.ID(), false); err != nil {
 		t.Fatal(err)
 	}
 	got := f.Dump()

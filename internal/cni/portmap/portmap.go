@@ -38,7 +38,7 @@ var Plugin = plugin.Plugin{Name: "portmap", Funcs: realEnv().funcs()}
 type backend interface {
 	name() string
 	add(ctx context.Context, p *Plan) error
-	del(ctx context.Context, id ID) error
+	del(ctx context.Context, id ID, prune bool) error
 	check(ctx context.Context, p *Plan) error
 	gc(ctx context.Context, network string, valid map[ID]bool) error
 }
@@ -55,8 +55,8 @@ type env struct {
 	iptAvailable func(ipt.Protocol) error
 	// routeLocalnet enables route_localnet toward a container address.
 	routeLocalnet func(netip.Addr) error
-	// flushUDP deletes UDP conntrack entries to host ports.
-	flushUDP func(ipv6 bool, ports []uint16) error
+	// flushUDP deletes UDP conntrack entries to host ports (IPv4, IPv6).
+	flushUDP func(ports4, ports6 []uint16) error
 	lock     func() (func(), error)
 	stdout   io.Writer
 	stderr   io.Writer
@@ -183,24 +183,22 @@ func (e *env) cmdAdd(args *skel.CmdArgs) error {
 
 	if err := b.add(ctx, p); err != nil {
 		// One family may have been written before another failed.
-		if derr := b.del(ctx, p.ID); derr != nil {
+		if derr := b.del(ctx, p.ID, true); derr != nil {
 			err = errors.Join(err, fmt.Errorf("undoing: %w", derr))
 		}
 		return applyErr(err, "ADD", b)
 	}
 	if p.SNAT && v4.IsValid() && p.HasIPv4() {
 		if err := e.routeLocalnet(v4); err != nil {
-			if derr := b.del(ctx, p.ID); derr != nil {
+			if derr := b.del(ctx, p.ID, true); derr != nil {
 				err = errors.Join(err, fmt.Errorf("undoing: %w", derr))
 			}
 			return cnierr.Wrap(cnierr.Internal, err, "portmap ADD")
 		}
 	}
 	// Stale UDP flows would keep bypassing the new DNAT. Informative only.
-	for _, ipv6 := range []bool{false, true} {
-		if err := e.flushUDP(ipv6, p.UDPPorts(ipv6)); err != nil {
-			e.logf("%v", err)
-		}
+	if err := e.flushUDP(p.UDPPorts(false), p.UDPPorts(true)); err != nil {
+		e.logf("%v", err)
 	}
 	return e.print(cfg.Prev, cfg.CNIVersion)
 }
@@ -243,7 +241,7 @@ func (e *env) cmdDel(args *skel.CmdArgs) error {
 	}
 	defer unlock()
 	id := attachmentID(cfg.Name, args.ContainerID, args.IfName)
-	if err := b.del(ctx, id); err != nil {
+	if err := b.del(ctx, id, false); err != nil {
 		return applyErr(err, "DEL", b)
 	}
 	// A later user of the port (another pod, a host process) must not
@@ -254,10 +252,8 @@ func (e *env) cmdDel(args *skel.CmdArgs) error {
 			ports = append(ports, m.HostPort)
 		}
 	}
-	for _, ipv6 := range []bool{false, true} {
-		if err := e.flushUDP(ipv6, ports); err != nil {
-			e.logf("%v", err)
-		}
+	if err := e.flushUDP(ports, ports); err != nil {
+		e.logf("%v", err)
 	}
 	return nil
 }
