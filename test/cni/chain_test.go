@@ -38,7 +38,7 @@ func newLab(t *testing.T, conf string) *lab {
 	testutil.RequireRoot(t)
 	l := &lab{t: t, host: testutil.NewNetNS(t), dataDir: t.TempDir(), cacheDir: t.TempDir()}
 	conf = strings.ReplaceAll(conf, "@DATADIR@", l.dataDir)
-	list, err := libcni.NetworkConfFromBytes([]byte(conf))
+	list, err := confList([]byte(conf))
 	if err != nil {
 		t.Fatalf("parsing conflist: %v\n%s", err, conf)
 	}
@@ -47,10 +47,25 @@ func newLab(t *testing.T, conf string) *lab {
 	return l
 }
 
+// confList loads a .conflist, or a single-plugin .conf as libcni-based
+// runtimes do (ConfListFromConf).
+func confList(b []byte) (*libcni.NetworkConfigList, error) {
+	if !strings.Contains(string(b), `"plugins"`) {
+		c, err := libcni.ConfFromBytes(b)
+		if err != nil {
+			return nil, err
+		}
+		return libcni.ConfListFromConf(c)
+	}
+	return libcni.NetworkConfFromBytes(b)
+}
+
 func (l *lab) rt(id, nsPath string, caps map[string]any) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{
 		ContainerID: id, NetNS: nsPath, IfName: "eth0",
-		Args:           [][2]string{{"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", id}},
+		// As containerd and CRI-O do: IgnoreUnknown lets plugins that know
+		// no K8S_POD_* keys accept them (the reference host-local needs it).
+		Args:           [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", id}},
 		CapabilityArgs: caps,
 	}
 }
@@ -68,6 +83,9 @@ func (l *lab) add(id, nsPath string, caps map[string]any) (*current.Result, erro
 	})
 	if err != nil {
 		return nil, err
+	}
+	if res == nil {
+		return nil, fmt.Errorf("ADD %s returned no result and no error", id)
 	}
 	return current.NewResultFromResult(res)
 }
@@ -380,7 +398,7 @@ func TestGCCollectsWithoutCache(t *testing.T) {
 	caps := func(port int) map[string]any {
 		return map[string]any{
 			"portMappings": []map[string]any{{"hostPort": port, "containerPort": 80, "protocol": "tcp"}},
-			"bandwidth":    map[string]any{"ingressRate": 10_000_000, "ingressBurst": 100_000},
+			"bandwidth":    map[string]any{"ingressRate": 10_000_000, "ingressBurst": 100_000, "egressRate": 10_000_000, "egressBurst": 100_000},
 		}
 	}
 	keep := testutil.NewNetNS(t)
