@@ -158,7 +158,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		// The masquerade rules need only the addresses: install them
 		// (an nft process) while the container and the gateway are set up.
 		if n.IPMasq {
-			wait, undoMasq := ipmasq.Start(ctx, attachment(n, args), p.Masq)
+			wait, undoMasq := ipmasq.Start(ctx, n.IPMasqBackend, attachment(n, args), p.Masq)
 			masq = wait
 			u.push(undoMasq)
 		}
@@ -269,7 +269,10 @@ func cmdDel(args *skel.CmdArgs) error {
 	var masqErr, spoofErr error
 	if early {
 		wg.Add(1)
-		go func() { defer wg.Done(); masqErr = ipmasq.TeardownIfAny(ctx, attachment(n, args), prevAddrs) }()
+		go func() {
+			defer wg.Done()
+			masqErr = ipmasq.TeardownIfAny(ctx, n.IPMasqBackend, attachment(n, args), prevAddrs)
+		}()
 	}
 	if n.MacSpoofChk {
 		wg.Add(1)
@@ -281,7 +284,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if n.IPMasq && !early {
-		if err := ipmasq.TeardownIfAny(ctx, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
+		if err := ipmasq.TeardownIfAny(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
 			return err
 		}
 	}
@@ -326,30 +329,21 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	ctx := context.Background()
 	// Rules first, addresses last (as DEL).
-	m, err := ipmasq.NewDefault()
-	switch {
-	case ipmasq.ErrNoNFT(err) && !n.IPMasq && !n.MacSpoofChk:
-	case err != nil:
+	var atts []ipmasq.Attachment
+	keep := map[[2]string]bool{}
+	for a := range valid {
+		atts = append(atts, ipmasq.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+		keep[[2]string{a.ContainerID, a.IfName}] = true
+	}
+	if err := ipmasq.GCAll(ctx, n.IPMasqBackend, n.IPMasq, n.Name, atts); err != nil {
 		return err
-	default:
-		var atts []ipmasq.Attachment
-		keep := map[[2]string]bool{}
-		for a := range valid {
-			atts = append(atts, ipmasq.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
-			keep[[2]string{a.ContainerID, a.IfName}] = true
-		}
-		if err := m.GC(ctx, n.Name, atts); err != nil {
+	}
+	if sc, err := newSpoofChecker(); err == nil {
+		if err := sc.GC(ctx, n.Name, keep); err != nil {
 			return err
 		}
-		if n.MacSpoofChk {
-			sc, err := newSpoofChecker()
-			if err != nil {
-				return err
-			}
-			if err := sc.GC(ctx, n.Name, keep); err != nil {
-				return err
-			}
-		}
+	} else if n.MacSpoofChk {
+		return err
 	}
 	if n.Layer3() {
 		return ipam.GC(ctx, args)

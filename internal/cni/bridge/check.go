@@ -226,11 +226,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 
 	if n.IPMasq && n.Layer3() {
-		m, err := ipmasq.NewDefault()
-		if err != nil {
-			return err
-		}
-		if err := m.Check(ctx, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips})); err != nil {
+		if err := ipmasq.CheckWith(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips})); err != nil {
 			if code, _ := cnierr.Code(err); code != cnierr.CheckFailed {
 				return err
 			}

@@ -327,22 +327,40 @@ func TestIPv6(t *testing.T) {
 }
 
 // Traffic from a pod to an address outside the pod subnet leaves the node
-// with the node's address.
+// with the node's address, with either masquerade backend.
 func TestMasquerade(t *testing.T) {
-	testutil.RequireFreeRange(t, "10.68.0.0/24", "10.68.250.0/30")
-	conf, _ := classic(t, "10.68.0.0/24")
-	l := vethtest.New(t, conf)
-	outside := vethtest.Outside(t, l.Host, "10.68.250.1", "10.68.250.2")
-	pod := testutil.NewNetNS(t)
-	l.MustAdd("masq", pod)
-	echo := vethtest.ServeUDP(t, outside, net.ParseIP("10.68.250.2"))
-	vethtest.MustExchange(t, pod, echo.Addr)
-	if src := echo.LastSource(); src != "10.68.250.1" {
-		t.Errorf("outside saw source %q, want the host's 10.68.250.1", src)
-	}
-	// Without the rule there is no way back.
-	if err := l.Del("masq", pod); err != nil {
-		t.Fatal(err)
+	for _, backend := range []string{"nftables", "iptables"} {
+		t.Run(backend, func(t *testing.T) {
+			testutil.RequireFreeRange(t, "10.68.0.0/24", "10.68.250.0/30")
+			conf, _ := classic(t, "10.68.0.0/24")
+			conf = strings.Replace(conf, `"ipMasq": true,`, fmt.Sprintf(`"ipMasq": true, "ipMasqBackend": %q,`, backend), 1)
+			l := vethtest.New(t, conf)
+			outside := vethtest.Outside(t, l.Host, "10.68.250.1", "10.68.250.2")
+			pod := testutil.NewNetNS(t)
+			r := l.MustAdd("masq", pod)
+			echo := vethtest.ServeUDP(t, outside, net.ParseIP("10.68.250.2"))
+			vethtest.MustExchange(t, pod, echo.Addr)
+			if src := echo.LastSource(); src != "10.68.250.1" {
+				t.Errorf("outside saw source %q, want the host's 10.68.250.1", src)
+			}
+			if err := l.Check("masq", pod); err != nil {
+				t.Errorf("CHECK: %v", err)
+			}
+			ip := vethtest.IPOf(t, r, true).String()
+			ipt := testutil.Run(t, "ip", "netns", "exec", testutil.NSName(l.Host), "iptables-save", "-t", "nat")
+			if got := strings.Contains(ipt, "-s "+ip+"/32"); got != (backend == "iptables") {
+				t.Errorf("iptables rule for %s present: %v, backend %s:\n%s", ip, got, backend, ipt)
+			}
+			if err := l.Del("masq", pod); err != nil {
+				t.Fatal(err)
+			}
+			if ipt := testutil.Run(t, "ip", "netns", "exec", testutil.NSName(l.Host), "iptables-save", "-t", "nat"); strings.Contains(ipt, "FNMQ-") {
+				t.Errorf("iptables rules left:\n%s", ipt)
+			}
+			if rules := vethtest.NFT(t, l.Host); strings.Contains(rules, "saddr "+ip) {
+				t.Errorf("nftables rules left:\n%s", rules)
+			}
+		})
 	}
 }
 

@@ -55,6 +55,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/ipt"
 )
 
 const (
@@ -517,12 +518,59 @@ func ErrNoNFT(err error) bool {
 	return ok && code == cnierr.KernelFeatureMissing && !errors.As(err, &ne)
 }
 
+// Backend installs, removes, checks and collects masquerade rules. *Masq
+// (nftables) and *IPTables implement it.
+type Backend interface {
+	Setup(ctx context.Context, a Attachment, addrs []netip.Prefix) error
+	Teardown(ctx context.Context, a Attachment, addrs []netip.Prefix) error
+	Check(ctx context.Context, a Attachment, addrs []netip.Prefix) error
+	GC(ctx context.Context, network string, valid []Attachment) error
+}
+
+// Select returns the backend for a config's "ipMasqBackend": "nftables",
+// "iptables", or unset: nftables when nft is installed, else iptables.
+// (The reference prefers iptables when both exist; nftables is ours
+// because it needs no read before a write and is faster.) Missing tools
+// give code 105.
+func Select(backend *string) (Backend, error) {
+	want := ""
+	if backend != nil {
+		want = *backend
+	}
+	switch want {
+	case "nftables":
+		return NewDefault()
+	case "iptables":
+		if err := errors.Join(ipt.Available(ipt.IPv4), ipt.Available(ipt.IPv6)); err != nil {
+			return nil, cnierr.Wrap(cnierr.KernelFeatureMissing, err, `"ipMasqBackend": "iptables"`)
+		}
+		return NewIPTables(ipt.New()), nil
+	case "":
+		m, err := NewDefault()
+		if err == nil {
+			return m, nil
+		}
+		if ipt.Available(ipt.IPv4) == nil && ipt.Available(ipt.IPv6) == nil {
+			return NewIPTables(ipt.New()), nil
+		}
+		return nil, cnierr.New(cnierr.KernelFeatureMissing,
+			"ipMasq needs nftables or iptables and neither nft nor iptables-save/iptables-restore is installed: install the nftables package (apt-get install nftables)")
+	}
+	return nil, cnierr.New(cnierr.InvalidConfig, `"ipMasqBackend": unknown backend %q (want "nftables" or "iptables")`, want)
+}
+
+// missingTools reports whether err is Select's "tools not installed".
+func missingTools(err error) bool {
+	code, ok := cnierr.Code(err)
+	return ok && code == cnierr.KernelFeatureMissing
+}
+
 // Start installs a's rules in the background, so that the nft process
 // runs while the caller configures interfaces. wait returns Setup's
 // result; undo waits for it and removes whatever was installed (for a
 // failed ADD).
-func Start(ctx context.Context, a Attachment, addrs []netip.Prefix) (wait, undo func() error) {
-	m, err := NewDefault()
+func Start(ctx context.Context, backend *string, a Attachment, addrs []netip.Prefix) (wait, undo func() error) {
+	b, err := Select(backend)
 	if err != nil {
 		return func() error { return err }, func() error { return nil }
 	}
@@ -530,7 +578,7 @@ func Start(ctx context.Context, a Attachment, addrs []netip.Prefix) (wait, undo 
 	var setupErr error
 	go func() {
 		defer close(done)
-		setupErr = m.Setup(ctx, a, addrs)
+		setupErr = b.Setup(ctx, a, addrs)
 	}()
 	wait = func() error {
 		<-done
@@ -538,20 +586,56 @@ func Start(ctx context.Context, a Attachment, addrs []netip.Prefix) (wait, undo 
 	}
 	undo = func() error {
 		<-done
-		return m.Teardown(ctx, a, addrs)
+		return b.Teardown(ctx, a, addrs)
 	}
 	return wait, undo
 }
 
-// TeardownIfAny is Teardown with the default runner; without nft there
-// are no rules, so nothing to do.
-func TeardownIfAny(ctx context.Context, a Attachment, addrs []netip.Prefix) error {
-	m, err := NewDefault()
-	if ErrNoNFT(err) {
+// TeardownIfAny removes a's rules with the configured backend; when its
+// tools are not installed there can be no rules.
+func TeardownIfAny(ctx context.Context, backend *string, a Attachment, addrs []netip.Prefix) error {
+	b, err := Select(backend)
+	if missingTools(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return m.Teardown(ctx, a, addrs)
+	return b.Teardown(ctx, a, addrs)
+}
+
+// CheckWith verifies a's rules with the configured backend.
+func CheckWith(ctx context.Context, backend *string, a Attachment, addrs []netip.Prefix) error {
+	b, err := Select(backend)
+	if err != nil {
+		return err
+	}
+	return b.Check(ctx, a, addrs)
+}
+
+// GCAll collects network's stale attachments in nftables (when nft is
+// installed) and in iptables (when the config asks for it or nft is
+// missing). required: the config uses ipMasq, so having neither tool is
+// an error (code 105).
+func GCAll(ctx context.Context, backend *string, required bool, network string, valid []Attachment) error {
+	ran := false
+	if m, err := NewDefault(); err == nil {
+		if err := m.GC(ctx, network, valid); err != nil {
+			return err
+		}
+		ran = true
+	}
+	if (backend != nil && *backend == "iptables") || !ran {
+		if ipt.Available(ipt.IPv4) == nil || ipt.Available(ipt.IPv6) == nil {
+			if err := NewIPTables(ipt.New()).GC(ctx, network, valid); err != nil {
+				return err
+			}
+			ran = true
+		}
+	}
+	if !ran && required {
+		_, err := Select(backend)
+		return err
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
@@ -72,6 +73,58 @@ func TestRealNFT(t *testing.T) {
 		must(t, m.Teardown(ctx, attC, pfx("10.9.0.99/24")))
 		if got := list(); strings.Contains(got, ChainName(attC)) {
 			t.Errorf("C survived its teardown:\n%s", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealIPTables runs the iptables backend against iptables-save and
+// iptables-restore in a test namespace: CHECK compares what Setup wrote
+// with what iptables-save prints, so the canonical forms must agree.
+func TestRealIPTables(t *testing.T) {
+	ns := testutil.NewNetNS(t)
+	if err := ipt.Available(ipt.IPv4); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if err := ipt.Available(ipt.IPv6); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx := context.Background()
+	save := func() string {
+		return testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "iptables-save", "-t", "nat") +
+			testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "ip6tables-save", "-t", "nat")
+	}
+	err := netns.Do(ns, func() error {
+		x := NewIPTables(ipt.New())
+		addrs := pfx("10.1.0.5/24", "fd00:1::5/64")
+		must(t, x.Setup(ctx, attA, addrs))
+		must(t, x.Setup(ctx, attA, addrs))
+		must(t, x.Setup(ctx, attB, pfx("10.1.0.6/24")))
+		must(t, x.Check(ctx, attA, addrs))
+		got := save()
+		for _, want := range []string{
+			"-A POSTROUTING -s 10.1.0.5/32 -m comment",
+			"-s fd00:1::5/128 -d fd00:1::/64 -m comment",
+			"-j MASQUERADE",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("nat lacks %q:\n%s", want, got)
+			}
+		}
+		if n := strings.Count(got, "-A POSTROUTING -s 10.1.0.5/32"); n != 1 {
+			t.Errorf("%d jump rules for 10.1.0.5 after two Setups:\n%s", n, got)
+		}
+		must(t, x.Teardown(ctx, attA, nil))
+		must(t, x.Teardown(ctx, attA, nil))
+		if got := save(); strings.Contains(got, IPTChainName(attA)) || !strings.Contains(got, IPTChainName(attB)) {
+			t.Errorf("after Teardown(A):\n%s", got)
+		}
+		must(t, x.GC(ctx, "mynet", nil))
+		if got := save(); strings.Contains(got, "FNMQ-") {
+			t.Errorf("after GC:\n%s", got)
 		}
 		return nil
 	})

@@ -128,7 +128,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	// process) while the interfaces are configured.
 	masq := func() error { return nil }
 	if n.IPMasq {
-		wait, undoMasq := ipmasq.Start(ctx, attachment(n, args), p.Masq)
+		wait, undoMasq := ipmasq.Start(ctx, n.IPMasqBackend, attachment(n, args), p.Masq)
 		masq = wait
 		u.push(undoMasq)
 	}
@@ -259,7 +259,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	early := n.IPMasq && len(prevAddrs) > 0
 	masqErr := make(chan error, 1)
 	if early {
-		go func() { masqErr <- ipmasq.TeardownIfAny(ctx, attachment(n, args), prevAddrs) }()
+		go func() { masqErr <- ipmasq.TeardownIfAny(ctx, n.IPMasqBackend, attachment(n, args), prevAddrs) }()
 	} else {
 		masqErr <- nil
 	}
@@ -268,7 +268,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if n.IPMasq && !early {
-		if err := ipmasq.TeardownIfAny(ctx, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
+		if err := ipmasq.TeardownIfAny(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
 			return err
 		}
 	}
@@ -292,19 +292,12 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	ctx := context.Background()
-	m, err := ipmasq.NewDefault()
-	switch {
-	case ipmasq.ErrNoNFT(err) && !n.IPMasq:
-	case err != nil:
+	var atts []ipmasq.Attachment
+	for a := range valid {
+		atts = append(atts, ipmasq.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	if err := ipmasq.GCAll(ctx, n.IPMasqBackend, n.IPMasq, n.Name, atts); err != nil {
 		return err
-	default:
-		var atts []ipmasq.Attachment
-		for a := range valid {
-			atts = append(atts, ipmasq.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
-		}
-		if err := m.GC(ctx, n.Name, atts); err != nil {
-			return err
-		}
 	}
 	return ipam.GC(ctx, args)
 }
