@@ -275,6 +275,10 @@ func Available(proto Protocol) error {
 func (*Runner) Save(ctx context.Context, proto Protocol, table string) (*Table, error) {
 	out, err := run(ctx, nil, binary(proto, "save"), "-t", table)
 	if err != nil {
+		// iptables-legacy before the table's module is loaded: nothing in it.
+		if strings.Contains(err.Error(), "does not exist") && !errors.Is(err, ErrNoIPTables) {
+			return &Table{Name: table}, nil
+		}
 		return nil, err
 	}
 	return ParseSave(out, table)

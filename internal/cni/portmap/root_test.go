@@ -397,6 +397,7 @@ func testRootPortmap(t *testing.T, backend string) {
 	}
 	// Hairpin: the pod reaches itself through the host port, masqueraded.
 	l.wantAnswer(l.ctr, net.JoinHostPort(hostOut, "8080"), "ctr "+hostCtr)
+	l.wantAnswer(l.ctr, net.JoinHostPort(hostOut6, "8080"), "ctr "+hostCtr6)
 
 	// hostIP restricts: 8081 answers on 10.231.2.1 only, not on the
 	// host's other address nor on IPv6.
