@@ -88,7 +88,7 @@ func createIFB(k tc.Kernel, p *Plan, owner Owner) (tc.Link, error) {
 	l, err := k.AddIFB(p.IFB, p.Alias, p.Host.MTU)
 	if err == nil || !errors.Is(err, tc.ErrExist) {
 		if err != nil {
-			return tc.Link{}, classify(err, "bandwidth: creating IFB %s for traffic from the container", p.IFB)
+			return tc.Link{}, classify(err, "bandwidth: shaping traffic from the container")
 		}
 		return l, nil
 	}
@@ -111,7 +111,7 @@ func createIFB(k tc.Kernel, p *Plan, owner Owner) (tc.Link, error) {
 	}
 	l, err = k.AddIFB(p.IFB, p.Alias, p.Host.MTU)
 	if err != nil {
-		return tc.Link{}, classify(err, "bandwidth: creating IFB %s for traffic from the container", p.IFB)
+		return tc.Link{}, classify(err, "bandwidth: shaping traffic from the container")
 	}
 	return l, nil
 }

@@ -671,3 +671,97 @@ func BenchmarkStatus(b *testing.B) {
 		}
 	}
 }
+
+// bandwidth chained after ptp (with host-local) through libcni, the way
+// a runtime runs it: the kubelet's annotations arrive as runtimeConfig,
+// the previous plugin's result as prevResult. A pod without annotations
+// is the unlimited baseline.
+func TestChainedAfterPtp(t *testing.T) {
+	const subnet = "10.231.1.0/24"
+	testutil.RequireFreeRange(t, subnet)
+	l := newLab(t)
+	b, err := json.Marshal(map[string]any{
+		"cniVersion": "1.1.0", "name": l.network,
+		"plugins": []any{
+			map[string]any{"type": "ptp", "ipMasq": false, "ipam": map[string]any{
+				"type": "host-local", "dataDir": t.TempDir(), "ranges": [][]map[string]any{{{"subnet": subnet}}}}},
+			map[string]any{"type": "bandwidth", "capabilities": map[string]any{"bandwidth": true}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.NetworkConfFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = rate10M
+	caps := map[string]any{"bandwidth": map[string]any{"ingressRate": limit, "ingressBurst": burst100, "egressRate": limit, "egressBurst": burst100}}
+	limited := &pod{id: "ctr-ptp-limited", ns: testutil.NewNetNS(t), ifName: "eth0"}
+	free := &pod{id: "ctr-ptp-free", ns: testutil.NewNetNS(t), ifName: "eth0"}
+	rl, err := l.add(list, limited, caps)
+	if err != nil {
+		t.Fatalf("ADD (limited): %v", err)
+	}
+	rf, err := l.add(list, free, nil)
+	if err != nil {
+		t.Fatalf("ADD (unlimited): %v", err)
+	}
+	ifbName := IFBName(l.network, limited.id)
+	if n := len(rl.Interfaces); n == 0 || rl.Interfaces[n-1].Name != ifbName {
+		t.Errorf("limited pod's result does not end with its IFB %s: %+v", ifbName, rl.Interfaces)
+	}
+	for _, i := range rf.Interfaces {
+		if strings.HasPrefix(i.Name, "bwp") {
+			t.Errorf("unlimited pod got an IFB: %+v", rf.Interfaces)
+		}
+	}
+	if ifbs := l.state().ifbs(); len(ifbs) != 1 || ifbs[0] != ifbName {
+		t.Errorf("host IFBs %v, want [%s]", ifbs, ifbName)
+	}
+	for _, p := range []*pod{limited, free} {
+		c := caps
+		if p == free {
+			c = nil
+		}
+		if err := l.check(list, p, c); err != nil {
+			t.Errorf("CHECK %s: %v", p.id, err)
+		}
+	}
+
+	addrs := func(r *current.Result) (podIP, gw net.IP) {
+		if len(r.IPs) == 0 || r.IPs[0].Gateway == nil {
+			t.Fatalf("ptp result without an address and gateway: %+v", r)
+		}
+		return r.IPs[0].Address.IP, r.IPs[0].Gateway
+	}
+	mbit := func(v float64) string { return fmt.Sprintf("%.1f Mbit/s", v/1e6) }
+	lIP, lGW := addrs(rl)
+	fIP, fGW := addrs(rf)
+	freeIn, freeOut := throughput(t, l.host, free.ns, fIP), throughput(t, free.ns, l.host, fGW)
+	in, out := throughput(t, l.host, limited.ns, lIP), throughput(t, limited.ns, l.host, lGW)
+	t.Logf("ptp+bandwidth, toward the pod: %s unlimited, %s limited to %s", mbit(freeIn), mbit(in), mbit(limit))
+	t.Logf("ptp+bandwidth, from the pod:   %s unlimited, %s limited to %s", mbit(freeOut), mbit(out), mbit(limit))
+	for _, m := range []struct {
+		dir        string
+		free, shap float64
+	}{{"toward the pod", freeIn, in}, {"from the pod", freeOut, out}} {
+		if m.shap > 2*limit || m.shap < 0.5*limit {
+			t.Errorf("%s: %s with a %s limit", m.dir, mbit(m.shap), mbit(limit))
+		}
+		if m.free < 10*limit {
+			t.Errorf("%s: unlimited pod only reaches %s", m.dir, mbit(m.free))
+		}
+	}
+
+	for _, p := range []*pod{limited, free} {
+		for i := range 2 {
+			if err := l.del(list, p, nil); err != nil {
+				t.Errorf("DEL #%d %s: %v", i+1, p.id, err)
+			}
+		}
+	}
+	if ifbs := l.state().ifbs(); len(ifbs) != 0 {
+		t.Errorf("IFBs left after DEL: %v", ifbs)
+	}
+}
