@@ -51,6 +51,7 @@ type options struct {
 	workdir               string
 	only                  string
 	verify, verbose       bool
+	floors                bool
 	opTimeout             time.Duration
 }
 
@@ -78,18 +79,19 @@ type set struct {
 }
 
 type bench struct {
-	o        options
-	subnet   netip.Prefix
-	bridge   string
-	hostNS   string // name
-	hostPath string
-	sets     []*set
-	podSeq   int
-	rootSnap snapshot
-	load0    string // load average when the run started
-	notes    []string
-	tempWork bool          // workdir was created here and is removed at the end
-	seen     map[*set]bool // sets that ran their first pod (which may create persistent chains)
+	o            options
+	subnet       netip.Prefix
+	bridge       string
+	hostNS       string // name
+	hostPath     string
+	sets         []*set
+	podSeq       int
+	rootSnap     snapshot
+	load0        string // load average when the run started
+	floorResults []Floor
+	notes        []string
+	tempWork     bool          // workdir was created here and is removed at the end
+	seen         map[*set]bool // sets that ran their first pod (which may create persistent chains)
 }
 
 func main() { os.Exit(run()) }
@@ -111,6 +113,7 @@ func run() int {
 	flag.StringVar(&o.workdir, "workdir", "", "scratch dir for dataDirs, caches and traces (default: a new temp dir)")
 	flag.StringVar(&o.only, "only", "", "run only this set (ref or ours)")
 	flag.BoolVar(&o.verify, "verify", true, "after each ADD check (untimed) that the pod really has its address, shaping qdiscs and port mapping")
+	flag.BoolVar(&o.floors, "floors", true, "after the pods, measure the building blocks (process start, nft/iptables exec, link create/delete, conntrack dump) in the bench host netns")
 	flag.BoolVar(&o.verbose, "v", false, "print the conflist and every command the traced plugins ran")
 	flag.DurationVar(&o.opTimeout, "op-timeout", 2*time.Minute, "timeout for one ADD or DEL")
 	flag.Parse()
@@ -147,6 +150,9 @@ func run() int {
 	b.loop(ctx)
 	if ctx.Err() == nil && o.tracing > 0 {
 		b.trace(ctx)
+	}
+	if ctx.Err() == nil && o.floors {
+		b.floorResults = b.floors()
 	}
 	b.finalChecks()
 	res := b.results()

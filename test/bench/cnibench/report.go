@@ -26,6 +26,7 @@ type Results struct {
 	Conflist json.RawMessage     `json:"conflist"`
 	Sets     []SetResult         `json:"sets"`
 	Ratio    map[string]*float64 `json:"ratio_ours_over_ref_median,omitempty"`
+	Floors   []Floor             `json:"floors,omitempty"`
 	Notes    []string            `json:"notes,omitempty"`
 }
 
@@ -57,6 +58,7 @@ func (b *bench) results() *Results {
 		Warmup:  b.o.warmup,
 		Order:   "alternating pod by pod: " + strings.Join(b.setNames(), ", ") + ", ...",
 		Notes:   b.notes,
+		Floors:  b.floorResults,
 	}
 	r.Machine["load_start"], r.Machine["load_end"] = b.load0, loadavg()
 	if len(b.sets) > 0 {
@@ -206,6 +208,20 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 	tw.Flush()
 
 	printTraces(w, r, verbose)
+
+	if len(r.Floors) > 0 {
+		fmt.Fprintf(w, "\nbuilding blocks on this machine (bench host netns, %d runs each, ms):\n", floorRuns)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "what\tmedian\tp90\t")
+		for _, f := range r.Floors {
+			if f.Err != "" {
+				fmt.Fprintf(tw, "%s\t-\t-\terror: %s\n", f.What, f.Err)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t\n", f.What, f.Median, f.P90)
+		}
+		tw.Flush()
+	}
 
 	for _, s := range r.Sets {
 		if len(s.Failures) == 0 {
