@@ -278,7 +278,10 @@ func cmdDel(args *skel.CmdArgs) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); spoofErr = teardownSpoof(ctx, n, args) }()
 	}
-	addrs, err := veth.DeleteInNS(args.Netns, args.IfName)
+	addrs, found, err := veth.DeleteInNS(args.Netns, args.IfName)
+	if err == nil && !found {
+		err = veth.DeleteHostEnd(hostEnd(prev, args))
+	}
 	wg.Wait()
 	if err := errors.Join(err, masqErr, spoofErr); err != nil {
 		return err
@@ -305,6 +308,22 @@ func teardownSpoof(ctx context.Context, n *NetConf, args *skel.CmdArgs) error {
 		return err
 	}
 	return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName)
+}
+
+// hostEnd returns the name and MAC prevResult gives for the host end of
+// the container interface: the interface listed just before it.
+func hostEnd(prev *current.Result, args *skel.CmdArgs) (name, mac string) {
+	if prev == nil {
+		return "", ""
+	}
+	for i, intf := range prev.Interfaces {
+		if i > 0 && intf.Name == args.IfName && intf.Sandbox == args.Netns {
+			if h := prev.Interfaces[i-1]; h.Sandbox == "" {
+				return h.Name, h.Mac
+			}
+		}
+	}
+	return "", ""
 }
 
 func cmdStatus(args *skel.CmdArgs) error {

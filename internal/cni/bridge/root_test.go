@@ -172,6 +172,11 @@ func TestDelAfterNetnsGone(t *testing.T) {
 	if err := l.Del("gone", pod); err != nil {
 		t.Fatalf("DEL after the netns is gone: %v", err)
 	}
+	// The host end is gone at once, not whenever the kernel gets round
+	// to destroying the dead namespace.
+	if v := vethtest.Veths(t, l.Host); len(v) != 0 {
+		t.Errorf("veths left after DEL: %v", v)
+	}
 	if err := l.Del("gone", pod); err != nil {
 		t.Fatalf("second DEL: %v", err)
 	}

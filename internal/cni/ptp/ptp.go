@@ -263,7 +263,10 @@ func cmdDel(args *skel.CmdArgs) error {
 	} else {
 		masqErr <- nil
 	}
-	addrs, err := veth.DeleteInNS(args.Netns, args.IfName)
+	addrs, found, err := veth.DeleteInNS(args.Netns, args.IfName)
+	if err == nil && !found {
+		err = veth.DeleteHostEnd(hostEnd(prev, args))
+	}
 	if err := errors.Join(err, <-masqErr); err != nil {
 		return err
 	}
@@ -273,6 +276,22 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 	}
 	return ipam.Del(ctx, args)
+}
+
+// hostEnd returns the name and MAC prevResult gives for the host end of
+// the container interface: the interface listed just before it.
+func hostEnd(prev *current.Result, args *skel.CmdArgs) (name, mac string) {
+	if prev == nil {
+		return "", ""
+	}
+	for i, intf := range prev.Interfaces {
+		if i > 0 && intf.Name == args.IfName && intf.Sandbox == args.Netns {
+			if h := prev.Interfaces[i-1]; h.Sandbox == "" {
+				return h.Name, h.Mac
+			}
+		}
+	}
+	return "", ""
 }
 
 func cmdStatus(args *skel.CmdArgs) error {

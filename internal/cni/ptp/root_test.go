@@ -175,6 +175,9 @@ func TestGCAndDelAfterNetnsGone(t *testing.T) {
 	if err := l.Del("gone", gone); err != nil {
 		t.Fatalf("DEL after the netns is gone: %v", err)
 	}
+	if slices.Contains(vethtest.Veths(t, l.Host), rg.Interfaces[0].Name) {
+		t.Errorf("host end %s left after DEL", rg.Interfaces[0].Name)
+	}
 	if rules := vethtest.NFT(t, l.Host); strings.Contains(rules, "saddr "+vethtest.IPOf(t, rg, true).String()+" ") {
 		t.Errorf("rule of the deleted pod left:\n%s", rules)
 	}

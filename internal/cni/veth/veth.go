@@ -179,14 +179,14 @@ func peerExists(nsPath, name string) (bool, error) {
 }
 
 // DeleteInNS deletes ifName in the namespace at nsPath (its veth peer goes
-// with it) and returns the addresses it had. A missing namespace or
-// interface is not an error: DEL must succeed when things are gone.
-func DeleteInNS(nsPath, ifName string) ([]netlink.Addr, error) {
+// with it) and returns the addresses it had; found is false when there
+// was no such interface. A missing namespace or interface is not an
+// error: DEL must succeed when things are gone.
+func DeleteInNS(nsPath, ifName string) (addrs []netlink.Addr, found bool, err error) {
 	if nsPath == "" {
-		return nil, nil
+		return nil, false, nil
 	}
-	var addrs []netlink.Addr
-	err := netns.Do(nsPath, func() error {
+	err = netns.Do(nsPath, func() error {
 		link, err := netlinkx.LinkByName(ifName)
 		if err != nil {
 			if netlinkx.IsNotFound(err) {
@@ -194,6 +194,7 @@ func DeleteInNS(nsPath, ifName string) ([]netlink.Addr, error) {
 			}
 			return fmt.Errorf("looking up %s: %w", ifName, err)
 		}
+		found = true
 		addrs, err = netlinkx.AddrList(link, netlink.FAMILY_ALL)
 		if err != nil {
 			return fmt.Errorf("listing addresses of %s: %w", ifName, err)
@@ -204,12 +205,35 @@ func DeleteInNS(nsPath, ifName string) ([]netlink.Addr, error) {
 		return nil
 	})
 	if errors.Is(err, netns.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("netns %s: %w", nsPath, err)
+		return nil, false, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
-	return addrs, nil
+	return addrs, found, nil
+}
+
+// DeleteHostEnd deletes the host end a result lists for a container
+// interface that could not be found (the netns is gone). The kernel
+// destroys a dead namespace's veths asynchronously, and a namespace some
+// process still holds keeps them for good; deleting the host end makes
+// DEL complete either way. Only a veth with the listed MAC is deleted (a
+// recycled name is left alone).
+func DeleteHostEnd(name, mac string) error {
+	if name == "" {
+		return nil
+	}
+	l, err := netlinkx.LinkByName(name)
+	if err != nil {
+		if netlinkx.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("looking up %s: %w", name, err)
+	}
+	if _, ok := l.(*netlink.Veth); !ok || (mac != "" && l.Attrs().HardwareAddr.String() != mac) {
+		return nil
+	}
+	return DeleteHost(name)
 }
 
 // DeleteHost deletes the host end name (its peer goes with it); a missing

@@ -83,15 +83,15 @@ func TestCreateDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := DeleteInNS(cont, "eth0")
-	if err != nil {
-		t.Fatal(err)
+	addrs, found, err := DeleteInNS(cont, "eth0")
+	if err != nil || !found {
+		t.Fatalf("DeleteInNS: found %v, %v", found, err)
 	}
-	found := false
+	hasAddr := false
 	for _, a := range addrs {
-		found = found || a.IP.String() == "10.99.0.2"
+		hasAddr = hasAddr || a.IP.String() == "10.99.0.2"
 	}
-	if !found {
+	if !hasAddr {
 		t.Errorf("DeleteInNS returned %v, want 10.99.0.2 among them", addrs)
 	}
 	// The host end went with it.
@@ -105,10 +105,37 @@ func TestCreateDelete(t *testing.T) {
 		return nil
 	})
 	// Again, and with the netns gone: fine.
-	if _, err := DeleteInNS(cont, "eth0"); err != nil {
-		t.Errorf("second DeleteInNS: %v", err)
+	if _, found, err := DeleteInNS(cont, "eth0"); err != nil || found {
+		t.Errorf("second DeleteInNS: found %v, %v", found, err)
 	}
-	if _, err := DeleteInNS("/run/netns/fnt-does-not-exist", "eth0"); err != nil {
-		t.Errorf("DeleteInNS in a missing netns: %v", err)
+	if _, found, err := DeleteInNS("/run/netns/fnt-does-not-exist", "eth0"); err != nil || found {
+		t.Errorf("DeleteInNS in a missing netns: found %v, %v", found, err)
 	}
+}
+
+func TestDeleteHostEnd(t *testing.T) {
+	host := testutil.NewNetNS(t)
+	_ = netns.Do(host, func() error {
+		p, err := Create(Spec{PeerName: "peer0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A recycled name (another MAC) is not ours.
+		if err := DeleteHostEnd(p.HostName, "02:00:00:00:00:99"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := netlinkx.LinkByName(p.HostName); err != nil {
+			t.Errorf("DeleteHostEnd removed a veth with another MAC: %v", err)
+		}
+		if err := DeleteHostEnd(p.HostName, p.HostMAC.String()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := netlinkx.LinkByName(p.HostName); err == nil {
+			t.Error("DeleteHostEnd left the veth")
+		}
+		if err := DeleteHostEnd(p.HostName, p.HostMAC.String()); err != nil {
+			t.Errorf("DeleteHostEnd of a missing link: %v", err)
+		}
+		return nil
+	})
 }
