@@ -24,7 +24,8 @@
 // container ID), so DEL removes IFBs either plugin made. Its alias records
 // the owning attachment ("flatnet-bw:NET:CONTAINERID:IFNAME"), which GC
 // needs because the hash cannot be reversed. ADD undoes every step when a
-// later one fails. Error codes: 7 for bad limits, 105 when the kernel lacks
+// later one fails. Error codes: 7 for bad limits, 104 when the IFB name is
+// taken by another attachment, 105 when the kernel lacks
 // IFB, TBF, the ingress qdisc or u32/mirred, 106 when CHECK finds a
 // difference, 50 from STATUS when shaping is unavailable.
 package bandwidth
