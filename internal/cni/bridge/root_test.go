@@ -572,7 +572,7 @@ func BenchmarkAddDel(b *testing.B) {
 // the container end down.
 func TestLayer2AndMTU(t *testing.T) {
 	brName := testutil.Name("fnb")
-	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,"mtu":1450,"promiscMode":true}`, testutil.Name("fnet"), brName)
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,"mtu":1450,"promiscMode":true,"portIsolation":true}`, testutil.Name("fnet"), brName)
 	l := vethtest.New(t, conf)
 	pod, down := testutil.NewNetNS(t), testutil.NewNetNS(t)
 	r := l.MustAdd("l2", pod)
@@ -589,6 +589,15 @@ func TestLayer2AndMTU(t *testing.T) {
 	}
 	if hv := host[r.Interfaces[1].Name]; hv.Attrs().MTU != 1450 {
 		t.Errorf("host end MTU = %d", hv.Attrs().MTU)
+	}
+	if err := l.InHost(func() error {
+		pi, err := netlink.LinkGetProtinfo(host[r.Interfaces[1].Name])
+		if err == nil && !pi.Isolated {
+			t.Errorf("portIsolation: port %s is not isolated", r.Interfaces[1].Name)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if err := l.Check("l2", pod); err != nil {
 		t.Errorf("CHECK: %v", err)

@@ -5,7 +5,12 @@
 // traffic from a container IP to any destination outside that IP's subnet
 // is masqueraded, except multicast.
 //
-// Layout: one table, inet flatnet-cni-masq:
+// Two backends implement Backend: nftables (this file; the default, used
+// when nft is installed) and iptables (iptables.go; for "ipMasqBackend":
+// "iptables", or when only iptables is installed). Select picks one; Start,
+// TeardownIfAny, CheckWith and GCAll are what the plugins call.
+//
+// nftables layout: one table, inet flatnet-cni-masq:
 //
 //	map masq4 { type ipv4_addr : verdict }   container IPv4 -> goto <attachment chain>
 //	map masq6 { type ipv6_addr : verdict }   container IPv6 -> goto <attachment chain>
