@@ -5,11 +5,14 @@
 // runner and knftables.NewFake see exactly the same objects), but the real
 // runner is ours, not knftables.New: that constructor runs `nft --version`
 // and an `nft --check` transaction before returning, and a check is an
-// aborted kernel transaction that waits for an RCU grace period (13-30 ms
+// aborted kernel transaction that waits for an RCU grace period (12-30 ms
 // here). CNI plugins are short-lived processes that would pay it on every
 // ADD and DEL. Runner costs nothing until used: Run pipes the transaction to
-// one `nft -f -`, ListTable reads the whole table (chains and rules with
-// their handles and comments) with one `nft -j --terse list table`.
+// one `nft -f -`, and every read is one `nft -j list table` (list.go).
+//
+// Runner implements both knftables.Interface (for rule writers that want
+// knftables' List* calls) and this package's Interface (ListTable: chains
+// and rules with handles and comments, in one read).
 //
 // Assumed: nft >= 1.0.1 and object comments supported (kernel >= 5.10);
 // Probe checks both for a STATUS answer.
@@ -18,23 +21,15 @@ package nft
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 
 	"sigs.k8s.io/knftables"
 )
-
-// ErrNotFound is wrapped by errors for missing objects (nft said "No such
-// file or directory").
-var ErrNotFound = errors.New("nftables object not found")
-
-// ErrExists is wrapped by errors for objects that already exist (nft said
-// "File exists", e.g. to a create).
-var ErrExists = errors.New("nftables object exists")
 
 // ErrNoNFT is wrapped when the nft binary is not installed.
 var ErrNoNFT = errors.New("nft binary not found in PATH")
@@ -77,28 +72,73 @@ func (t *Table) RulesIn(chain string) []*knftables.Rule {
 	return out
 }
 
+// Error is a failed nft run. Errno is ENOENT, EEXIST, EBUSY or EOPNOTSUPP
+// when nft's first error line says so, else 0.
+type Error struct {
+	Msg   string
+	Errno syscall.Errno
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Is lets errors.Is(err, syscall.ENOENT) and friends work.
+func (e *Error) Is(target error) bool {
+	errno, ok := target.(syscall.Errno)
+	return ok && e.Errno != 0 && errno == e.Errno
+}
+
+// classify reads the errno from the first line of nft's stderr (later
+// lines echo the input, which may contain anything).
+func classify(stderr string) syscall.Errno {
+	line, _, _ := strings.Cut(stderr, "\n")
+	switch {
+	case strings.Contains(line, "No such file or directory"):
+		return syscall.ENOENT
+	case strings.Contains(line, "File exists"):
+		return syscall.EEXIST
+	case strings.Contains(line, "Device or resource busy"):
+		return syscall.EBUSY
+	case strings.Contains(line, "not supported"):
+		return syscall.EOPNOTSUPP
+	}
+	return 0
+}
+
 // IsNotFound reports whether err means an nftables object is missing, for
 // both Runner and the fake.
 func IsNotFound(err error) bool {
-	return errors.Is(err, ErrNotFound) || knftables.IsNotFound(err)
+	return knftables.IsNotFound(err) || errors.Is(err, syscall.ENOENT)
 }
 
-// IsExists reports whether err means an nftables object already exists,
-// for both Runner and the fake.
+// IsExists reports whether err means an nftables object (for a map: a key
+// with a different value) already exists, for both Runner and the fake.
 func IsExists(err error) bool {
-	return errors.Is(err, ErrExists) || knftables.IsAlreadyExists(err)
+	return knftables.IsAlreadyExists(err) || errors.Is(err, syscall.EEXIST)
 }
 
-// LookPath finds the nft binary.
-func LookPath() (string, error) {
-	p, err := exec.LookPath("nft")
-	if err != nil {
-		return "", fmt.Errorf("%w: install nftables (apt-get install nftables)", ErrNoNFT)
+// IsBusy reports whether err means an object is still referenced.
+func IsBusy(err error) bool { return errors.Is(err, syscall.EBUSY) }
+
+// LookPath finds the nft binary in PATH or, failing that, at the first of
+// fallback that exists.
+func LookPath(fallback ...string) (string, error) {
+	if p, err := exec.LookPath("nft"); err == nil {
+		return p, nil
 	}
-	return p, nil
+	for _, p := range fallback {
+		if _, err := exec.LookPath(p); err == nil {
+			return p, nil
+		}
+	}
+	where := ""
+	if len(fallback) > 0 {
+		where = " or at " + strings.Join(fallback, ", ")
+	}
+	return "", fmt.Errorf("%w%s: install the nftables package (apt-get install nftables)", ErrNoNFT, where)
 }
 
-// Runner implements Interface by running the nft binary.
+// Runner implements Interface and knftables.Interface by running the nft
+// binary.
 type Runner struct {
 	path   string
 	family knftables.Family
@@ -106,15 +146,23 @@ type Runner struct {
 	// txs only makes Transactions bound to family/table: knftables has no
 	// other exported way to get one, and a Fake costs nothing to build.
 	txs *knftables.Fake
+	// exec runs nft (swapped in tests).
+	exec func(ctx context.Context, stdin string, args ...string) ([]byte, error)
+	// Classify, when set, replaces every failure that nft reports (an
+	// *Error): CNI plugins use it to give kernel refusals their error code.
+	Classify func(*Error) error
 }
 
-// New returns a Runner for family/table. It only looks nft up in PATH.
-func New(family knftables.Family, table string) (*Runner, error) {
-	path, err := LookPath()
+// New returns a Runner for family/table. It only looks nft up (LookPath
+// with fallback); the error wraps ErrNoNFT when nft is not found.
+func New(family knftables.Family, table string, fallback ...string) (*Runner, error) {
+	path, err := LookPath(fallback...)
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{path: path, family: family, table: table, txs: knftables.NewFake(family, table)}, nil
+	r := &Runner{path: path, family: family, table: table, txs: knftables.NewFake(family, table)}
+	r.exec = r.run
+	return r, nil
 }
 
 // NewTransaction implements Interface.
@@ -122,11 +170,21 @@ func (r *Runner) NewTransaction() *knftables.Transaction { return r.txs.NewTrans
 
 // Run implements Interface.
 func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
+	return r.feed(ctx, tx, "-f", "-")
+}
+
+// Check implements knftables.Interface. It is slow (an aborted kernel
+// transaction).
+func (r *Runner) Check(ctx context.Context, tx *knftables.Transaction) error {
+	return r.feed(ctx, tx, "--check", "-f", "-")
+}
+
+func (r *Runner) feed(ctx context.Context, tx *knftables.Transaction, args ...string) error {
 	s, err := Render(tx)
 	if err != nil || tx.NumOperations() == 0 {
 		return err
 	}
-	_, err = r.exec(ctx, s, "-f", "-")
+	_, err = r.exec(ctx, s, args...)
 	return err
 }
 
@@ -155,27 +213,10 @@ func (r *Runner) Probe(ctx context.Context) error {
 	}
 	tx := r.NewTransaction()
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("probe")})
-	s, err := Render(tx)
-	if err != nil {
-		return err
-	}
-	_, err = r.exec(ctx, s, "--check", "-f", "-")
-	return err
+	return r.Check(ctx, tx)
 }
 
-// ListTable implements Interface.
-func (r *Runner) ListTable(ctx context.Context) (*Table, error) {
-	out, err := r.exec(ctx, "", "-j", "--terse", "list", "table", string(r.family), r.table)
-	if err != nil {
-		if IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return ParseTableJSON(out)
-}
-
-func (r *Runner) exec(ctx context.Context, stdin string, args ...string) ([]byte, error) {
+func (r *Runner) run(ctx context.Context, stdin string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, r.path, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
@@ -187,50 +228,13 @@ func (r *Runner) exec(ctx context.Context, stdin string, args ...string) ([]byte
 		if msg == "" {
 			msg = err.Error()
 		}
-		first, _, _ := strings.Cut(msg, "\n")
-		switch {
-		case strings.Contains(first, "No such file or directory"):
-			return nil, fmt.Errorf("nft %s: %s: %w", strings.Join(args, " "), msg, ErrNotFound)
-		case strings.Contains(first, "File exists"):
-			return nil, fmt.Errorf("nft %s: %s: %w", strings.Join(args, " "), msg, ErrExists)
+		e := &Error{Msg: fmt.Sprintf("nft %s: %s", strings.Join(args, " "), msg), Errno: classify(msg)}
+		if r.Classify != nil {
+			return nil, r.Classify(e)
 		}
-		return nil, fmt.Errorf("nft %s: %s", strings.Join(args, " "), msg)
+		return nil, e
 	}
 	return stdout.Bytes(), nil
-}
-
-// ParseTableJSON reads `nft -j list table` output.
-func ParseTableJSON(out []byte) (*Table, error) {
-	var doc struct {
-		Nftables []map[string]json.RawMessage `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return nil, fmt.Errorf("parsing nft -j output: %w", err)
-	}
-	t := &Table{}
-	for _, o := range doc.Nftables {
-		if raw, ok := o["chain"]; ok {
-			var c struct {
-				Name string `json:"name"`
-			}
-			if err := json.Unmarshal(raw, &c); err != nil {
-				return nil, fmt.Errorf("parsing nft chain %s: %w", raw, err)
-			}
-			t.Chains = append(t.Chains, c.Name)
-		}
-		if raw, ok := o["rule"]; ok {
-			var jr struct {
-				Chain   string  `json:"chain"`
-				Handle  int     `json:"handle"`
-				Comment *string `json:"comment"`
-			}
-			if err := json.Unmarshal(raw, &jr); err != nil {
-				return nil, fmt.Errorf("parsing nft rule %s: %w", raw, err)
-			}
-			t.Rules = append(t.Rules, &knftables.Rule{Chain: jr.Chain, Handle: knftables.PtrTo(jr.Handle), Comment: jr.Comment})
-		}
-	}
-	return t, nil
 }
 
 // Fake is knftables' fake with ListTable, for unit tests.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -113,7 +114,7 @@ func TestComment(t *testing.T) {
 }
 
 func TestIsNotFound(t *testing.T) {
-	if !IsNotFound(fmt.Errorf("x: %w", ErrNotFound)) || IsNotFound(errors.New("x")) {
+	if !IsNotFound(fmt.Errorf("x: %w", &Error{Msg: "nft: No such file or directory", Errno: syscall.ENOENT})) || IsNotFound(errors.New("x")) {
 		t.Error("IsNotFound")
 	}
 	f := NewFake(knftables.InetFamily, "t")

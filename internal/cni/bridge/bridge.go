@@ -38,6 +38,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft"
 )
 
 // Plugin is bridge as a CNI plugin.
@@ -301,7 +302,7 @@ func cmdDel(args *skel.CmdArgs) error {
 
 func teardownSpoof(ctx context.Context, n *NetConf, args *skel.CmdArgs) error {
 	sc, err := newSpoofChecker()
-	if ipmasq.ErrNoNFT(err) {
+	if errors.Is(err, nft.ErrNoNFT) {
 		return nil
 	}
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/nft"
 )
 
 const (
@@ -41,11 +42,11 @@ type spoofChecker struct {
 }
 
 func newSpoofChecker() (*spoofChecker, error) {
-	nft, err := ipmasq.NewNFT(knftables.BridgeFamily, spoofTable)
+	r, err := ipmasq.NewNFT(knftables.BridgeFamily, spoofTable)
 	if err != nil {
 		return nil, err
 	}
-	return &spoofChecker{nft: nft}, nil
+	return &spoofChecker{nft: r}, nil
 }
 
 func shortHash(n int, parts ...string) string {
@@ -105,14 +106,14 @@ func (s *spoofChecker) Setup(ctx context.Context, network, containerID, ifName, 
 		switch {
 		case err == nil:
 			return nil
-		case ipmasq.IsNotFound(err) && !baseDone:
+		case nft.IsNotFound(err) && !baseDone:
 			tx := s.nft.NewTransaction()
 			spoofBaseTx(tx)
 			if err := s.nft.Run(ctx, tx); err != nil {
 				return fmt.Errorf("macspoofchk: creating nftables table bridge %s: %w", spoofTable, err)
 			}
 			baseDone = true
-		case ipmasq.IsExists(err) && !evicted:
+		case nft.IsExists(err) && !evicted:
 			// A stale element for a reused port name.
 			elems, err := s.elements(ctx)
 			if err != nil {
@@ -145,7 +146,7 @@ func target(e *knftables.Element) string {
 
 func (s *spoofChecker) elements(ctx context.Context) ([]*knftables.Element, error) {
 	elems, err := s.nft.ListElements(ctx, "map", spoofMap)
-	if err != nil && !ipmasq.IsNotFound(err) {
+	if err != nil && !nft.IsNotFound(err) {
 		return nil, fmt.Errorf("macspoofchk: listing map %s: %w", spoofMap, err)
 	}
 	return elems, nil
@@ -156,7 +157,7 @@ func (s *spoofChecker) purge(ctx context.Context, chains map[string]bool, elems 
 		return nil
 	}
 	existing, err := s.nft.List(ctx, "chain")
-	if err != nil && !ipmasq.IsNotFound(err) {
+	if err != nil && !nft.IsNotFound(err) {
 		return fmt.Errorf("macspoofchk: listing chains: %w", err)
 	}
 	tx := s.nft.NewTransaction()
@@ -185,7 +186,7 @@ func (s *spoofChecker) purge(ctx context.Context, chains map[string]bool, elems 
 func (s *spoofChecker) Teardown(ctx context.Context, network, containerID, ifName string) error {
 	chain := spoofChain(network, containerID, ifName)
 	chains, err := s.nft.List(ctx, "chain")
-	if err != nil && !ipmasq.IsNotFound(err) {
+	if err != nil && !nft.IsNotFound(err) {
 		return fmt.Errorf("macspoofchk: listing chains: %w", err)
 	}
 	if !slices.Contains(chains, chain) {
@@ -204,7 +205,7 @@ func (s *spoofChecker) Check(ctx context.Context, network, containerID, ifName, 
 	var problems []string
 	rules, err := s.nft.ListRules(ctx, chain)
 	switch {
-	case ipmasq.IsNotFound(err):
+	case nft.IsNotFound(err):
 		problems = append(problems, fmt.Sprintf("chain bridge %s %s is missing", spoofTable, chain))
 	case err != nil:
 		return fmt.Errorf("macspoofchk: listing rules: %w", err)
@@ -237,7 +238,7 @@ func (s *spoofChecker) Check(ctx context.Context, network, containerID, ifName, 
 // GC removes the chains of network's attachments not in valid.
 func (s *spoofChecker) GC(ctx context.Context, network string, valid map[[2]string]bool) error {
 	chains, err := s.nft.List(ctx, "chain")
-	if err != nil && !ipmasq.IsNotFound(err) {
+	if err != nil && !nft.IsNotFound(err) {
 		return fmt.Errorf("macspoofchk: listing chains: %w", err)
 	}
 	keep := map[string]bool{}

@@ -8,7 +8,9 @@
 // Two backends implement Backend: nftables (this file; the default, used
 // when nft is installed) and iptables (iptables.go; for "ipMasqBackend":
 // "iptables", or when only iptables is installed). Select picks one; Start,
-// TeardownIfAny, CheckWith and GCAll are what the plugins call.
+// TeardownIfAny, CheckWith and GCAll are what the plugins call. nftables
+// is driven through internal/nft's runner (no nft probe at construction);
+// NewNFT sets it up for CNI use (code 105 for a missing nft or feature).
 //
 // nftables layout: one table, inet flatnet-cni-masq:
 //
@@ -56,11 +58,13 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"syscall"
 
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/ipt"
+	"github.com/flatnet/flatnet/internal/nft"
 )
 
 const (
@@ -114,16 +118,37 @@ type Masq struct {
 // New returns a Masq over nft, which must be bound to family inet and
 // table Table (knftables.NewFake(knftables.InetFamily, ipmasq.Table) in
 // tests).
-func New(nft knftables.Interface) *Masq { return &Masq{nft: nft} }
+func New(n knftables.Interface) *Masq { return &Masq{nft: n} }
+
+// nftPaths are tried when nft is not on PATH (runtimes often start plugins
+// with a minimal PATH).
+var nftPaths = []string{"/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft", "/usr/local/sbin/nft"}
+
+// NewNFT returns the nft runner for family/table as ipMasq and bridge's
+// macspoofchk use it: code 105 when nft is not installed, or when the
+// kernel refuses a rule as not supported.
+func NewNFT(family knftables.Family, table string) (*nft.Runner, error) {
+	r, err := nft.New(family, table, nftPaths...)
+	if err != nil {
+		return nil, cnierr.Wrap(cnierr.KernelFeatureMissing, err, "ipMasq and macspoofchk need nftables")
+	}
+	r.Classify = func(e *nft.Error) error {
+		if e.Errno == syscall.EOPNOTSUPP {
+			return cnierr.Wrap(cnierr.KernelFeatureMissing, e, "the kernel lacks an nftables feature (nf_tables, nft_nat, nft_masq?)")
+		}
+		return e
+	}
+	return r, nil
+}
 
 // NewDefault returns a Masq that runs the nft binary (code 105 when it is
 // missing).
 func NewDefault() (*Masq, error) {
-	nft, err := NewNFT(knftables.InetFamily, Table)
+	r, err := NewNFT(knftables.InetFamily, Table)
 	if err != nil {
 		return nil, err
 	}
-	return New(nft), nil
+	return New(r), nil
 }
 
 // normalize validates addrs (container IP with its subnet's prefix length)
@@ -230,13 +255,13 @@ func (m *Masq) Setup(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 		switch {
 		case err == nil:
 			return nil
-		case IsNotFound(err) && !baseDone:
+		case nft.IsNotFound(err) && !baseDone:
 			// First use in this namespace (or someone deleted our table).
 			if err := m.ensureBase(ctx); err != nil {
 				return err
 			}
 			baseDone = true
-		case IsExists(err) && !evicted:
+		case nft.IsExists(err) && !evicted:
 			if err := m.evict(ctx, a, v4, v6); err != nil {
 				return err
 			}
@@ -297,7 +322,7 @@ func (m *Masq) elements(ctx context.Context) ([]*knftables.Element, error) {
 	for _, name := range []string{map4, map6} {
 		es, err := m.nft.ListElements(ctx, "map", name)
 		if err != nil {
-			if IsNotFound(err) {
+			if nft.IsNotFound(err) {
 				continue
 			}
 			return nil, fmt.Errorf("listing nftables map %s in inet %s: %w", name, Table, err)
@@ -314,7 +339,7 @@ func (m *Masq) purge(ctx context.Context, chains map[string]bool, elems []*knfta
 		return nil
 	}
 	existing, err := m.nft.List(ctx, "chain")
-	if err != nil && !IsNotFound(err) {
+	if err != nil && !nft.IsNotFound(err) {
 		return fmt.Errorf("listing chains of inet %s: %w", Table, err)
 	}
 	tx := m.nft.NewTransaction()
@@ -372,7 +397,7 @@ func (m *Masq) Teardown(ctx context.Context, a Attachment, addrs []netip.Prefix)
 	}
 	chains, err := m.nft.List(ctx, "chain")
 	if err != nil {
-		if IsNotFound(err) {
+		if nft.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("listing chains of inet %s: %w", Table, err)
@@ -408,7 +433,7 @@ func (m *Masq) Check(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 	var problems []string
 	base, err := m.nft.ListRules(ctx, BaseChain)
 	switch {
-	case IsNotFound(err):
+	case nft.IsNotFound(err):
 		problems = append(problems, fmt.Sprintf("nftables chain inet %s %s is missing", Table, BaseChain))
 	case err != nil:
 		return fmt.Errorf("listing inet %s %s: %w", Table, BaseChain, err)
@@ -416,7 +441,7 @@ func (m *Masq) Check(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 		problems = append(problems, fmt.Sprintf("nftables chain inet %s %s has %d rules, want %d", Table, BaseChain, len(base), len(baseRules)))
 	}
 	rules, err := m.nft.ListRules(ctx, chain)
-	if err != nil && !IsNotFound(err) {
+	if err != nil && !nft.IsNotFound(err) {
 		return fmt.Errorf("listing inet %s %s: %w", Table, chain, err)
 	}
 	if err != nil {
@@ -468,7 +493,7 @@ func (m *Masq) Check(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 func (m *Masq) Attachments(ctx context.Context, network string) ([]string, error) {
 	chains, err := m.nft.List(ctx, "chain")
 	if err != nil {
-		if IsNotFound(err) {
+		if nft.IsNotFound(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("listing chains of inet %s: %w", Table, err)
@@ -514,13 +539,6 @@ func (m *Masq) GC(ctx context.Context, network string, valid []Attachment) error
 		return err
 	}
 	return m.purge(ctx, stale, elems)
-}
-
-// ErrNoNFT reports whether err says that nft is not installed.
-func ErrNoNFT(err error) bool {
-	code, ok := cnierr.Code(err)
-	var ne *NFTError
-	return ok && code == cnierr.KernelFeatureMissing && !errors.As(err, &ne)
 }
 
 // Backend installs, removes, checks and collects masquerade rules. *Masq

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/nft"
 )
 
 // strictFake is knftables' fake plus the two kernel refusals this package
@@ -40,7 +41,7 @@ func (s *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
 			}
 			if fm := s.Table.Maps[m[1]]; fm != nil {
 				if e := fm.FindElement(m[2]); e != nil && e.Value[0] != "goto "+m[3] && !deleted[m[1]+" "+m[2]] {
-					return &NFTError{Msg: "Error: Could not process rule: File exists", Errno: syscall.EEXIST}
+					return &nft.Error{Msg: "Error: Could not process rule: File exists", Errno: syscall.EEXIST}
 				}
 			}
 		}
@@ -51,7 +52,7 @@ func (s *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
 			for name, fm := range s.Table.Maps {
 				for _, e := range fm.Elements {
 					if e.Value[0] == "goto "+m[1] && !deleted[name+" "+e.Key[0]] {
-						return &NFTError{Msg: "Error: Could not process rule: Device or resource busy", Errno: syscall.EBUSY}
+						return &nft.Error{Msg: "Error: Could not process rule: Device or resource busy", Errno: syscall.EBUSY}
 					}
 				}
 			}
@@ -345,5 +346,23 @@ func wantCode(t *testing.T, err error, code uint, substr string) {
 	}
 	if !strings.Contains(err.Error(), substr) {
 		t.Errorf("error %q does not contain %q", err, substr)
+	}
+}
+
+// TestNewNFTCodes: a kernel refusal "not supported" gets code 105, other
+// nft failures stay as nft reported them (so IsNotFound still works).
+func TestNewNFTCodes(t *testing.T) {
+	r, err := NewNFT(knftables.InetFamily, Table)
+	if err != nil {
+		if code, _ := cnierr.Code(err); code != cnierr.KernelFeatureMissing {
+			t.Fatalf("NewNFT without nft: %v, want code 105", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	wantCode(t, r.Classify(&nft.Error{Msg: "nft -f -: Error: Operation not supported", Errno: syscall.EOPNOTSUPP}), cnierr.KernelFeatureMissing, "lacks an nftables feature")
+	if err := r.Classify(&nft.Error{Msg: "nft -f -: Error: No such file or directory", Errno: syscall.ENOENT}); !nft.IsNotFound(err) {
+		t.Errorf("ENOENT: %v", err)
+	} else if _, ok := cnierr.Code(err); ok {
+		t.Errorf("ENOENT got a code: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // JSON reader meet the real thing.
 func TestRealNFT(t *testing.T) {
 	ns := testutil.NewNetNS(t)
-	if _, err := LookNFT(); err != nil {
+	if _, err := nft.LookPath(nftPaths...); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
 	ctx := context.Background()

@@ -1,7 +1,11 @@
-package ipmasq
+package nft
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,8 +28,8 @@ const listOutput = `{"nftables": [{"metainfo": {"version": "1.0.6", "release_nam
 {"rule": {"family": "inet", "table": "t", "chain": "postrouting", "handle": 4, "expr": [{"vmap": {"key": {"payload": {"protocol": "ip", "field": "saddr"}}, "data": "@masq4"}}]}},
 {"rule": {"family": "inet", "table": "t", "chain": "a1", "handle": 6, "comment": "c1", "expr": [{"masquerade": null}]}}]}`
 
-func fakeExec(t *testing.T, out string, err error) *execNFT {
-	n := &execNFT{path: "nft", family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
+func fakeExec(t *testing.T, out string, err error) *Runner {
+	n := &Runner{path: "nft", family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
 	n.exec = func(_ context.Context, stdin string, args ...string) ([]byte, error) {
 		if got := strings.Join(args, " "); got != "-j list table inet t" {
 			t.Errorf("ran nft %s", got)
@@ -35,7 +39,7 @@ func fakeExec(t *testing.T, out string, err error) *execNFT {
 	return n
 }
 
-func TestExecNFTLists(t *testing.T) {
+func TestRunnerLists(t *testing.T) {
 	ctx := context.Background()
 	n := fakeExec(t, listOutput, nil)
 	chains, err := n.List(ctx, "chains")
@@ -73,16 +77,16 @@ func TestExecNFTLists(t *testing.T) {
 	}
 }
 
-func TestExecNFTMissingTable(t *testing.T) {
-	n := fakeExec(t, "", &NFTError{Msg: "Error: No such file or directory", Errno: syscall.ENOENT})
+func TestRunnerMissingTable(t *testing.T) {
+	n := fakeExec(t, "", &Error{Msg: "Error: No such file or directory", Errno: syscall.ENOENT})
 	chains, err := n.List(context.Background(), "chain")
 	if err != nil || len(chains) != 0 {
 		t.Errorf("List on a missing table = %v, %v; want empty, nil", chains, err)
 	}
 }
 
-func TestExecNFTRunsTransactionText(t *testing.T) {
-	n := &execNFT{path: "nft", family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
+func TestRunnerRunsTransactionText(t *testing.T) {
+	n := &Runner{path: "nft", family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
 	var got string
 	n.exec = func(_ context.Context, stdin string, args ...string) ([]byte, error) {
 		got = strings.Join(args, " ") + "\n" + stdin
@@ -114,5 +118,39 @@ func TestClassify(t *testing.T) {
 		if got := classify(in); got != want {
 			t.Errorf("classify(%q) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunnerErrors runs a stand-in nft that fails the way nft does: the
+// first stderr line gives the errno, and Classify sees every failure.
+func TestRunnerErrors(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "nft")
+	body := "#!/bin/sh\ncat >/dev/null\necho 'Error: Could not process rule: Operation not supported' >&2\necho 'add rule inet t c masquerade' >&2\nexit 1\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{path: script, family: knftables.InetFamily, table: "t", txs: knftables.NewFake(knftables.InetFamily, "t")}
+	r.exec = r.run
+	tx := r.NewTransaction()
+	tx.Add(&knftables.Chain{Name: "c"})
+	err := r.Run(context.Background(), tx)
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, syscall.EOPNOTSUPP) || !strings.HasPrefix(err.Error(), "nft -f -: Error: Could not process rule: Operation not supported") {
+		t.Fatalf("Run = %v", err)
+	}
+	if IsNotFound(err) || IsExists(err) || IsBusy(err) {
+		t.Errorf("misclassified: %v", err)
+	}
+	wrapped := errors.New("classified")
+	r.Classify = func(e *Error) error { return fmt.Errorf("%w: %w", wrapped, e) }
+	if err := r.Run(context.Background(), tx); !errors.Is(err, wrapped) || !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Errorf("Run with Classify = %v", err)
 	}
 }
