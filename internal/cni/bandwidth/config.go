@@ -91,10 +91,7 @@ func parseConfig(stdin []byte, strict bool) (*Config, error) {
 		}
 	}
 	if cfg.RawPrevResult != nil {
-		if err := plugin.ParsePrevResult(&cfg.NetConf); err != nil {
-			return nil, err
-		}
-		if _, err := plugin.PrevResult(&cfg.NetConf); err != nil {
+		if _, err := plugin.LoadPrevResult(&cfg.NetConf); err != nil {
 			return nil, err
 		}
 	}

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -53,35 +53,6 @@ var Plugin = plugin.Plugin{
 	},
 }
 
-// undo collects the reversal of each completed ADD step.
-type undo []func() error
-
-func (u *undo) push(f func() error) { *u = append(*u, f) }
-
-// run reverses the steps, newest first, and reports what it could not undo.
-func (u undo) run() error {
-	var errs []error
-	for i := len(u) - 1; i >= 0; i-- {
-		if err := u[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func checkNetNS(path string) error {
-	if path == "" {
-		return cnierr.New(cnierr.InvalidEnvironment, "CNI_NETNS is not set")
-	}
-	if err := netns.Check(path); err != nil {
-		if errors.Is(err, netns.ErrNotExist) {
-			return cnierr.Wrap(cnierr.UnknownContainer, err, "container netns")
-		}
-		return cnierr.Wrap(cnierr.InvalidNetNS, err, "container netns")
-	}
-	return nil
-}
-
 func attachment(n *NetConf, args *skel.CmdArgs) ipmasq.Attachment {
 	return ipmasq.Attachment{Network: n.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 }
@@ -91,14 +62,11 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&n.NetConf)
+	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
 		return err
 	}
-	if err := checkNetNS(args.Netns); err != nil {
+	if err := plugin.CheckNetNS(args.Netns); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -111,15 +79,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
-	var u undo
-	defer func() {
-		if err != nil {
-			if uerr := u.run(); uerr != nil {
-				err = fmt.Errorf("%w (and undoing the ADD failed: %v)", err, uerr)
-			}
-		}
-	}()
-	u.push(func() error { return veth.DeleteHost(pair.HostName) })
+	var u plugin.Undo
+	defer u.OnError(&err)
+	u.Push(func() error { return veth.DeleteHost(pair.HostName) })
 
 	if err := setupPort(n, br, pair.HostName, pair.HostIndex, n.Vlan); err != nil {
 		return err
@@ -132,7 +94,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		if err := sc.Setup(ctx, n.Name, args.ContainerID, args.IfName, pair.HostName, pair.PeerMAC); err != nil {
 			return err
 		}
-		u.push(func() error { return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName) })
+		u.Push(func() error { return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName) })
 	}
 
 	base := 0
@@ -152,7 +114,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		if err != nil {
 			return err
 		}
-		u.push(func() error { return ipam.Del(ctx, args) })
+		u.Push(func() error { return ipam.Del(ctx, args) })
 		if p, err = planAddrs(n, ipamRes, base+2); err != nil {
 			return err
 		}
@@ -161,7 +123,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		if n.IPMasq {
 			wait, undoMasq := ipmasq.Start(ctx, n.IPMasqBackend, attachment(n, args), p.Masq)
 			masq = wait
-			u.push(undoMasq)
+			u.Push(undoMasq)
 		}
 		if err := netns.Do(args.Netns, func() error { return configureContainer(n, args.IfName, p) }); err != nil {
 			return fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
@@ -204,7 +166,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	result := assemble(prev, ifaces, p)
-	if p == nil && dnsSet(n.DNS) {
+	if p == nil && mainplugin.DNSSet(n.DNS) {
 		result.DNS = n.DNS
 	}
 	out, err := result.GetAsVersion(n.CNIVersion)
@@ -231,7 +193,7 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 		if !a.IP.IsGlobalUnicast() {
 			return
 		}
-		if p, ok := toPrefix(a); ok && !seen[p] {
+		if p, ok := mainplugin.ToPrefix(a); ok && !seen[p] {
 			seen[p] = true
 			out = append(out, p)
 		}
@@ -254,10 +216,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	var prev *current.Result
-	if plugin.ParsePrevResult(&n.NetConf) == nil {
-		prev, _ = plugin.PrevResult(&n.NetConf)
-	}
+	prev, _ := plugin.LoadPrevResult(&n.NetConf)
 	ctx := context.Background()
 	// Removing the interface and removing rules each wait for the kernel
 	// (an RCU grace period apiece), so they run at the same time when
@@ -279,10 +238,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); spoofErr = teardownSpoof(ctx, n, args) }()
 	}
-	addrs, found, err := veth.DeleteInNS(args.Netns, args.IfName)
-	if err == nil && !found {
-		err = veth.DeleteHostEnd(hostEnd(prev, args))
-	}
+	addrs, err := mainplugin.DeleteVeth(prev, args.Netns, args.IfName)
 	wg.Wait()
 	if err := errors.Join(err, masqErr, spoofErr); err != nil {
 		return err
@@ -309,22 +265,6 @@ func teardownSpoof(ctx context.Context, n *NetConf, args *skel.CmdArgs) error {
 		return err
 	}
 	return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName)
-}
-
-// hostEnd returns the name and MAC prevResult gives for the host end of
-// the container interface: the interface listed just before it.
-func hostEnd(prev *current.Result, args *skel.CmdArgs) (name, mac string) {
-	if prev == nil {
-		return "", ""
-	}
-	for i, intf := range prev.Interfaces {
-		if i > 0 && intf.Name == args.IfName && intf.Sandbox == args.Netns {
-			if h := prev.Interfaces[i-1]; h.Sandbox == "" {
-				return h.Name, h.Mac
-			}
-		}
-	}
-	return "", ""
 }
 
 func cmdStatus(args *skel.CmdArgs) error {
@@ -369,12 +309,4 @@ func cmdGC(args *skel.CmdArgs) error {
 		return ipam.GC(ctx, args)
 	}
 	return nil
-}
-
-// describeMismatch joins CHECK findings into one code-106 error.
-func describeMismatch(problems []string) error {
-	if len(problems) == 0 {
-		return nil
-	}
-	return cnierr.New(cnierr.CheckFailed, "bridge: %s", strings.Join(problems, "; "))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -68,16 +69,12 @@ func compareContainer(ifName string, want *current.Interface, ips []*current.IPC
 		problems = append(problems, fmt.Sprintf("interface %s has MAC %s, prevResult says %s", ifName, st.mac, want.Mac))
 	}
 	for _, ip := range ips {
-		found := false
-		for _, a := range st.addrs {
-			found = found || a.String() == ip.Address.String()
-		}
-		if !found {
+		if !mainplugin.HasAddr(st.addrs, ip.Address) {
 			problems = append(problems, fmt.Sprintf("interface %s lacks address %s", ifName, ip.Address.String()))
 		}
 	}
 	for _, r := range routes {
-		if !hasRoute(st.routes, r) {
+		if !mainplugin.HasRoute(st.routes, r.Dst, r.GW) {
 			gw := ""
 			if r.GW != nil {
 				gw = " via " + r.GW.String()
@@ -88,33 +85,6 @@ func compareContainer(ifName string, want *current.Interface, ips []*current.IPC
 	return problems
 }
 
-func hasRoute(have []netlink.Route, want *types.Route) bool {
-	wantOnes, wantBits := want.Dst.Mask.Size()
-	for _, r := range have {
-		var ones, bits int
-		var ip net.IP
-		if r.Dst == nil {
-			// Default route.
-			if r.Family == netlink.FAMILY_V4 {
-				ip, bits = net.IPv4zero, 32
-			} else {
-				ip, bits = net.IPv6zero, 128
-			}
-		} else {
-			ip = r.Dst.IP
-			ones, bits = r.Dst.Mask.Size()
-		}
-		if ones != wantOnes || bits != wantBits || !ip.Equal(want.Dst.IP) {
-			continue
-		}
-		if want.GW != nil && !want.GW.Equal(r.Gw) {
-			continue
-		}
-		return true
-	}
-	return false
-}
-
 func cmdCheck(args *skel.CmdArgs) error {
 	n, err := Load(args.StdinData, args.Args)
 	if err != nil {
@@ -123,14 +93,11 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if n.RawPrevResult == nil {
 		return cnierr.New(cnierr.InvalidConfig, "bridge: CHECK needs a prevResult")
 	}
-	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&n.NetConf)
+	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
 		return err
 	}
-	if err := checkNetNS(args.Netns); err != nil {
+	if err := plugin.CheckNetNS(args.Netns); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -140,22 +107,19 @@ func cmdCheck(args *skel.CmdArgs) error {
 		}
 	}
 
-	var brWant, contWant *current.Interface
-	contIdx := -1
-	for i, intf := range prev.Interfaces {
-		switch {
-		case intf.Name == n.BrName && intf.Sandbox == "":
+	var brWant *current.Interface
+	for _, intf := range prev.Interfaces {
+		if intf.Name == n.BrName && intf.Sandbox == "" {
 			brWant = intf
-		case intf.Name == args.IfName && intf.Sandbox == args.Netns:
-			contWant, contIdx = intf, i
 		}
 	}
+	contWant, _, ips := mainplugin.ContainerIface(prev, args.IfName, args.Netns)
 	var problems []string
 	if brWant == nil {
 		problems = append(problems, fmt.Sprintf("prevResult has no bridge interface %q", n.BrName))
 	}
 	if contWant == nil {
-		return describeMismatch(append(problems, fmt.Sprintf("prevResult has no interface %s in netns %s", args.IfName, args.Netns)))
+		return cnierr.Mismatch("bridge", append(problems, fmt.Sprintf("prevResult has no interface %s in netns %s", args.IfName, args.Netns)))
 	}
 
 	// The bridge.
@@ -181,12 +145,6 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 
 	// The container end.
-	var ips []*current.IPConfig
-	for _, ip := range prev.IPs {
-		if ip.Interface != nil && *ip.Interface == contIdx {
-			ips = append(ips, ip)
-		}
-	}
 	var st *containerState
 	if err := netns.Do(args.Netns, func() error {
 		var err error
@@ -210,27 +168,13 @@ func cmdCheck(args *skel.CmdArgs) error {
 			if br != nil && hl.Attrs().MasterIndex != br.Index {
 				problems = append(problems, fmt.Sprintf("host veth %s is not attached to bridge %q", hostName, n.BrName))
 			}
-			listed := false
-			for _, intf := range prev.Interfaces {
-				if intf.Name == hostName && intf.Sandbox == "" {
-					listed = true
-					if intf.Mac != "" && intf.Mac != hl.Attrs().HardwareAddr.String() {
-						problems = append(problems, fmt.Sprintf("host veth %s has MAC %s, prevResult says %s", hostName, hl.Attrs().HardwareAddr, intf.Mac))
-					}
-				}
-			}
-			if !listed {
-				problems = append(problems, fmt.Sprintf("host veth %s is not in prevResult", hostName))
-			}
+			problems = append(problems, mainplugin.CheckHostVeth(prev, hostName, hl.Attrs().HardwareAddr.String())...)
 		}
 	}
 
 	if n.IPMasq && n.Layer3() {
-		if err := ipmasq.CheckWith(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips})); err != nil {
-			if code, _ := cnierr.Code(err); code != cnierr.CheckFailed {
-				return err
-			}
-			problems = append(problems, err.Error())
+		if err := cnierr.AddFinding(&problems, ipmasq.CheckWith(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips}))); err != nil {
+			return err
 		}
 	}
 	if n.MacSpoofChk && hostName != "" {
@@ -239,12 +183,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 			return err
 		}
 		mac, _ := net.ParseMAC(contWant.Mac)
-		if err := sc.Check(ctx, n.Name, args.ContainerID, args.IfName, hostName, mac); err != nil {
-			if code, _ := cnierr.Code(err); code != cnierr.CheckFailed {
-				return err
-			}
-			problems = append(problems, err.Error())
+		if err := cnierr.AddFinding(&problems, sc.Check(ctx, n.Name, args.ContainerID, args.IfName, hostName, mac)); err != nil {
+			return err
 		}
 	}
-	return describeMismatch(problems)
+	return cnierr.Mismatch("bridge", problems)
 }

@@ -9,6 +9,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 )
 
 // addrPlan is what ADD does with an IPAM result, computed without touching
@@ -38,7 +39,7 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 		return nil, cnierr.New(cnierr.InvalidConfig, "bridge: IPAM plugin %q returned no IP address", n.IPAM.Type)
 	}
 	p := &addrPlan{DNS: ipamRes.DNS}
-	if dnsSet(n.DNS) {
+	if mainplugin.DNSSet(n.DNS) {
 		p.DNS = n.DNS
 	}
 	for _, r := range ipamRes.Routes {
@@ -59,7 +60,7 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 		}
 		ipc.Interface = current.Int(contIndex)
 		if ipc.Gateway == nil && n.IsGW {
-			ipc.Gateway = firstIP(ipc.Address)
+			ipc.Gateway = mainplugin.FirstIP(ipc.Address)
 		}
 		if n.IsDefaultGW && !defaultFound[v4] {
 			dst := net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
@@ -77,7 +78,7 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 				p.Forward6 = true
 			}
 		}
-		if pf, ok := toPrefix(ipc.Address); ok {
+		if pf, ok := mainplugin.ToPrefix(ipc.Address); ok {
 			p.Masq = append(p.Masq, pf)
 		}
 		p.IPs = append(p.IPs, &ipc)
@@ -88,43 +89,6 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 func isDefault(n net.IPNet) bool {
 	ones, _ := n.Mask.Size()
 	return ones == 0 && n.IP.IsUnspecified()
-}
-
-// firstIP is the subnet's first host address (network + 1).
-func firstIP(a net.IPNet) net.IP {
-	ip := a.IP.Mask(a.Mask)
-	if ip == nil {
-		return nil
-	}
-	out := make(net.IP, len(ip))
-	copy(out, ip)
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i]++
-		if out[i] != 0 {
-			break
-		}
-	}
-	return out
-}
-
-func toPrefix(a net.IPNet) (netip.Prefix, bool) {
-	ip, ok := netip.AddrFromSlice(a.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ip = ip.Unmap()
-	ones, bits := a.Mask.Size()
-	if bits == 0 {
-		return netip.Prefix{}, false
-	}
-	if ip.Is4() && bits == 128 {
-		ones -= 96
-	}
-	return netip.PrefixFrom(ip, ones), true
-}
-
-func dnsSet(d types.DNS) bool {
-	return d.Nameservers != nil || d.Search != nil || d.Options != nil || d.Domain != ""
 }
 
 // gatewayOps decides how to give a link the gateway address want, given
@@ -155,24 +119,12 @@ func gatewayOps(link string, existing []net.IPNet, want net.IPNet, force bool) (
 }
 
 // assemble builds the ADD result: prevResult's contents (when chained),
-// then ours.
+// then ours (p is nil for a layer-2 attachment).
 func assemble(prev *current.Result, ifaces []*current.Interface, p *addrPlan) *current.Result {
-	r := &current.Result{CNIVersion: current.ImplementedSpecVersion}
-	if prev != nil {
-		r.Interfaces = append(r.Interfaces, prev.Interfaces...)
-		r.IPs = append(r.IPs, prev.IPs...)
-		r.Routes = append(r.Routes, prev.Routes...)
-		r.DNS = prev.DNS
+	if p == nil {
+		return mainplugin.Result(prev, ifaces, nil, nil, types.DNS{})
 	}
-	r.Interfaces = append(r.Interfaces, ifaces...)
-	if p != nil {
-		r.IPs = append(r.IPs, p.IPs...)
-		r.Routes = append(r.Routes, p.Routes...)
-		if dnsSet(p.DNS) {
-			r.DNS = p.DNS
-		}
-	}
-	return r
+	return mainplugin.Result(prev, ifaces, p.IPs, p.Routes, p.DNS)
 }
 
 // vlanGatewayName is the interface that holds the gateway with "vlan".

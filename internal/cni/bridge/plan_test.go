@@ -112,19 +112,6 @@ func TestPlanAddrs(t *testing.T) {
 	})
 }
 
-func TestFirstIP(t *testing.T) {
-	for in, want := range map[string]string{
-		"10.10.3.4/16":  "10.10.0.1",
-		"10.0.0.255/24": "10.0.0.1",
-		"fd00::5/64":    "fd00::1",
-		"10.0.0.0/31":   "10.0.0.1",
-	} {
-		if got := firstIP(cidr(in)).String(); got != want {
-			t.Errorf("firstIP(%s) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestGatewayOps(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

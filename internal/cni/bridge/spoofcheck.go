@@ -229,10 +229,7 @@ func (s *spoofChecker) Check(ctx context.Context, network, containerID, ifName, 
 	if !ok {
 		problems = append(problems, fmt.Sprintf("port %s is not sent to chain %s", port, chain))
 	}
-	if len(problems) > 0 {
-		return cnierr.New(cnierr.CheckFailed, "bridge: macspoofchk: %s", strings.Join(problems, "; "))
-	}
-	return nil
+	return cnierr.Mismatch("bridge: macspoofchk", problems)
 }
 
 // GC removes the chains of network's attachments not in valid.

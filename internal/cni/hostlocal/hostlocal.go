@@ -121,10 +121,7 @@ func Check(args *skel.CmdArgs) error {
 	if err := json.Unmarshal(args.StdinData, &nc); err != nil {
 		return cnierr.Wrap(cnierr.DecodingFailure, err, "host-local: decoding network config")
 	}
-	if err := plugin.ParsePrevResult(&nc); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&nc)
+	prev, err := plugin.LoadPrevResult(&nc)
 	if err != nil {
 		return err
 	}

@@ -483,10 +483,7 @@ func (m *Masq) Check(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 	if err == nil && len(rules) != len(v4)+len(v6) {
 		problems = append(problems, fmt.Sprintf("chain %s has %d rules, want %d", chain, len(rules), len(v4)+len(v6)))
 	}
-	if len(problems) > 0 {
-		return cnierr.New(cnierr.CheckFailed, "ipMasq for %s: %s", a, strings.Join(problems, "; "))
-	}
-	return nil
+	return cnierr.Mismatch("ipMasq for "+a.String(), problems)
 }
 
 // Attachments returns the chain names of network's attachments.

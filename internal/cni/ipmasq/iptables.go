@@ -201,10 +201,7 @@ func (x *IPTables) Check(ctx context.Context, a Attachment, addrs []netip.Prefix
 	if err != nil {
 		return err
 	}
-	if len(problems) > 0 {
-		return cnierr.New(cnierr.CheckFailed, "ipMasq for %s: %s", a, strings.Join(problems, "; "))
-	}
-	return nil
+	return cnierr.Mismatch("ipMasq for "+a.String(), problems)
 }
 
 // GC implements Backend.

@@ -21,10 +21,7 @@ func parseConf(stdin []byte) (*types.NetConf, error) {
 		return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "loopback: decoding network config")
 	}
 	if conf.RawPrevResult != nil {
-		if err := plugin.ParsePrevResult(conf); err != nil {
-			return nil, err
-		}
-		if _, err := plugin.PrevResult(conf); err != nil {
+		if _, err := plugin.LoadPrevResult(conf); err != nil {
 			return nil, err
 		}
 	}

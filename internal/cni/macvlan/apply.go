@@ -14,6 +14,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ifconf"
+	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/sysctl"
@@ -58,14 +59,8 @@ func tmpName() string {
 type netlinkKernel struct{}
 
 func (netlinkKernel) CheckNetNS(path string) error {
-	if path == "" {
-		return cnierr.New(cnierr.InvalidEnvironment, "macvlan: CNI_NETNS is not set")
-	}
-	if err := netns.Check(path); err != nil {
-		if errors.Is(err, netns.ErrNotExist) {
-			return cnierr.Wrap(cnierr.UnknownContainer, err, "macvlan: container netns")
-		}
-		return cnierr.Wrap(cnierr.InvalidNetNS, err, "macvlan: container netns")
+	if err := plugin.CheckNetNS(path); err != nil {
+		return fmt.Errorf("macvlan: %w", err)
 	}
 	return nil
 }

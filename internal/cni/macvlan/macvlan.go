@@ -30,7 +30,6 @@ package macvlan
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -93,10 +92,7 @@ func cmdAdd(d deps, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&n.NetConf)
+	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
 		return err
 	}
@@ -132,23 +128,10 @@ func add(d deps, n *NetConf, args *skel.CmdArgs) (_ *current.Result, err error) 
 	if err := d.k.Create(p, args.Netns, n.LinkInContainer); err != nil {
 		return nil, err
 	}
-	var undo []func() error
-	defer func() {
-		if err == nil {
-			return
-		}
-		var uerrs []error
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				uerrs = append(uerrs, uerr)
-			}
-		}
-		if uerr := errors.Join(uerrs...); uerr != nil {
-			err = fmt.Errorf("%w (and undoing the ADD failed: %v)", err, uerr)
-		}
-	}()
+	var undo plugin.Undo
+	defer undo.OnError(&err)
 	linkName := p.TmpName
-	undo = append(undo, func() error { return d.k.Delete(args.Netns, linkName) })
+	undo.Push(func() error { return d.k.Delete(args.Netns, linkName) })
 
 	iface, err := d.k.Rename(args.Netns, p.TmpName, args.IfName)
 	if err != nil {
@@ -162,7 +145,7 @@ func add(d deps, n *NetConf, args *skel.CmdArgs) (_ *current.Result, err error) 
 		if ipamRes, err = d.ipam.Add(ctx, args); err != nil {
 			return nil, err
 		}
-		undo = append(undo, func() error { return d.ipam.Del(ctx, args) })
+		undo.Push(func() error { return d.ipam.Del(ctx, args) })
 	}
 	own, err := ownResult(n, iface, ipamRes)
 	if err != nil {
@@ -204,10 +187,7 @@ func cmdCheck(d deps, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&n.NetConf)
+	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
 		return err
 	}

@@ -98,11 +98,8 @@ func parseConfig(stdin []byte, withPrev bool) (*Config, error) {
 	}
 	var prev *current.Result
 	if withPrev {
-		if err := plugin.ParsePrevResult(&nc.NetConf); err != nil {
-			return nil, err
-		}
 		var err error
-		if prev, err = plugin.PrevResult(&nc.NetConf); err != nil {
+		if prev, err = plugin.LoadPrevResult(&nc.NetConf); err != nil {
 			return nil, err
 		}
 	}

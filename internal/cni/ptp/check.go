@@ -13,6 +13,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -45,36 +46,6 @@ func readLink(l netlink.Link) (*linkState, error) {
 	return st, nil
 }
 
-func hasAddr(have []net.IPNet, want net.IPNet) bool {
-	for _, a := range have {
-		if a.String() == want.String() {
-			return true
-		}
-	}
-	return false
-}
-
-func hasRoute(have []netlink.Route, dst net.IPNet, gw net.IP) bool {
-	wantOnes, wantBits := dst.Mask.Size()
-	for _, r := range have {
-		var ones, bits int
-		var ip net.IP
-		if r.Dst == nil {
-			ip, bits = net.IPv6zero, 128
-			if r.Family == netlink.FAMILY_V4 {
-				ip, bits = net.IPv4zero, 32
-			}
-		} else {
-			ip = r.Dst.IP
-			ones, bits = r.Dst.Mask.Size()
-		}
-		if ones == wantOnes && bits == wantBits && ip.Equal(dst.IP) && (gw == nil || gw.Equal(r.Gw)) {
-			return true
-		}
-	}
-	return false
-}
-
 // compare lists the differences between prevResult and the two ends
 // (pure).
 func compare(ifName, sandbox string, want *current.Interface, ips []*current.IPConfig, routes []*types.Route, cont, host *linkState) []string {
@@ -89,28 +60,28 @@ func compare(ifName, sandbox string, want *current.Interface, ips []*current.IPC
 		problems = append(problems, fmt.Sprintf("interface %s has MAC %s, prevResult says %s", ifName, cont.mac, want.Mac))
 	}
 	for _, ip := range ips {
-		if !hasAddr(cont.addrs, ip.Address) {
+		if !mainplugin.HasAddr(cont.addrs, ip.Address) {
 			problems = append(problems, fmt.Sprintf("interface %s lacks address %s", ifName, ip.Address.String()))
 		}
 		if ip.Gateway == nil {
 			continue
 		}
 		gw := net.IPNet{IP: ip.Gateway, Mask: hostMask(ip.Gateway)}
-		if !hasRoute(cont.routes, gw, nil) {
+		if !mainplugin.HasRoute(cont.routes, gw, nil) {
 			problems = append(problems, fmt.Sprintf("netns %s lacks the link route to gateway %s", sandbox, ip.Gateway))
 		}
 		if host == nil {
 			continue
 		}
-		if !hasAddr(host.addrs, gw) {
+		if !mainplugin.HasAddr(host.addrs, gw) {
 			problems = append(problems, fmt.Sprintf("host veth %s lacks gateway address %s", host.name, gw.String()))
 		}
-		if !hasRoute(host.routes, ip.Address, nil) {
+		if !mainplugin.HasRoute(host.routes, ip.Address, nil) {
 			problems = append(problems, fmt.Sprintf("host has no route to %s through %s", ip.Address.IP, host.name))
 		}
 	}
 	for _, r := range routes {
-		if !hasRoute(cont.routes, r.Dst, r.GW) {
+		if !mainplugin.HasRoute(cont.routes, r.Dst, r.GW) {
 			problems = append(problems, fmt.Sprintf("netns %s lacks route %s", sandbox, r.Dst.String()))
 		}
 	}
@@ -128,35 +99,20 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if n.RawPrevResult == nil {
 		return cnierr.New(cnierr.InvalidConfig, "ptp: CHECK needs a prevResult")
 	}
-	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&n.NetConf)
+	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
 		return err
 	}
-	if err := checkNetNS(args.Netns); err != nil {
+	if err := plugin.CheckNetNS(args.Netns); err != nil {
 		return err
 	}
 	ctx := context.Background()
 	if err := ipam.Check(ctx, args); err != nil {
 		return err
 	}
-	var want *current.Interface
-	idx := -1
-	for i, intf := range prev.Interfaces {
-		if intf.Name == args.IfName && intf.Sandbox == args.Netns {
-			want, idx = intf, i
-		}
-	}
+	want, _, ips := mainplugin.ContainerIface(prev, args.IfName, args.Netns)
 	if want == nil {
-		return describeMismatch([]string{fmt.Sprintf("prevResult has no interface %s in netns %s", args.IfName, args.Netns)})
-	}
-	var ips []*current.IPConfig
-	for _, ip := range prev.IPs {
-		if ip.Interface != nil && *ip.Interface == idx {
-			ips = append(ips, ip)
-		}
+		return cnierr.Mismatch("ptp", []string{fmt.Sprintf("prevResult has no interface %s in netns %s", args.IfName, args.Netns)})
 	}
 	cont := &linkState{}
 	if err := netns.Do(args.Netns, func() error {
@@ -182,26 +138,12 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	problems := compare(args.IfName, args.Netns, want, ips, prev.Routes, cont, host)
 	if host != nil {
-		listed := false
-		for _, intf := range prev.Interfaces {
-			if intf.Name == host.name && intf.Sandbox == "" {
-				listed = true
-				if intf.Mac != "" && intf.Mac != host.mac {
-					problems = append(problems, fmt.Sprintf("host veth %s has MAC %s, prevResult says %s", host.name, host.mac, intf.Mac))
-				}
-			}
-		}
-		if !listed {
-			problems = append(problems, fmt.Sprintf("host veth %s is not in prevResult", host.name))
-		}
+		problems = append(problems, mainplugin.CheckHostVeth(prev, host.name, host.mac)...)
 	}
 	if n.IPMasq {
-		if err := ipmasq.CheckWith(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips})); err != nil {
-			if code, _ := cnierr.Code(err); code != cnierr.CheckFailed {
-				return err
-			}
-			problems = append(problems, err.Error())
+		if err := cnierr.AddFinding(&problems, ipmasq.CheckWith(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips}))); err != nil {
+			return err
 		}
 	}
-	return describeMismatch(problems)
+	return cnierr.Mismatch("ptp", problems)
 }

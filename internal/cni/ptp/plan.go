@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 )
 
 // plan is what ptp ADD does once IPAM has answered, computed without
@@ -66,7 +67,7 @@ func makePlan(n *NetConf, ipamRes *current.Result, contIndex int) (*plan, error)
 		return nil, cnierr.New(cnierr.InvalidConfig, "ptp: IPAM plugin %q returned no IP address", n.IPAM.Type)
 	}
 	p := &plan{DNS: ipamRes.DNS}
-	if n.DNS.Nameservers != nil || n.DNS.Search != nil || n.DNS.Options != nil || n.DNS.Domain != "" {
+	if mainplugin.DNSSet(n.DNS) {
 		p.DNS = n.DNS
 	}
 	link := unix.RT_SCOPE_LINK
@@ -80,7 +81,7 @@ func makePlan(n *NetConf, ipamRes *current.Result, contIndex int) (*plan, error)
 		}
 		gw := src.Gateway
 		if gw == nil {
-			gw = firstIP(src.Address)
+			gw = mainplugin.FirstIP(src.Address)
 		}
 		gw = norm(gw)
 		if gw.Equal(ip) {
@@ -110,7 +111,7 @@ func makePlan(n *NetConf, ipamRes *current.Result, contIndex int) (*plan, error)
 		} else {
 			p.Forward6 = true
 		}
-		if pf, ok := toPrefix(net.IPNet{IP: ip, Mask: src.Address.Mask}); ok {
+		if pf, ok := mainplugin.ToPrefix(net.IPNet{IP: ip, Mask: src.Address.Mask}); ok {
 			p.Masq = append(p.Masq, pf)
 		}
 	}
@@ -137,37 +138,4 @@ func containsNet(list []net.IPNet, n net.IPNet) bool {
 		}
 	}
 	return false
-}
-
-// firstIP is the subnet's first host address (network + 1).
-func firstIP(a net.IPNet) net.IP {
-	ip := a.IP.Mask(a.Mask)
-	if ip == nil {
-		return nil
-	}
-	out := make(net.IP, len(ip))
-	copy(out, ip)
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i]++
-		if out[i] != 0 {
-			break
-		}
-	}
-	return out
-}
-
-func toPrefix(a net.IPNet) (netip.Prefix, bool) {
-	ip, ok := netip.AddrFromSlice(a.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ip = ip.Unmap()
-	ones, bits := a.Mask.Size()
-	if bits == 0 {
-		return netip.Prefix{}, false
-	}
-	if ip.Is4() && bits == 128 {
-		ones -= 96
-	}
-	return netip.PrefixFrom(ip, ones), true
 }

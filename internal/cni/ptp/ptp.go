@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/ifconf"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -48,33 +48,6 @@ var Plugin = plugin.Plugin{
 	},
 }
 
-type undo []func() error
-
-func (u *undo) push(f func() error) { *u = append(*u, f) }
-
-func (u undo) run() error {
-	var errs []error
-	for i := len(u) - 1; i >= 0; i-- {
-		if err := u[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func checkNetNS(path string) error {
-	if path == "" {
-		return cnierr.New(cnierr.InvalidEnvironment, "CNI_NETNS is not set")
-	}
-	if err := netns.Check(path); err != nil {
-		if errors.Is(err, netns.ErrNotExist) {
-			return cnierr.Wrap(cnierr.UnknownContainer, err, "container netns")
-		}
-		return cnierr.Wrap(cnierr.InvalidNetNS, err, "container netns")
-	}
-	return nil
-}
-
 func attachment(n *NetConf, args *skel.CmdArgs) ipmasq.Attachment {
 	return ipmasq.Attachment{Network: n.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 }
@@ -84,14 +57,11 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := plugin.ParsePrevResult(&n.NetConf); err != nil {
-		return err
-	}
-	prev, err := plugin.PrevResult(&n.NetConf)
+	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
 		return err
 	}
-	if err := checkNetNS(args.Netns); err != nil {
+	if err := plugin.CheckNetNS(args.Netns); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -100,21 +70,15 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
-	var u undo
-	defer func() {
-		if err != nil {
-			if uerr := u.run(); uerr != nil {
-				err = fmt.Errorf("%w (and undoing the ADD failed: %v)", err, uerr)
-			}
-		}
-	}()
-	u.push(func() error { return veth.DeleteHost(pair.HostName) })
+	var u plugin.Undo
+	defer u.OnError(&err)
+	u.Push(func() error { return veth.DeleteHost(pair.HostName) })
 
 	ipamRes, err := ipam.Add(ctx, args)
 	if err != nil {
 		return err
 	}
-	u.push(func() error { return ipam.Del(ctx, args) })
+	u.Push(func() error { return ipam.Del(ctx, args) })
 
 	base := 0
 	if prev != nil {
@@ -130,7 +94,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if n.IPMasq {
 		wait, undoMasq := ipmasq.Start(ctx, n.IPMasqBackend, attachment(n, args), p.Masq)
 		masq = wait
-		u.push(undoMasq)
+		u.Push(undoMasq)
 	}
 	if err := netns.Do(args.Netns, func() error { return configureContainer(args.IfName, p) }); err != nil {
 		return fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
@@ -145,21 +109,10 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return err
 	}
 
-	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
-	if prev != nil {
-		result.Interfaces = append(result.Interfaces, prev.Interfaces...)
-		result.IPs = append(result.IPs, prev.IPs...)
-		result.Routes = append(result.Routes, prev.Routes...)
-		result.DNS = prev.DNS
-	}
-	result.Interfaces = append(result.Interfaces,
-		&current.Interface{Name: pair.HostName, Mac: pair.HostMAC.String()},
-		&current.Interface{Name: args.IfName, Mac: pair.PeerMAC.String(), Sandbox: args.Netns})
-	result.IPs = append(result.IPs, p.IPs...)
-	result.Routes = append(result.Routes, p.Routes...)
-	if p.DNS.Nameservers != nil || p.DNS.Domain != "" || p.DNS.Search != nil || p.DNS.Options != nil {
-		result.DNS = p.DNS
-	}
+	result := mainplugin.Result(prev, []*current.Interface{
+		{Name: pair.HostName, Mac: pair.HostMAC.String()},
+		{Name: args.IfName, Mac: pair.PeerMAC.String(), Sandbox: args.Netns},
+	}, p.IPs, p.Routes, p.DNS)
 	out, err := result.GetAsVersion(n.CNIVersion)
 	if err != nil {
 		return cnierr.Wrap(cnierr.IncompatibleVersion, err, "ptp: result as CNI %s", n.CNIVersion)
@@ -225,7 +178,7 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 		if !a.IP.IsGlobalUnicast() {
 			return
 		}
-		if p, ok := toPrefix(a); ok && !seen[p.Addr()] {
+		if p, ok := mainplugin.ToPrefix(a); ok && !seen[p.Addr()] {
 			seen[p.Addr()] = true
 			out = append(out, p)
 		}
@@ -248,10 +201,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	var prev *current.Result
-	if plugin.ParsePrevResult(&n.NetConf) == nil {
-		prev, _ = plugin.PrevResult(&n.NetConf)
-	}
+	prev, _ := plugin.LoadPrevResult(&n.NetConf)
 	ctx := context.Background()
 	// The interface and the rules are removed at the same time when
 	// prevResult names the addresses (each waits for the kernel).
@@ -263,10 +213,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	} else {
 		masqErr <- nil
 	}
-	addrs, found, err := veth.DeleteInNS(args.Netns, args.IfName)
-	if err == nil && !found {
-		err = veth.DeleteHostEnd(hostEnd(prev, args))
-	}
+	addrs, err := mainplugin.DeleteVeth(prev, args.Netns, args.IfName)
 	if err := errors.Join(err, <-masqErr); err != nil {
 		return err
 	}
@@ -276,22 +223,6 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 	}
 	return ipam.Del(ctx, args)
-}
-
-// hostEnd returns the name and MAC prevResult gives for the host end of
-// the container interface: the interface listed just before it.
-func hostEnd(prev *current.Result, args *skel.CmdArgs) (name, mac string) {
-	if prev == nil {
-		return "", ""
-	}
-	for i, intf := range prev.Interfaces {
-		if i > 0 && intf.Name == args.IfName && intf.Sandbox == args.Netns {
-			if h := prev.Interfaces[i-1]; h.Sandbox == "" {
-				return h.Name, h.Mac
-			}
-		}
-	}
-	return "", ""
 }
 
 func cmdStatus(args *skel.CmdArgs) error {
@@ -319,11 +250,4 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	return ipam.GC(ctx, args)
-}
-
-func describeMismatch(problems []string) error {
-	if len(problems) == 0 {
-		return nil
-	}
-	return cnierr.New(cnierr.CheckFailed, "ptp: %s", strings.Join(problems, "; "))
 }
