@@ -6,9 +6,11 @@
 # pod in one run. Everything happens in network namespaces the harness
 # creates and deletes; see test/bench/cnibench and docs/benchmarks.md.
 #
-# Usage: hack/bench-cni.sh [harness flags], e.g. -pods 50 -json out.json.
+# Usage: hack/bench-cni.sh [harness flags], e.g. -pods 50 -json out.json,
+# -update-doc docs/benchmarks.md (rewrite its final-run section).
 # Environment: REF_CNI_VERSION (v1.10.0), REF_CNI_DIR (the cache dir),
-# FLATNET_CNI_PATH (use this install of ours instead of building it).
+# FLATNET_CNI_PATH (use this install of ours instead of building it),
+# BENCH_UPDATE_DOC=1 (same as -update-doc docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -57,5 +59,9 @@ if [ -z "$ours_dir" ]; then
 fi
 
 go build -o "$work/cnibench" ./test/bench/cnibench
+extra=()
+if [ -n "${BENCH_UPDATE_DOC:-}" ]; then
+  extra+=(-update-doc docs/benchmarks.md)
+fi
 "$work/cnibench" -ref "$ref_dir" -ours "$ours_dir" -prefix "$run_id" -workdir "$work" \
-  -ref-version "$ref_version" -ours-version "$("$ours_dir/flatnet-cni" --version 2>/dev/null || echo unknown)" "$@"
+  -ref-version "$ref_version" -ours-version "$("$ours_dir/flatnet-cni" --version 2>/dev/null | head -1 || echo unknown)" "${extra[@]}" "$@"

@@ -47,6 +47,7 @@ type options struct {
 	subnet                string
 	cniVersion            string
 	jsonOut               string
+	updateDoc             string
 	prefix                string
 	workdir               string
 	only                  string
@@ -109,6 +110,7 @@ func run() int {
 	flag.StringVar(&o.subnet, "subnet", "", "IPv4 pod range (default: the first free 10.2xx.0.0/24)")
 	flag.StringVar(&o.cniVersion, "cni-version", "1.0.0", "cniVersion of the conflist")
 	flag.StringVar(&o.jsonOut, "json", "", "also write results as JSON to this file (- for stdout)")
+	flag.StringVar(&o.updateDoc, "update-doc", "", "rewrite the final-run section of this markdown file (docs/benchmarks.md) with the figures")
 	flag.StringVar(&o.prefix, "prefix", "", "name prefix for namespaces and the bridge (default fnb + random hex)")
 	flag.StringVar(&o.workdir, "workdir", "", "scratch dir for dataDirs, caches and traces (default: a new temp dir)")
 	flag.StringVar(&o.only, "only", "", "run only this set (ref or ours)")
@@ -124,12 +126,15 @@ func run() int {
 	// A closed stdout (| head) must not kill us before cleanup: with SIGPIPE
 	// caught, writes just fail.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
-		<-ctx.Done()
-		stop() // a second signal kills us; hack/bench-cni.sh still removes the namespaces
-		fmt.Fprintln(os.Stderr, "cnibench: interrupted; finishing the current pod and cleaning up")
+		sig := <-sigs
+		signal.Reset(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP) // a second one kills us; hack/bench-cni.sh still removes the namespaces
+		fmt.Fprintf(os.Stderr, "cnibench: %v: finishing the current pod and cleaning up\n", sig)
+		cancel()
 	}()
 
 	b := &bench{o: o, seen: map[*set]bool{}}
@@ -154,6 +159,9 @@ func run() int {
 	if ctx.Err() == nil && o.floors {
 		b.floorResults = b.floors()
 	}
+	if ctx.Err() != nil {
+		b.notes = append(b.notes, "interrupted: partial run, figures cover only the pods done")
+	}
 	b.finalChecks()
 	res := b.results()
 	printReport(os.Stdout, res, o.verbose)
@@ -161,6 +169,14 @@ func run() int {
 		if err := writeJSON(o.jsonOut, res); err != nil {
 			fmt.Fprintf(os.Stderr, "cnibench: %v\n", err)
 			code = 2
+		}
+	}
+	if o.updateDoc != "" && ctx.Err() == nil {
+		if err := updateDoc(o.updateDoc, res); err != nil {
+			fmt.Fprintf(os.Stderr, "cnibench: -update-doc: %v\n", err)
+			code = 2
+		} else {
+			fmt.Printf("\nupdated the final-run section of %s\n", o.updateDoc)
 		}
 	}
 	for _, s := range b.sets {

@@ -182,11 +182,11 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 	// Per-plugin process times from the timed pods.
 	fmt.Fprintln(w, "\nper plugin process, median ms over the measured pods: wall (CPU user+sys incl. its children); libcni = op time outside plugin processes:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\tverb\tbridge\thost-local\tbandwidth\tportmap\tlibcni\t")
+	fmt.Fprintln(tw, "set\tverb\tbridge (+host-local)\tbandwidth\tportmap\tlibcni\t")
 	for _, s := range r.Sets {
 		for _, verb := range []string{"ADD", "DEL"} {
 			row := []string{s.Name, verb}
-			for _, p := range []string{"bridge", "host-local", "bandwidth", "portmap"} {
+			for _, p := range []string{"bridge", "bandwidth", "portmap"} {
 				if v, ok := s.Plugins[p+" "+verb]; ok && v.N > 0 {
 					row = append(row, fmt.Sprintf("%s (%s)", ms(v.Median), ms(s.PluginCPU[p+" "+verb].Median)))
 				} else {
