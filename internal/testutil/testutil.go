@@ -99,6 +99,13 @@ func Run(t testing.TB, argv ...string) string {
 	return string(out)
 }
 
+// RunIn runs argv inside the namespace at nsPath (ip netns exec) and fails
+// t with its output on error.
+func RunIn(t testing.TB, nsPath string, argv ...string) string {
+	t.Helper()
+	return Run(t, append([]string{"ip", "netns", "exec", NSName(nsPath)}, argv...)...)
+}
+
 var (
 	buildOnce sync.Once
 	buildDir  string

@@ -1,8 +1,6 @@
 package cni
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,52 +10,26 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/flatnet/flatnet/internal/netlinkx"
+	"github.com/flatnet/flatnet/internal/cni/veth/vethtest"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
-// lab is one test's world: a "host" namespace standing in for the node
-// (bridge, host veths, rules and IFBs all live there, never in the
-// machine's root namespace), a libcni instance with its own cache, and a
-// host-local dataDir.
+// lab is one test's world (vethtest.Lab): a "host" namespace standing in
+// for the node (bridge, host veths, rules and IFBs all live there, never in
+// the machine's root namespace), a libcni instance with its own cache, and
+// a host-local dataDir. Its runtime configs carry what containerd and
+// CRI-O pass.
 type lab struct {
-	t        *testing.T
-	host     string
-	cni      *libcni.CNIConfig
-	list     *libcni.NetworkConfigList
-	dataDir  string
-	cacheDir string
+	*vethtest.Lab
+	t *testing.T
 }
 
 func newLab(t *testing.T, conf string) *lab {
 	t.Helper()
-	testutil.RequireRoot(t)
-	l := &lab{t: t, host: testutil.NewNetNS(t), dataDir: t.TempDir(), cacheDir: t.TempDir()}
-	conf = strings.ReplaceAll(conf, "@DATADIR@", l.dataDir)
-	list, err := confList([]byte(conf))
-	if err != nil {
-		t.Fatalf("parsing conflist: %v\n%s", err, conf)
-	}
-	l.list = list
-	l.cni = libcni.NewCNIConfigWithCacheDir([]string{testutil.CNIPath(t)}, l.cacheDir, nil)
-	return l
-}
-
-// confList loads a .conflist, or a single-plugin .conf as libcni-based
-// runtimes do (ConfListFromConf).
-func confList(b []byte) (*libcni.NetworkConfigList, error) {
-	if !strings.Contains(string(b), `"plugins"`) {
-		c, err := libcni.ConfFromBytes(b)
-		if err != nil {
-			return nil, err
-		}
-		return libcni.ConfListFromConf(c)
-	}
-	return libcni.NetworkConfFromBytes(b)
+	return &lab{Lab: vethtest.New(t, conf), t: t}
 }
 
 func (l *lab) rt(id, nsPath string, caps map[string]any) *libcni.RuntimeConf {
@@ -70,24 +42,8 @@ func (l *lab) rt(id, nsPath string, caps map[string]any) *libcni.RuntimeConf {
 	}
 }
 
-// inHost runs fn in the lab's host namespace: plugins exec'd by libcni
-// from there inherit it.
-func (l *lab) inHost(fn func() error) error { return netns.Do(l.host, fn) }
-
 func (l *lab) add(id, nsPath string, caps map[string]any) (*current.Result, error) {
-	var res types.Result
-	err := l.inHost(func() error {
-		var err error
-		res, err = l.cni.AddNetworkList(context.Background(), l.list, l.rt(id, nsPath, caps))
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if res == nil {
-		return nil, fmt.Errorf("ADD %s returned no result and no error", id)
-	}
-	return current.NewResultFromResult(res)
+	return l.AddRT(l.rt(id, nsPath, caps))
 }
 
 func (l *lab) mustAdd(id, nsPath string, caps map[string]any) *current.Result {
@@ -100,72 +56,21 @@ func (l *lab) mustAdd(id, nsPath string, caps map[string]any) *current.Result {
 }
 
 func (l *lab) del(id, nsPath string, caps map[string]any) error {
-	return l.inHost(func() error {
-		return l.cni.DelNetworkList(context.Background(), l.list, l.rt(id, nsPath, caps))
-	})
+	return l.DelRT(l.rt(id, nsPath, caps))
 }
 
 func (l *lab) check(id, nsPath string, caps map[string]any) error {
-	return l.inHost(func() error {
-		return l.cni.CheckNetworkList(context.Background(), l.list, l.rt(id, nsPath, caps))
-	})
+	return l.CheckRT(l.rt(id, nsPath, caps))
 }
 
 // hostLinks lists the link names in the host namespace.
 func (l *lab) hostLinks() map[string]bool {
 	l.t.Helper()
 	out := map[string]bool{}
-	if err := l.inHost(func() error {
-		links, err := netlinkx.LinkList()
-		for _, k := range links {
-			out[k.Attrs().Name] = true
-		}
-		return err
-	}); err != nil {
-		l.t.Fatal(err)
+	for name := range vethtest.Links(l.t, l.Host) {
+		out[name] = true
 	}
 	return out
-}
-
-// nft returns the host namespace's whole nftables ruleset as text.
-func (l *lab) nft() string {
-	l.t.Helper()
-	return testutil.Run(l.t, "ip", "netns", "exec", testutil.NSName(l.host), "nft", "list", "ruleset")
-}
-
-// reservations lists the reserved IPs in the dataDir of network name.
-func (l *lab) reservations() []string {
-	l.t.Helper()
-	entries, err := os.ReadDir(filepath.Join(l.dataDir, l.list.Name))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		l.t.Fatal(err)
-	}
-	var ips []string
-	for _, e := range entries {
-		if net.ParseIP(e.Name()) != nil {
-			ips = append(ips, e.Name())
-		}
-	}
-	return ips
-}
-
-func ipv4Of(t *testing.T, r *current.Result) net.IP {
-	t.Helper()
-	for _, ip := range r.IPs {
-		if ip.Address.IP.To4() != nil {
-			return ip.Address.IP
-		}
-	}
-	t.Fatalf("result has no IPv4 address: %+v", r)
-	return nil
-}
-
-func cniCode(err error) uint {
-	var e *types.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
 }
 
 const chainConf = `{
@@ -212,7 +117,7 @@ func TestClassicConfUnchanged(t *testing.T) {
 			l := newLab(t, conf)
 			pod := testutil.NewNetNS(t)
 			r := l.mustAdd("classic", pod, nil)
-			ip := ipv4Of(t, r)
+			ip := vethtest.IPOf(t, r, true)
 			if !(&net.IPNet{IP: net.ParseIP("10.22.0.0"), Mask: net.CIDRMask(16, 32)}).Contains(ip) {
 				t.Errorf("pod IP %s not in 10.22.0.0/16", ip)
 			}
@@ -220,7 +125,7 @@ func TestClassicConfUnchanged(t *testing.T) {
 				t.Errorf("no cni0 bridge in the host namespace")
 			}
 			// The gateway (first address) answers from the pod.
-			testutil.EchoServer(t, l.host, "10.22.0.1:7001", "gw")
+			testutil.EchoServer(t, l.Host, "10.22.0.1:7001", "gw")
 			if got, err := testutil.Ask(pod, "10.22.0.1:7001"); err != nil || got != "gw "+ip.String() {
 				t.Errorf("pod -> gateway: %q, %v", got, err)
 			}
@@ -248,7 +153,7 @@ func TestFullChain(t *testing.T) {
 	}
 	ra := l.mustAdd("pod-a", podA, caps(18080))
 	rb := l.mustAdd("pod-b", podB, caps(18081))
-	ipA, ipB := ipv4Of(t, ra), ipv4Of(t, rb)
+	ipA, ipB := vethtest.IPOf(t, ra, true), vethtest.IPOf(t, rb, true)
 	if ipA.Equal(ipB) {
 		t.Fatalf("both pods got %s", ipA)
 	}
@@ -269,7 +174,7 @@ func TestFullChain(t *testing.T) {
 	if gw == nil {
 		t.Fatalf("no gateway in result: %+v", ra)
 	}
-	if got, err := testutil.Ask(l.host, net.JoinHostPort(gw.String(), "18080")); err != nil || !strings.HasPrefix(got, "a ") {
+	if got, err := testutil.Ask(l.Host, net.JoinHostPort(gw.String(), "18080")); err != nil || !strings.HasPrefix(got, "a ") {
 		t.Errorf("host -> %s:18080 (hostPort): got %q, %v", gw, got, err)
 	}
 	// Bandwidth left an IFB per pod.
@@ -304,10 +209,10 @@ func (l *lab) assertClean(t *testing.T, before map[string]bool) {
 			t.Errorf("link %s left in the host namespace", name)
 		}
 	}
-	if r := l.reservations(); len(r) != 0 {
+	if r := l.Reservations(); len(r) != 0 {
 		t.Errorf("reservations left: %v", r)
 	}
-	rules := l.nft()
+	rules := vethtest.NFT(t, l.Host)
 	for _, ip := range []string{"10.77.0.2", "10.77.0.3"} {
 		if strings.Contains(rules, ip+" ") || strings.Contains(rules, ip+"\n") {
 			t.Errorf("nft rules still mention %s:\n%s", ip, rules)
@@ -358,7 +263,7 @@ func TestConcurrentAdds(t *testing.T) {
 			defer wg.Done()
 			r, err := l.add(fmt.Sprintf("c%02d", i), pods[i], nil)
 			if err == nil {
-				ips[i] = ipv4Of(t, r)
+				ips[i] = vethtest.IPOf(t, r, true)
 			}
 			errs[i] = err
 		}()
@@ -375,7 +280,7 @@ func TestConcurrentAdds(t *testing.T) {
 		}
 		seen[ips[i].String()] = i
 	}
-	if got := len(l.reservations()); got != n {
+	if got := len(l.Reservations()); got != n {
 		t.Errorf("%d reservations on disk, want %d", got, n)
 	}
 	for i := range n {
@@ -383,7 +288,7 @@ func TestConcurrentAdds(t *testing.T) {
 			t.Errorf("DEL c%02d: %v", i, err)
 		}
 	}
-	if r := l.reservations(); len(r) != 0 {
+	if r := l.Reservations(); len(r) != 0 {
 		t.Errorf("reservations left after DEL: %v", r)
 	}
 }
@@ -406,21 +311,16 @@ func TestGCCollectsWithoutCache(t *testing.T) {
 	for i := range 2 {
 		l.mustAdd(fmt.Sprintf("stale%d", i), testutil.NewNetNS(t), caps(18101+i))
 	}
-	if err := os.RemoveAll(filepath.Join(l.cacheDir, "results")); err != nil {
+	if err := os.RemoveAll(filepath.Join(l.CacheDir, "results")); err != nil {
 		t.Fatal(err)
 	}
-	err := l.inHost(func() error {
-		return l.cni.GCNetworkList(context.Background(), l.list, &libcni.GCArgs{
-			ValidAttachments: []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}},
-		})
-	})
-	if err != nil {
+	if err := l.GC("keep"); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	if r := l.reservations(); len(r) != 1 {
+	if r := l.Reservations(); len(r) != 1 {
 		t.Errorf("after GC want 1 reservation (keep), got %v", r)
 	}
-	rules := l.nft()
+	rules := vethtest.NFT(t, l.Host)
 	for _, p := range []string{"18101", "18102"} {
 		if strings.Contains(rules, p) {
 			t.Errorf("portmap rule for stale hostPort %s survived GC:\n%s", p, rules)
@@ -446,14 +346,12 @@ func TestStatusAndExhaustion(t *testing.T) {
 	testutil.RequireFreeRange(t, subnet)
 	l := newLab(t, chain(subnet))
 	before := l.hostLinks()
-	status := func() error {
-		return l.inHost(func() error { return l.cni.GetStatusNetworkList(context.Background(), l.list) })
-	}
+	status := l.Status
 	if err := status(); err != nil {
 		t.Fatalf("STATUS on an empty range: %v", err)
 	}
 	l.mustAdd("only", testutil.NewNetNS(t), nil)
-	if err := status(); cniCode(err) != 50 {
+	if err := status(); vethtest.Code(err) != 50 {
 		t.Errorf("STATUS on a full range: want code 50, got %v", err)
 	}
 	// The next ADD fails in IPAM and must leave nothing behind.
@@ -461,7 +359,7 @@ func TestStatusAndExhaustion(t *testing.T) {
 	_, err := l.add("one-too-many", pod, map[string]any{
 		"portMappings": []map[string]any{{"hostPort": 18200, "containerPort": 80, "protocol": "tcp"}},
 	})
-	if cniCode(err) != 101 {
+	if vethtest.Code(err) != 101 {
 		t.Fatalf("ADD on a full range: want code 101 (range exhausted), got %v", err)
 	}
 	after := l.hostLinks()
@@ -474,13 +372,10 @@ func TestStatusAndExhaustion(t *testing.T) {
 	if len(veths) != 1 {
 		t.Errorf("want exactly the first pod's veth in the host namespace, found %v", veths)
 	}
-	if err := netns.Do(pod, func() error {
-		_, err := netlinkx.LinkByName("eth0")
-		return err
-	}); err == nil {
+	if vethtest.Links(t, pod)["eth0"] != nil {
 		t.Errorf("failed ADD left eth0 in the pod namespace")
 	}
-	if strings.Contains(l.nft(), "18200") {
+	if strings.Contains(vethtest.NFT(t, l.Host), "18200") {
 		t.Errorf("failed ADD left a portmap rule")
 	}
 	// The runtime still calls DEL after a failed ADD; it must succeed.
@@ -507,7 +402,7 @@ func TestErrorCodes(t *testing.T) {
 			l := newLab(t, c.conf)
 			before := l.hostLinks()
 			_, err := l.add("codes", c.ns(t), nil)
-			if got := cniCode(err); got != c.want {
+			if got := vethtest.Code(err); got != c.want {
 				t.Errorf("want code %d, got %d (%v)", c.want, got, err)
 			}
 			for name := range l.hostLinks() {

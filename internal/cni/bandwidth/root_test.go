@@ -7,7 +7,6 @@ package bandwidth
 // prevResult. Nothing touches the machine's own namespace.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,12 +19,11 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/veth/vethtest"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/tc"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -33,23 +31,18 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
+// lab is a vethtest.Lab whose conflists (bandwidth with a pod's
+// prevResult) are made per call.
 type lab struct {
-	t        testing.TB
-	host     string // host netns path
-	network  string
-	cni      *libcni.CNIConfig
-	cacheDir string
+	*vethtest.Lab
+	t       testing.TB
+	network string
 }
 
 func newLab(t testing.TB) *lab {
 	t.Helper()
-	testutil.RequireRoot(t)
-	l := &lab{t: t, host: testutil.NewNetNS(t), network: testutil.Name("fnbw-"), cacheDir: t.TempDir()}
-	l.cni = libcni.NewCNIConfigWithCacheDir([]string{testutil.CNIPath(t)}, l.cacheDir, nil)
-	return l
+	return &lab{Lab: vethtest.New(t, ""), t: t, network: testutil.Name("fnbw-")}
 }
-
-func (l *lab) inHost(fn func() error) error { return netns.Do(l.host, fn) }
 
 // pod is one container: its netns and the veth pair to the host.
 type pod struct {
@@ -74,37 +67,8 @@ func (l *lab) newPod(id, subnet string) *pod {
 	base := n.IP.To4()
 	p := &pod{id: id, ns: testutil.NewNetNS(l.t), ifName: "eth0", hostVeth: testutil.Name("fnbv"),
 		hostIP: net.IPv4(base[0], base[1], base[2], base[3]+1), podIP: net.IPv4(base[0], base[1], base[2], base[3]+2)}
-	podNS, err := vnetns.GetFromPath(p.ns)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	defer podNS.Close()
-	if err := l.inHost(func() error {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.hostVeth, MTU: 1500}, PeerName: "eth0", PeerNamespace: netlink.NsFd(podNS)}
-		if err := netlink.LinkAdd(v); err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(v, &netlink.Addr{IPNet: &net.IPNet{IP: p.hostIP, Mask: net.CIDRMask(30, 32)}}); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(v)
-	}); err != nil {
-		l.t.Fatalf("host veth: %v", err)
-	}
-	var mac string
-	if err := netns.Do(p.ns, func() error {
-		e, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		mac = e.Attrs().HardwareAddr.String()
-		if err := netlink.AddrAdd(e, &netlink.Addr{IPNet: &net.IPNet{IP: p.podIP, Mask: net.CIDRMask(30, 32)}}); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(e)
-	}); err != nil {
-		l.t.Fatalf("pod eth0: %v", err)
-	}
+	testutil.Wire(l.t, l.Host, p.hostVeth, []string{p.hostIP.String() + "/30"}, p.ns, "eth0", []string{p.podIP.String() + "/30"})
+	mac := vethtest.Links(l.t, p.ns)["eth0"].Attrs().HardwareAddr.String()
 	p.prev = &current.Result{
 		CNIVersion: "1.1.0",
 		Interfaces: []*current.Interface{{Name: p.hostVeth}, {Name: "eth0", Mac: mac, Sandbox: p.ns}},
@@ -141,24 +105,15 @@ func (l *lab) rt(p *pod, caps map[string]any) *libcni.RuntimeConf {
 }
 
 func (l *lab) add(list *libcni.NetworkConfigList, p *pod, caps map[string]any) (*current.Result, error) {
-	var res types.Result
-	err := l.inHost(func() error {
-		var err error
-		res, err = l.cni.AddNetworkList(context.Background(), list, l.rt(p, caps))
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return current.NewResultFromResult(res)
+	return l.WithList(list).AddRT(l.rt(p, caps))
 }
 
 func (l *lab) del(list *libcni.NetworkConfigList, p *pod, caps map[string]any) error {
-	return l.inHost(func() error { return l.cni.DelNetworkList(context.Background(), list, l.rt(p, caps)) })
+	return l.WithList(list).DelRT(l.rt(p, caps))
 }
 
 func (l *lab) check(list *libcni.NetworkConfigList, p *pod, caps map[string]any) error {
-	return l.inHost(func() error { return l.cni.CheckNetworkList(context.Background(), list, l.rt(p, caps)) })
+	return l.WithList(list).CheckRT(l.rt(p, caps))
 }
 
 // state describes the host namespace's tc state: per link, its kind, the
@@ -174,7 +129,7 @@ func (l *lab) state() hostState {
 	l.t.Helper()
 	s := hostState{links: map[string]tc.Link{}, root: map[string]*tc.TBF{}, ingr: map[string]bool{}, redir: map[string][]string{}}
 	k := tc.Netlink{}
-	err := l.inHost(func() error {
+	err := l.InHost(func() error {
 		all, err := netlink.LinkList()
 		if err != nil {
 			return err
@@ -222,14 +177,6 @@ func (s hostState) ifbs() []string {
 		}
 	}
 	return out
-}
-
-func code(err error) uint {
-	var e *types.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
 }
 
 const (
@@ -284,14 +231,14 @@ func TestAddCheckDel(t *testing.T) {
 	// CHECK with other limits than ADD's fails, naming the difference.
 	other := map[string]any{"bandwidth": map[string]any{
 		"ingressRate": 2 * rate10M, "ingressBurst": burst100, "egressRate": 2 * rate10M, "egressBurst": 2 * burst100}}
-	if err := l.check(list, p, other); code(err) != cnierr.CheckFailed || !strings.Contains(err.Error(), p.hostVeth) {
+	if err := l.check(list, p, other); vethtest.Code(err) != cnierr.CheckFailed || !strings.Contains(err.Error(), p.hostVeth) {
 		t.Errorf("CHECK with another ingress rate: want 106 naming %s, got %v", p.hostVeth, err)
 	}
 	// CHECK notices a removed IFB qdisc.
-	if err := l.inHost(func() error { return tc.Netlink{}.DeleteRoot(ifb.Index) }); err != nil {
+	if err := l.InHost(func() error { return tc.Netlink{}.DeleteRoot(ifb.Index) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.check(list, p, caps); code(err) != cnierr.CheckFailed || !strings.Contains(err.Error(), ifbName) {
+	if err := l.check(list, p, caps); vethtest.Code(err) != cnierr.CheckFailed || !strings.Contains(err.Error(), ifbName) {
 		t.Errorf("CHECK after removing the IFB's TBF: want 106 naming %s, got %v", ifbName, err)
 	}
 
@@ -382,7 +329,7 @@ func TestGCAndStatus(t *testing.T) {
 	// A reference-made IFB (no alias) whose container is gone, and an IFB
 	// nobody would call ours.
 	refOrphan := IFBName(l.network, "ref-gone")
-	if err := l.inHost(func() error {
+	if err := l.InHost(func() error {
 		for _, n := range []string{refOrphan, "fnbwother"} {
 			if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: n}}); err != nil {
 				return err
@@ -394,16 +341,11 @@ func TestGCAndStatus(t *testing.T) {
 	}
 	// Drop libcni's cache so that only the plugin's GC can collect (libcni
 	// would otherwise DEL the stale attachment itself).
-	if err := os.RemoveAll(filepath.Join(l.cacheDir, "results")); err != nil {
+	if err := os.RemoveAll(filepath.Join(l.CacheDir, "results")); err != nil {
 		t.Fatal(err)
 	}
-	list := l.list(nil, nil)
-	err := l.inHost(func() error {
-		return l.cni.GCNetworkList(context.Background(), list, &libcni.GCArgs{
-			ValidAttachments: []types.GCAttachment{{ContainerID: keep.id, IfName: "eth0"}},
-		})
-	})
-	if err != nil {
+	gl := l.WithList(l.list(nil, nil))
+	if err := gl.GC(keep.id); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	s := l.state()
@@ -423,7 +365,7 @@ func TestGCAndStatus(t *testing.T) {
 		t.Errorf("live pod's redirect gone: %v", s.redir)
 	}
 
-	if err := l.inHost(func() error { return l.cni.GetStatusNetworkList(context.Background(), list) }); err != nil {
+	if err := gl.Status(); err != nil {
 		t.Errorf("STATUS: %v", err)
 	}
 	// STATUS leaves nothing behind in the namespace it runs in.
@@ -453,12 +395,12 @@ func TestErrors(t *testing.T) {
 			caps: map[string]any{"bandwidth": map[string]any{"ingressRate": rate10M, "ingressBurst": burst100, "egressRate": rate10M, "egressBurst": burst100}},
 			code: 104, msg: "net1",
 			modify: func() {
-				if err := l.inHost(func() error {
+				if err := l.InHost(func() error {
 					return netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: IFBName(l.network, p.id)}})
 				}); err != nil {
 					t.Fatal(err)
 				}
-				if err := l.inHost(func() error {
+				if err := l.InHost(func() error {
 					ifb, err := netlink.LinkByName(IFBName(l.network, p.id))
 					if err != nil {
 						return err
@@ -475,7 +417,7 @@ func TestErrors(t *testing.T) {
 				tt.modify()
 			}
 			_, err := l.add(tt.list, p, tt.caps)
-			if code(err) != tt.code || !strings.Contains(fmt.Sprint(err), tt.msg) {
+			if vethtest.Code(err) != tt.code || !strings.Contains(fmt.Sprint(err), tt.msg) {
 				t.Fatalf("want code %d mentioning %q, got %v", tt.code, tt.msg, err)
 			}
 			after := l.state()
@@ -487,7 +429,7 @@ func TestErrors(t *testing.T) {
 	}
 	// A missing netns is code 3.
 	gone := &pod{id: "ctr-nons", ns: "/run/netns/fnt-does-not-exist", ifName: "eth0", prev: p.prev}
-	if _, err := l.add(l.list(gone, map[string]any{"ingressRate": rate10M, "ingressBurst": burst100}), gone, nil); code(err) != 3 {
+	if _, err := l.add(l.list(gone, map[string]any{"ingressRate": rate10M, "ingressBurst": burst100}), gone, nil); vethtest.Code(err) != 3 {
 		t.Errorf("missing netns: want code 3, got %v", err)
 	}
 }
@@ -515,12 +457,12 @@ func TestHostVethDiscovery(t *testing.T) {
 
 	lo := &pod{id: "ctr-lo", ns: p.ns, ifName: "lo", prev: p.prev}
 	_, err := l.add(l.list(lo, map[string]any{"egressRate": rate10M, "egressBurst": burst100}), lo, nil)
-	if code(err) != 7 || !strings.Contains(err.Error(), "veth") {
+	if vethtest.Code(err) != 7 || !strings.Contains(err.Error(), "veth") {
 		t.Errorf("CNI_IFNAME=lo: want code 7 about veth pairs, got %v", err)
 	}
 	missing := &pod{id: "ctr-missing", ns: p.ns, ifName: "eth9", prev: p.prev}
 	_, err = l.add(l.list(missing, map[string]any{"egressRate": rate10M, "egressBurst": burst100}), missing, nil)
-	if code(err) != 7 || !strings.Contains(err.Error(), "eth9") {
+	if vethtest.Code(err) != 7 || !strings.Contains(err.Error(), "eth9") {
 		t.Errorf("CNI_IFNAME=eth9 (absent): want code 7 naming eth9, got %v", err)
 	}
 	if ifbs := l.state().ifbs(); len(ifbs) != 0 {
@@ -612,15 +554,15 @@ func TestThroughput(t *testing.T) {
 	list := l.list(p, nil)
 	const limit = rate10M
 
-	freeIn := throughput(t, l.host, p.ns, p.podIP)
-	freeOut := throughput(t, p.ns, l.host, p.hostIP)
+	freeIn := throughput(t, l.Host, p.ns, p.podIP)
+	freeOut := throughput(t, p.ns, l.Host, p.hostIP)
 
 	caps := map[string]any{"bandwidth": map[string]any{"ingressRate": limit, "ingressBurst": burst100, "egressRate": limit, "egressBurst": burst100}}
 	if _, err := l.add(list, p, caps); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	in := throughput(t, l.host, p.ns, p.podIP)
-	out := throughput(t, p.ns, l.host, p.hostIP)
+	in := throughput(t, l.Host, p.ns, p.podIP)
+	out := throughput(t, p.ns, l.Host, p.hostIP)
 	mbit := func(v float64) string { return fmt.Sprintf("%.1f Mbit/s", v/1e6) }
 	t.Logf("toward the pod: %s unlimited, %s with ingressRate %s", mbit(freeIn), mbit(in), mbit(limit))
 	t.Logf("from the pod:   %s unlimited, %s with egressRate %s", mbit(freeOut), mbit(out), mbit(limit))
@@ -664,9 +606,9 @@ func BenchmarkAddDel(b *testing.B) {
 // namespace.
 func BenchmarkStatus(b *testing.B) {
 	l := newLab(b)
-	list := l.list(nil, nil)
+	sl := l.WithList(l.list(nil, nil))
 	for b.Loop() {
-		if err := l.inHost(func() error { return l.cni.GetStatusNetworkList(context.Background(), list) }); err != nil {
+		if err := sl.Status(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -738,8 +680,8 @@ func TestChainedAfterPtp(t *testing.T) {
 	mbit := func(v float64) string { return fmt.Sprintf("%.1f Mbit/s", v/1e6) }
 	lIP, lGW := addrs(rl)
 	fIP, fGW := addrs(rf)
-	freeIn, freeOut := throughput(t, l.host, free.ns, fIP), throughput(t, free.ns, l.host, fGW)
-	in, out := throughput(t, l.host, limited.ns, lIP), throughput(t, limited.ns, l.host, lGW)
+	freeIn, freeOut := throughput(t, l.Host, free.ns, fIP), throughput(t, free.ns, l.Host, fGW)
+	in, out := throughput(t, l.Host, limited.ns, lIP), throughput(t, limited.ns, l.Host, lGW)
 	t.Logf("ptp+bandwidth, toward the pod: %s unlimited, %s limited to %s", mbit(freeIn), mbit(in), mbit(limit))
 	t.Logf("ptp+bandwidth, from the pod:   %s unlimited, %s limited to %s", mbit(freeOut), mbit(out), mbit(limit))
 	for _, m := range []struct {

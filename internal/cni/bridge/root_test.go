@@ -352,14 +352,14 @@ func TestMasquerade(t *testing.T) {
 				t.Errorf("CHECK: %v", err)
 			}
 			ip := vethtest.IPOf(t, r, true).String()
-			ipt := testutil.Run(t, "ip", "netns", "exec", testutil.NSName(l.Host), "iptables-save", "-t", "nat")
+			ipt := testutil.RunIn(t, l.Host, "iptables-save", "-t", "nat")
 			if got := strings.Contains(ipt, "-s "+ip+"/32"); got != (backend == "iptables") {
 				t.Errorf("iptables rule for %s present: %v, backend %s:\n%s", ip, got, backend, ipt)
 			}
 			if err := l.Del("masq", pod); err != nil {
 				t.Fatal(err)
 			}
-			if ipt := testutil.Run(t, "ip", "netns", "exec", testutil.NSName(l.Host), "iptables-save", "-t", "nat"); strings.Contains(ipt, "FNMQ-") {
+			if ipt := testutil.RunIn(t, l.Host, "iptables-save", "-t", "nat"); strings.Contains(ipt, "FNMQ-") {
 				t.Errorf("iptables rules left:\n%s", ipt)
 			}
 			if rules := vethtest.NFT(t, l.Host); strings.Contains(rules, "saddr "+ip) {

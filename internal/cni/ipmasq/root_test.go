@@ -2,7 +2,6 @@ package ipmasq
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -24,11 +23,7 @@ func TestRealNFT(t *testing.T) {
 	}
 	ctx := context.Background()
 	list := func() string {
-		out, err := exec.Command("ip", "netns", "exec", testutil.NSName(ns), "nft", "list", "table", "inet", Table).CombinedOutput()
-		if err != nil {
-			t.Fatalf("nft list: %v\n%s", err, out)
-		}
-		return string(out)
+		return testutil.RunIn(t, ns, "nft", "list", "table", "inet", Table)
 	}
 	err := netns.Do(ns, func() error {
 		m, err := NewDefault()
@@ -95,8 +90,7 @@ func TestRealIPTables(t *testing.T) {
 	}
 	ctx := context.Background()
 	save := func() string {
-		return testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "iptables-save", "-t", "nat") +
-			testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "ip6tables-save", "-t", "nat")
+		return testutil.RunIn(t, ns, "iptables-save", "-t", "nat") + testutil.RunIn(t, ns, "ip6tables-save", "-t", "nat")
 	}
 	err := netns.Do(ns, func() error {
 		x := NewIPTables(ipt.New())

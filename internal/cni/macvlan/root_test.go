@@ -8,7 +8,6 @@ package macvlan_test
 // namespace, with their own cache dir and host-local dataDir.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -42,13 +40,7 @@ type segment struct {
 func newSegment(t *testing.T, host string, nbrAddrs ...string) segment {
 	t.Helper()
 	s := segment{master: testutil.Name("fnm"), nbr: testutil.NewNetNS(t)}
-	h, n := testutil.NSName(host), testutil.NSName(s.nbr)
-	testutil.Run(t, "ip", "-n", h, "link", "add", s.master, "type", "veth", "peer", "name", "eth0", "netns", n)
-	testutil.Run(t, "ip", "-n", h, "link", "set", s.master, "up")
-	for _, a := range nbrAddrs {
-		testutil.Run(t, "ip", "-n", n, "addr", "add", a, "dev", "eth0")
-	}
-	testutil.Run(t, "ip", "-n", n, "link", "set", "eth0", "up")
+	testutil.Wire(t, host, s.master, nil, s.nbr, "eth0", nbrAddrs)
 	requireMacvlan(t, host, s.master)
 	return s
 }
@@ -422,12 +414,7 @@ func TestRootResultVersions(t *testing.T) {
 			l := lab.WithConf(strings.Replace(mvConf(seg.master, "", `"ranges":[[{"subnet":"10.76.5.0/24","gateway":"10.76.5.1"}]]`),
 				`"cniVersion":"1.1.0"`, `"cniVersion":"`+v+`"`, 1))
 			a := testutil.NewNetNS(t)
-			var res types.Result
-			err := l.InHost(func() error {
-				var err error
-				res, err = l.CNI.AddNetworkList(context.Background(), l.List, vethtest.RT("a", a))
-				return err
-			})
+			res, err := l.AddRaw(vethtest.RT("a", a))
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}

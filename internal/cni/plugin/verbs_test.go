@@ -39,7 +39,7 @@ func TestUndo(t *testing.T) {
 
 func TestCheckNetNS(t *testing.T) {
 	for path, want := range map[string]uint{
-		"": cnierr.InvalidEnvironment,
+		"":                                 cnierr.InvalidEnvironment,
 		filepath.Join(t.TempDir(), "gone"): cnierr.UnknownContainer,
 	} {
 		if code, _ := cnierr.Code(CheckNetNS(path)); code != want {

@@ -42,7 +42,7 @@ func BenchmarkRootAddDel(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for range b.N {
-				if err := l.inHost(func() error {
+				if err := l.InHost(func() error {
 					if _, err := cni.AddNetworkList(ctx, list, r); err != nil {
 						return err
 					}

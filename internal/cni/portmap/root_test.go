@@ -16,7 +16,6 @@ package portmap
 // a client in "out" connects to the host's address and must reach the pod.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,13 +28,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/veth/vethtest"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/sysctl"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -57,75 +53,36 @@ const (
 	testRange6 = "fd00:231::/32"
 )
 
+// rootLab is a vethtest.Lab (its host namespace is the node) with the
+// pod and client namespaces wired to it.
 type rootLab struct {
-	t              testing.TB
-	host, ctr, out string
-	hostVeth       string
-	network        string
-	backend        string
-	cniPath        string
-	prev           *current.Result
+	*vethtest.Lab
+	t        testing.TB
+	ctr, out string
+	hostVeth string
+	network  string
+	backend  string
+	cniPath  string
+	prev     *current.Result
 }
 
-func addr(s string, bits int, nodad bool) *netlink.Addr {
-	ip := net.ParseIP(s)
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, len(ip.To16())*8)}}
-	if ip.To4() != nil {
-		a.IPNet.Mask = net.CIDRMask(bits, 32)
-	}
-	if nodad {
-		a.Flags = unix.IFA_F_NODAD
-	}
-	return a
-}
-
-// vethTo makes a veth pair: hostName in the host namespace, eth0 in peer,
-// with the given addresses, and a default route in peer via gw/gw6.
-func (l *rootLab) vethTo(peer, hostName string, hostAddrs []*netlink.Addr, peerAddrs []*netlink.Addr, gw, gw6 string) {
+// vethTo wires peer's eth0 to hostName in the host namespace, with the
+// given addresses, and a default route in peer via gw and gw6.
+func (l *rootLab) vethTo(peer, hostName string, hostAddrs, peerAddrs []string, gw, gw6 string) {
 	l.t.Helper()
-	peerNS, err := vnetns.GetFromPath(peer)
+	testutil.Wire(l.t, l.Host, hostName, hostAddrs, peer, "eth0", peerAddrs)
+	testutil.Run(l.t, "ip", "-n", testutil.NSName(peer), "route", "add", "default", "via", gw)
+	testutil.Run(l.t, "ip", "-n", testutil.NSName(peer), "-6", "route", "add", "default", "via", gw6)
+}
+
+// ipnet parses "ip/len" keeping the address.
+func ipnet(s string) net.IPNet {
+	ip, n, err := net.ParseCIDR(s)
 	if err != nil {
-		l.t.Fatal(err)
+		panic(err)
 	}
-	defer peerNS.Close()
-	err = netns.Do(l.host, func() error {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostName}, PeerName: "eth0", PeerNamespace: netlink.NsFd(peerNS)}
-		if err := netlink.LinkAdd(v); err != nil {
-			return fmt.Errorf("veth %s: %w", hostName, err)
-		}
-		for _, a := range hostAddrs {
-			if err := netlink.AddrAdd(v, a); err != nil {
-				return fmt.Errorf("address %s on %s: %w", a.IPNet, hostName, err)
-			}
-		}
-		return netlink.LinkSetUp(v)
-	})
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	err = netns.Do(peer, func() error {
-		e, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		for _, a := range peerAddrs {
-			if err := netlink.AddrAdd(e, a); err != nil {
-				return fmt.Errorf("address %s on eth0: %w", a.IPNet, err)
-			}
-		}
-		if err := netlink.LinkSetUp(e); err != nil {
-			return err
-		}
-		for _, g := range []string{gw, gw6} {
-			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: e.Attrs().Index, Gw: net.ParseIP(g)}); err != nil {
-				return fmt.Errorf("default route via %s: %w", g, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		l.t.Fatal(err)
-	}
+	n.IP = ip
+	return *n
 }
 
 func newRootLab(t testing.TB, backend string) *rootLab {
@@ -140,9 +97,9 @@ func newRootLab(t testing.TB, backend string) *rootLab {
 			t.Skipf("skipping: %s is not installed; run hack/deps.sh", tool)
 		}
 	}
-	l := &rootLab{t: t, host: testutil.NewNetNS(t), ctr: testutil.NewNetNS(t), out: testutil.NewNetNS(t),
+	l := &rootLab{Lab: vethtest.New(t, ""), t: t, ctr: testutil.NewNetNS(t), out: testutil.NewNetNS(t),
 		hostVeth: testutil.Name("fnpc"), network: testutil.Name("fnpm-"), backend: backend, cniPath: testutil.CNIPath(t)}
-	if err := netns.Do(l.host, func() error {
+	if err := l.InHost(func() error {
 		if err := sysctl.Set("net.ipv4.ip_forward", "1"); err != nil {
 			return err
 		}
@@ -150,12 +107,9 @@ func newRootLab(t testing.TB, backend string) *rootLab {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	l.vethTo(l.ctr, l.hostVeth,
-		[]*netlink.Addr{addr(hostCtr, 24, false), addr(hostCtr6, 64, true)},
-		[]*netlink.Addr{addr(ctrIP, 24, false), addr(ctrIP6, 64, true)}, hostCtr, hostCtr6)
-	l.vethTo(l.out, testutil.Name("fnpo"),
-		[]*netlink.Addr{addr(hostOut, 24, false), addr(hostOut2, 24, false), addr(hostOut6, 64, true)},
-		[]*netlink.Addr{addr(outIP, 24, false), addr(outIP6, 64, true)}, hostOut, hostOut6)
+	l.vethTo(l.ctr, l.hostVeth, []string{hostCtr + "/24", hostCtr6 + "/64"}, []string{ctrIP + "/24", ctrIP6 + "/64"}, hostCtr, hostCtr6)
+	l.vethTo(l.out, testutil.Name("fnpo"), []string{hostOut + "/24", hostOut2 + "/24", hostOut6 + "/64"},
+		[]string{outIP + "/24", outIP6 + "/64"}, hostOut, hostOut6)
 
 	testutil.EchoServer(t, l.ctr, ":80", "ctr")
 	udpEcho(t, l.ctr, ":5353", "ctr-udp")
@@ -164,8 +118,8 @@ func newRootLab(t testing.TB, backend string) *rootLab {
 		CNIVersion: "1.1.0",
 		Interfaces: []*current.Interface{{Name: l.hostVeth}, {Name: "eth0", Sandbox: l.ctr}},
 		IPs: []*current.IPConfig{
-			{Interface: current.Int(1), Address: *addr(ctrIP, 24, false).IPNet},
-			{Interface: current.Int(1), Address: *addr(ctrIP6, 64, false).IPNet},
+			{Interface: current.Int(1), Address: ipnet(ctrIP + "/24")},
+			{Interface: current.Int(1), Address: ipnet(ctrIP6 + "/64")},
 		},
 	}
 	return l
@@ -266,12 +220,8 @@ func rt(id string, ns string, maps ...pm) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: id, NetNS: ns, IfName: "eth0", CapabilityArgs: map[string]any{"portMappings": maps}}
 }
 
-// inHost runs fn in the host namespace: the plugin processes libcni starts
-// inherit it.
-func (l *rootLab) inHost(fn func() error) error { return netns.Do(l.host, fn) }
-
 func (l *rootLab) sh(argv ...string) (string, error) {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", testutil.NSName(l.host)}, argv...)...).CombinedOutput()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", testutil.NSName(l.Host)}, argv...)...).CombinedOutput()
 	return string(out), err
 }
 
@@ -331,14 +281,6 @@ func (l *rootLab) wantUDP(from, addr string, lport int, want string) {
 	}
 }
 
-func cniCode(err error) uint {
-	var te *types.Error
-	if errors.As(err, &te) {
-		return te.Code
-	}
-	return 0
-}
-
 func TestRootPortmap(t *testing.T) {
 	for _, backend := range []string{"nftables", "iptables"} {
 		t.Run(backend, func(t *testing.T) { testRootPortmap(t, backend) })
@@ -347,9 +289,7 @@ func TestRootPortmap(t *testing.T) {
 
 func testRootPortmap(t *testing.T, backend string) {
 	l := newRootLab(t, backend)
-	ctx := context.Background()
-	cni := libcni.NewCNIConfigWithCacheDir([]string{l.cniPath}, t.TempDir(), nil)
-	list := l.list(nil)
+	pl := l.WithList(l.list(nil))
 	maps := []pm{
 		{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"},
 		{HostPort: 5353, ContainerPort: 5353, Protocol: "udp"},
@@ -364,8 +304,8 @@ func testRootPortmap(t *testing.T, backend string) {
 	}
 	_, _ = udpAsk(l.out, net.JoinHostPort(hostOut, "5353"), 40053) // no listener on the host: no answer
 
-	var res types.Result
-	if err := l.inHost(func() (err error) { res, err = cni.AddNetworkList(ctx, list, r); return }); err != nil {
+	res, err := pl.AddRaw(r)
+	if err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
 	got, err := current.GetResult(res)
@@ -384,9 +324,9 @@ func testRootPortmap(t *testing.T, backend string) {
 
 	// From the host itself: its own address, and 127.0.0.1 (masqueraded
 	// to the address facing the pod, through route_localnet).
-	l.wantAnswer(l.host, net.JoinHostPort(hostOut, "8080"), "ctr "+hostOut)
-	l.wantAnswer(l.host, "127.0.0.1:8080", "ctr "+hostCtr)
-	if err := l.inHost(func() error {
+	l.wantAnswer(l.Host, net.JoinHostPort(hostOut, "8080"), "ctr "+hostOut)
+	l.wantAnswer(l.Host, "127.0.0.1:8080", "ctr "+hostCtr)
+	if err := l.InHost(func() error {
 		v, err := sysctl.Get("net.ipv4.conf." + l.hostVeth + ".route_localnet")
 		if err == nil && v != "1" {
 			err = fmt.Errorf("route_localnet on %s is %s", l.hostVeth, v)
@@ -406,16 +346,16 @@ func testRootPortmap(t *testing.T, backend string) {
 	l.wantNoAnswer(l.out, net.JoinHostPort(hostOut6, "8081"))
 	l.wantAnswer(l.out, net.JoinHostPort(hostOut2, "8080"), "ctr "+outIP)
 
-	if err := l.inHost(func() error { return cni.CheckNetworkList(ctx, list, r) }); err != nil {
+	if err := pl.CheckRT(r); err != nil {
 		t.Fatalf("CHECK: %v", err)
 	}
-	if err := l.inHost(func() error { return cni.GetStatusNetworkList(ctx, list) }); err != nil {
+	if err := pl.Status(); err != nil {
 		t.Fatalf("STATUS: %v", err)
 	}
 
 	// ADD is idempotent on the real kernel too.
 	before := l.ruleset()
-	if err := l.inHost(func() (err error) { _, err = cni.AddNetworkList(ctx, list, r); return }); err != nil {
+	if _, err := pl.AddRaw(r); err != nil {
 		t.Fatalf("second ADD: %v", err)
 	}
 	if after := l.ruleset(); after != before {
@@ -437,26 +377,26 @@ func testRootPortmap(t *testing.T, backend string) {
 	if out, err := l.sh(tamper...); err != nil {
 		t.Fatalf("%v: %v\n%s", tamper, err, out)
 	}
-	err = l.inHost(func() error { return cni.CheckNetworkList(ctx, list, r) })
-	if cniCode(err) != cnierr.CheckFailed {
+	err = pl.CheckRT(r)
+	if vethtest.Code(err) != cnierr.CheckFailed {
 		t.Fatalf("CHECK after tampering: %v, want code 106", err)
 	}
 	l.wantNoAnswer(l.out, net.JoinHostPort(hostOut, "8080"))
 
 	// DEL: the attachment's rules go, ports stop answering; DEL twice is
 	// fine.
-	if err := l.inHost(func() error { return cni.DelNetworkList(ctx, list, r) }); err != nil {
+	if err := pl.DelRT(r); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	if rs := l.ruleset(); attachmentRules(rs) != "" {
 		t.Fatalf("attachment rules left after DEL:\n%s", rs)
 	}
 	l.wantNoAnswer(l.out, net.JoinHostPort(hostOut, "8080"))
-	l.wantNoAnswer(l.host, "127.0.0.1:8080")
+	l.wantNoAnswer(l.Host, "127.0.0.1:8080")
 	if _, err := udpAsk(l.out, net.JoinHostPort(hostOut, "5353"), 0); err == nil {
 		t.Fatal("UDP still answered after DEL")
 	}
-	if err := l.inHost(func() error { return cni.DelNetworkList(ctx, list, r) }); err != nil {
+	if err := pl.DelRT(r); err != nil {
 		t.Fatalf("second DEL: %v", err)
 	}
 }
@@ -469,26 +409,23 @@ func TestRootGC(t *testing.T) {
 
 func testRootGC(t *testing.T, backend string) {
 	l := newRootLab(t, backend)
-	ctx := context.Background()
-	list := l.list(nil)
 	keep := rt("keep", l.ctr, pm{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"})
 	stale := rt("stale", l.ctr, pm{HostPort: 9090, ContainerPort: 80, Protocol: "tcp"})
 	// Separate caches: libcni must not know "stale", or its GC would
 	// send a DEL for it and the plugin's own GC would not be tested.
-	cniKeep := libcni.NewCNIConfigWithCacheDir([]string{l.cniPath}, t.TempDir(), nil)
-	cniStale := libcni.NewCNIConfigWithCacheDir([]string{l.cniPath}, t.TempDir(), nil)
+	labKeep := l.WithList(l.list(nil)).WithCache()
+	labStale := l.WithList(l.list(nil)).WithCache()
 	for _, c := range []struct {
-		cni *libcni.CNIConfig
+		lab *vethtest.Lab
 		rt  *libcni.RuntimeConf
-	}{{cniKeep, keep}, {cniStale, stale}} {
-		if err := l.inHost(func() (err error) { _, err = c.cni.AddNetworkList(ctx, list, c.rt); return }); err != nil {
+	}{{labKeep, keep}, {labStale, stale}} {
+		if _, err := c.lab.AddRaw(c.rt); err != nil {
 			t.Fatalf("ADD %s: %v", c.rt.ContainerID, err)
 		}
 	}
 	l.wantAnswer(l.out, net.JoinHostPort(hostOut, "9090"), "ctr "+outIP)
 
-	gc := &libcni.GCArgs{ValidAttachments: []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}}}
-	if err := l.inHost(func() error { return cniKeep.GCNetworkList(ctx, list, gc) }); err != nil {
+	if err := labKeep.GC("keep"); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	l.wantNoAnswer(l.out, net.JoinHostPort(hostOut, "9090"))
@@ -499,7 +436,7 @@ func testRootGC(t *testing.T, backend string) {
 		t.Fatalf("after GC (stale %s, keep %s):\n%s", staleID, keepID, rs)
 	}
 	// GC with nothing valid leaves no rule at all.
-	if err := l.inHost(func() error { return cniKeep.GCNetworkList(ctx, list, &libcni.GCArgs{}) }); err != nil {
+	if err := labKeep.GCArgs(&libcni.GCArgs{}); err != nil {
 		t.Fatalf("GC all: %v", err)
 	}
 	if rs := l.ruleset(); rs != "" {
@@ -526,7 +463,7 @@ func TestRootFallback(t *testing.T) {
 	stdin, _ := json.Marshal(conf)
 	run := func(cmd string) (string, string) {
 		var stdout, stderr strings.Builder
-		err := l.inHost(func() error {
+		err := l.InHost(func() error {
 			c := exec.Command(filepath.Join(l.cniPath, "portmap"))
 			c.Env = []string{"PATH=" + bin, "CNI_COMMAND=" + cmd, "CNI_CONTAINERID=ctr1", "CNI_NETNS=" + l.ctr,
 				"CNI_IFNAME=eth0", "CNI_PATH=" + l.cniPath}

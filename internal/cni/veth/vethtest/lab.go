@@ -1,6 +1,7 @@
-// Package vethtest holds root-test helpers for the veth-based plugins
-// (bridge, ptp): a test "host" namespace driving the plugins through
-// libcni with its own cache and host-local dataDir, and traffic checks
+// Package vethtest holds the root-test helpers of the CNI plugins (bridge,
+// ptp, macvlan, bandwidth, portmap and the end-to-end tests): a test
+// "host" namespace driving the plugins through libcni with its own cache
+// and host-local dataDir, readers of namespace state, and traffic checks
 // done with Go sockets opened inside namespaces (no ping binary needed).
 package vethtest
 
@@ -30,30 +31,49 @@ import (
 // Lab is one test's world: a host namespace standing in for the node, a
 // libcni instance with its own cache dir, and a host-local dataDir.
 type Lab struct {
-	T       testing.TB
-	Host    string
-	CNI     *libcni.CNIConfig
-	List    *libcni.NetworkConfigList
-	DataDir string
+	T        testing.TB
+	Host     string
+	CNI      *libcni.CNIConfig
+	CacheDir string // CNI's cache dir
+	List     *libcni.NetworkConfigList
+	DataDir  string
 }
 
-// New parses conf (a conflist, or a single plugin config) after replacing
-// @DATADIR@ with the lab's dataDir.
+// New parses conf (a conflist, or a single plugin config, as libcni-based
+// runtimes load them) after replacing @DATADIR@ with the lab's dataDir.
+// With conf "", give each call its list with WithList.
 func New(t testing.TB, conf string) *Lab {
 	t.Helper()
 	testutil.RequireRoot(t)
-	l := &Lab{T: t, Host: testutil.NewNetNS(t), DataDir: t.TempDir()}
-	l.List = l.parse(conf)
-	l.CNI = libcni.NewCNIConfigWithCacheDir([]string{testutil.CNIPath(t)}, t.TempDir(), nil)
+	l := &Lab{T: t, Host: testutil.NewNetNS(t), DataDir: t.TempDir(), CacheDir: t.TempDir()}
+	if conf != "" {
+		l.List = l.parse(conf)
+	}
+	l.CNI = libcni.NewCNIConfigWithCacheDir([]string{testutil.CNIPath(t)}, l.CacheDir, nil)
 	return l
+}
+
+// WithCache returns a lab like l with a libcni cache of its own (libcni's
+// GC sends DEL for what its cache knows; a separate cache keeps an
+// attachment for the plugin's own GC to find).
+func (l *Lab) WithCache() *Lab {
+	o := *l
+	o.CacheDir = l.T.TempDir()
+	o.CNI = libcni.NewCNIConfigWithCacheDir([]string{testutil.CNIPath(l.T)}, o.CacheDir, nil)
+	return &o
 }
 
 // WithConf returns a lab sharing l's host namespace, libcni cache and
 // dataDir, for another network config.
 func (l *Lab) WithConf(conf string) *Lab {
 	l.T.Helper()
+	return l.WithList(l.parse(conf))
+}
+
+// WithList is WithConf for a parsed config.
+func (l *Lab) WithList(list *libcni.NetworkConfigList) *Lab {
 	o := *l
-	o.List = l.parse(conf)
+	o.List = list
 	return &o
 }
 
@@ -94,16 +114,26 @@ func (l *Lab) Add(id, nsPath string) (*current.Result, error) {
 
 // AddRT runs ADD with a full runtime config.
 func (l *Lab) AddRT(rt *libcni.RuntimeConf) (*current.Result, error) {
+	res, err := l.AddRaw(rt)
+	if err != nil {
+		return nil, err
+	}
+	return current.NewResultFromResult(res)
+}
+
+// AddRaw is AddRT returning the result in the version the config asked
+// for.
+func (l *Lab) AddRaw(rt *libcni.RuntimeConf) (types.Result, error) {
 	var res types.Result
 	err := l.InHost(func() error {
 		var err error
 		res, err = l.CNI.AddNetworkList(context.Background(), l.List, rt)
 		return err
 	})
-	if err != nil {
-		return nil, err
+	if err == nil && res == nil {
+		err = fmt.Errorf("ADD %s returned no result and no error", rt.ContainerID)
 	}
-	return current.NewResultFromResult(res)
+	return res, err
 }
 
 // MustAdd is Add that fails the test on error.
@@ -117,13 +147,19 @@ func (l *Lab) MustAdd(id, nsPath string) *current.Result {
 }
 
 // Del runs DEL.
-func (l *Lab) Del(id, nsPath string) error {
-	return l.InHost(func() error { return l.CNI.DelNetworkList(context.Background(), l.List, RT(id, nsPath)) })
+func (l *Lab) Del(id, nsPath string) error { return l.DelRT(RT(id, nsPath)) }
+
+// DelRT runs DEL with a full runtime config.
+func (l *Lab) DelRT(rt *libcni.RuntimeConf) error {
+	return l.InHost(func() error { return l.CNI.DelNetworkList(context.Background(), l.List, rt) })
 }
 
 // Check runs CHECK.
-func (l *Lab) Check(id, nsPath string) error {
-	return l.InHost(func() error { return l.CNI.CheckNetworkList(context.Background(), l.List, RT(id, nsPath)) })
+func (l *Lab) Check(id, nsPath string) error { return l.CheckRT(RT(id, nsPath)) }
+
+// CheckRT runs CHECK with a full runtime config.
+func (l *Lab) CheckRT(rt *libcni.RuntimeConf) error {
+	return l.InHost(func() error { return l.CNI.CheckNetworkList(context.Background(), l.List, rt) })
 }
 
 // GC runs GC with the given valid container IDs (ifname eth0).
@@ -132,9 +168,12 @@ func (l *Lab) GC(valid ...string) error {
 	for _, id := range valid {
 		atts = append(atts, types.GCAttachment{ContainerID: id, IfName: "eth0"})
 	}
-	return l.InHost(func() error {
-		return l.CNI.GCNetworkList(context.Background(), l.List, &libcni.GCArgs{ValidAttachments: atts})
-	})
+	return l.GCArgs(&libcni.GCArgs{ValidAttachments: atts})
+}
+
+// GCArgs runs GC with full arguments.
+func (l *Lab) GCArgs(args *libcni.GCArgs) error {
+	return l.InHost(func() error { return l.CNI.GCNetworkList(context.Background(), l.List, args) })
 }
 
 // Status runs STATUS.
@@ -197,7 +236,7 @@ func Addrs(t testing.TB, ns, ifName string) []string {
 // NFT returns ns's nftables ruleset as text.
 func NFT(t testing.TB, ns string) string {
 	t.Helper()
-	return testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "nft", "list", "ruleset")
+	return testutil.RunIn(t, ns, "nft", "list", "ruleset")
 }
 
 // Sysctl reads a sysctl in ns.
@@ -347,11 +386,6 @@ func MustExchange(t testing.TB, ns string, dst *net.UDPAddr) {
 func Outside(t testing.TB, host string, hostIP, outsideIP string) string {
 	t.Helper()
 	out := testutil.NewNetNS(t)
-	name := testutil.Name("fno")
-	testutil.Run(t, "ip", "-n", testutil.NSName(host), "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", testutil.NSName(out))
-	testutil.Run(t, "ip", "-n", testutil.NSName(host), "addr", "add", hostIP+"/30", "dev", name)
-	testutil.Run(t, "ip", "-n", testutil.NSName(host), "link", "set", name, "up")
-	testutil.Run(t, "ip", "-n", testutil.NSName(out), "addr", "add", outsideIP+"/30", "dev", "eth0")
-	testutil.Run(t, "ip", "-n", testutil.NSName(out), "link", "set", "eth0", "up")
+	testutil.Wire(t, host, testutil.Name("fno"), []string{hostIP + "/30"}, out, "eth0", []string{outsideIP + "/30"})
 	return out
 }
