@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build install-cni test test-unit lint fuzz bench-cni clean
+.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni clean
 
 all: build
 
@@ -17,6 +17,12 @@ deps:
 build:
 	@mkdir -p bin
 	go build -ldflags '$(LDFLAGS)' -o bin/flatnet-cni ./cmd/flatnet-cni
+	go build -ldflags '$(LDFLAGS)' -o bin/flatnet ./cmd/flatnet
+
+# k8s: upstream kube-apiserver, kubectl and etcd for the lab, built from the
+# Go module proxy into a cache outside git (minutes the first time).
+k8s:
+	hack/build-k8s.sh
 
 # install-cni: the multi-call binary under every plugin name (a contract).
 install-cni: build

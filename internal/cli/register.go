@@ -1,0 +1,8 @@
+package cli
+
+// Subcommands, one line each. Packages: internal/lab (lab), internal/agent
+// (agent), internal/controller (controller), internal/netexec (netexec),
+// internal/agent/runtime (the hidden container-init helper).
+func init() {
+	subcommands = append(subcommands)
+}

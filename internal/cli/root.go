@@ -1,0 +1,55 @@
+// Package cli assembles the flatnet command tree. Each subcommand lives in
+// the package of its idea and exports NewCommand; this package only wires
+// them together.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flatnet/flatnet/internal/cni/plugin"
+)
+
+// ExitError carries a specific process exit code (for `lab exec`, whose
+// command's exit code passes through).
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// ExitCode maps an error from Execute to the process exit code.
+func ExitCode(err error) int {
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return 1
+}
+
+// subcommands is filled by register.go so that packages can be added
+// without touching NewRoot.
+var subcommands []func() *cobra.Command
+
+// NewRoot returns the flatnet root command.
+func NewRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "flatnet",
+		Short:         "flatnet: Kubernetes networking (CNI, routing, services, DNS, policy) and a lab to try it",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	root.SetErr(os.Stderr)
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the flatnet version",
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "flatnet %s\n", plugin.Version)
+		},
+	})
+	for _, f := range subcommands {
+		root.AddCommand(f())
+	}
+	return root
+}
