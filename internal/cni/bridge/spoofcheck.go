@@ -17,8 +17,6 @@ package bridge
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"slices"
@@ -49,19 +47,10 @@ func newSpoofChecker() (*spoofChecker, error) {
 	return &spoofChecker{nft: r}, nil
 }
 
-func shortHash(n int, parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))[:n]
-}
-
-func spoofNetPrefix(network string) string { return "s-" + shortHash(10, network) + "-" }
+func spoofNetPrefix(network string) string { return "s-" + nft.Hash(10, network) + "-" }
 
 func spoofChain(network, containerID, ifName string) string {
-	return spoofNetPrefix(network) + shortHash(16, containerID, ifName)
+	return spoofNetPrefix(network) + nft.Hash(16, containerID, ifName)
 }
 
 func quoteIf(name string) string { return `"` + name + `"` }
@@ -98,85 +87,48 @@ func trunc(s string) string {
 func (s *spoofChecker) Setup(ctx context.Context, network, containerID, ifName, port string, mac net.HardwareAddr) error {
 	chain := spoofChain(network, containerID, ifName)
 	desc := fmt.Sprintf("net: %s, if: %s, id: %s", network, ifName, containerID)
-	baseDone, evicted := false, false
-	for {
-		tx := s.nft.NewTransaction()
-		spoofAttachTx(tx, chain, desc, port, mac)
-		err := s.nft.Run(ctx, tx)
-		switch {
-		case err == nil:
-			return nil
-		case nft.IsNotFound(err) && !baseDone:
-			tx := s.nft.NewTransaction()
-			spoofBaseTx(tx)
-			if err := s.nft.Run(ctx, tx); err != nil {
-				return fmt.Errorf("macspoofchk: creating nftables table bridge %s: %w", spoofTable, err)
-			}
-			baseDone = true
-		case nft.IsExists(err) && !evicted:
-			// A stale element for a reused port name.
-			elems, err := s.elements(ctx)
-			if err != nil {
-				return err
-			}
-			stale := map[string]bool{}
-			for _, e := range elems {
-				if unquote(e.Key[0]) == port && target(e) != chain {
-					stale[target(e)] = true
-				}
-			}
-			if err := s.purge(ctx, stale, elems); err != nil {
-				return err
-			}
-			evicted = true
-		default:
-			return fmt.Errorf("macspoofchk: installing rules for %s: %w", desc, err)
+	// A stale element for a reused port name is evicted.
+	evict := func() error {
+		elems, err := s.elements(ctx)
+		if err != nil {
+			return err
 		}
+		stale := map[string]bool{}
+		for _, e := range elems {
+			if unquote(e.Key[0]) == port && nft.Target(e) != chain {
+				stale[nft.Target(e)] = true
+			}
+		}
+		return s.purge(ctx, stale, elems)
 	}
+	err := nft.Install(ctx, s.nft, func(tx *knftables.Transaction) { spoofAttachTx(tx, chain, desc, port, mac) }, spoofBaseTx, evict)
+	if err != nil {
+		return fmt.Errorf("macspoofchk: installing rules for %s in nftables table bridge %s: %w", desc, spoofTable, err)
+	}
+	return nil
 }
 
 func unquote(s string) string { return strings.Trim(s, `"`) }
 
-func target(e *knftables.Element) string {
-	if len(e.Value) == 1 && strings.HasPrefix(e.Value[0], "goto ") {
-		return strings.TrimPrefix(e.Value[0], "goto ")
-	}
-	return ""
-}
-
+// elements lists the port map, keys quoted as nft wants them back (the
+// fake keeps them as written, nft's JSON unquotes them).
 func (s *spoofChecker) elements(ctx context.Context) ([]*knftables.Element, error) {
 	elems, err := s.nft.ListElements(ctx, "map", spoofMap)
 	if err != nil && !nft.IsNotFound(err) {
 		return nil, fmt.Errorf("macspoofchk: listing map %s: %w", spoofMap, err)
 	}
-	return elems, nil
+	out := make([]*knftables.Element, 0, len(elems))
+	for _, e := range elems {
+		if len(e.Key) == 1 {
+			out = append(out, &knftables.Element{Map: spoofMap, Key: []string{quoteIf(unquote(e.Key[0]))}, Value: e.Value})
+		}
+	}
+	return out, nil
 }
 
 func (s *spoofChecker) purge(ctx context.Context, chains map[string]bool, elems []*knftables.Element) error {
-	if len(chains) == 0 {
-		return nil
-	}
-	existing, err := s.nft.List(ctx, "chain")
-	if err != nil && !nft.IsNotFound(err) {
-		return fmt.Errorf("macspoofchk: listing chains: %w", err)
-	}
-	tx := s.nft.NewTransaction()
-	for _, e := range elems {
-		if chains[target(e)] {
-			tx.Delete(&knftables.Element{Map: spoofMap, Key: []string{quoteIf(unquote(e.Key[0]))}})
-		}
-	}
-	for _, c := range existing {
-		if chains[c] {
-			tx.Flush(&knftables.Chain{Name: c})
-			tx.Delete(&knftables.Chain{Name: c})
-		}
-	}
-	if tx.NumOperations() == 0 {
-		return nil
-	}
-	if err := s.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("macspoofchk: removing chains: %w", err)
+	if err := nft.Purge(ctx, s.nft, chains, elems); err != nil {
+		return fmt.Errorf("macspoofchk: %w", err)
 	}
 	return nil
 }
@@ -224,7 +176,7 @@ func (s *spoofChecker) Check(ctx context.Context, network, containerID, ifName, 
 	}
 	ok := false
 	for _, e := range elems {
-		ok = ok || (unquote(e.Key[0]) == port && target(e) == chain)
+		ok = ok || (unquote(e.Key[0]) == port && nft.Target(e) == chain)
 	}
 	if !ok {
 		problems = append(problems, fmt.Sprintf("port %s is not sent to chain %s", port, chain))

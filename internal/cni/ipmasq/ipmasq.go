@@ -47,15 +47,17 @@
 //     deletes its elements and chain in one transaction, and falls back to
 //     reading the table (which elements point at my chain?) when that
 //     transaction fails, so it never removes an element it does not own.
+//
+// nft.Install and nft.Purge (internal/nft/attach.go) implement the add-only
+// ADD and the one-transaction removal; bridge's macspoofchk uses them too.
 package ipmasq
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -90,24 +92,15 @@ func (a Attachment) String() string {
 	return fmt.Sprintf("net: %s, if: %s, id: %s", a.Network, a.IfName, a.ContainerID)
 }
 
-func hash(n int, parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))[:n]
-}
-
 // NetworkPrefix is the chain-name prefix shared by every attachment of
 // network.
 func NetworkPrefix(network string) string {
-	return chainPrefix + hash(10, network) + "-"
+	return chainPrefix + nft.Hash(10, network) + "-"
 }
 
 // ChainName is the name of a's chain.
 func ChainName(a Attachment) string {
-	return NetworkPrefix(a.Network) + hash(16, a.ContainerID, a.IfName)
+	return NetworkPrefix(a.Network) + nft.Hash(16, a.ContainerID, a.IfName)
 }
 
 // Masq manages the masquerade rules through an nftables interface.
@@ -247,29 +240,16 @@ func (m *Masq) Setup(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 	if len(v4)+len(v6) == 0 {
 		return nil
 	}
-	baseDone, evicted := false, false
-	for {
-		tx := m.nft.NewTransaction()
-		addAttachment(tx, a, v4, v6)
-		err := m.nft.Run(ctx, tx)
-		switch {
-		case err == nil:
-			return nil
-		case nft.IsNotFound(err) && !baseDone:
-			// First use in this namespace (or someone deleted our table).
-			if err := m.ensureBase(ctx); err != nil {
-				return err
-			}
-			baseDone = true
-		case nft.IsExists(err) && !evicted:
-			if err := m.evict(ctx, a, v4, v6); err != nil {
-				return err
-			}
-			evicted = true
-		default:
-			return fmt.Errorf("installing ipMasq rules for %s in nftables table inet %s: %w", a, Table, err)
-		}
+	// The base is written when the table is missing: first use in this
+	// namespace (or someone deleted our table).
+	err = nft.Install(ctx, m.nft,
+		func(tx *knftables.Transaction) { addAttachment(tx, a, v4, v6) },
+		addBase,
+		func() error { return m.evict(ctx, a, v4, v6) })
+	if err != nil {
+		return fmt.Errorf("installing ipMasq rules for %s in nftables table inet %s: %w", a, Table, err)
 	}
+	return nil
 }
 
 func (m *Masq) ensureBase(ctx context.Context) error {
@@ -295,25 +275,11 @@ func (m *Masq) evict(ctx context.Context, a Attachment, v4, v6 []netip.Prefix) e
 	}
 	stale := map[string]bool{}
 	for _, e := range elems {
-		if c := target(e); want[e.Key[0]] && c != "" && c != mine {
+		if c := nft.Target(e); want[e.Key[0]] && c != "" && c != mine {
 			stale[c] = true
 		}
 	}
 	return m.purge(ctx, stale, elems)
-}
-
-// target returns the chain a map element jumps to, or "".
-func target(e *knftables.Element) string {
-	if len(e.Value) != 1 || len(e.Key) != 1 {
-		return ""
-	}
-	v := e.Value[0]
-	for _, p := range []string{"goto ", "jump "} {
-		if strings.HasPrefix(v, p) {
-			return strings.TrimPrefix(v, p)
-		}
-	}
-	return ""
 }
 
 // elements lists both maps (missing maps are empty).
@@ -335,41 +301,10 @@ func (m *Masq) elements(ctx context.Context) ([]*knftables.Element, error) {
 // purge deletes chains and every map element pointing to them, in one
 // transaction. elems is the current content of both maps.
 func (m *Masq) purge(ctx context.Context, chains map[string]bool, elems []*knftables.Element) error {
-	if len(chains) == 0 {
-		return nil
-	}
-	existing, err := m.nft.List(ctx, "chain")
-	if err != nil && !nft.IsNotFound(err) {
-		return fmt.Errorf("listing chains of inet %s: %w", Table, err)
-	}
-	tx := m.nft.NewTransaction()
-	for _, e := range elems {
-		if chains[target(e)] {
-			tx.Delete(&knftables.Element{Map: e.Map, Key: e.Key})
-		}
-	}
-	for _, c := range existing {
-		if chains[c] {
-			tx.Flush(&knftables.Chain{Name: c})
-			tx.Delete(&knftables.Chain{Name: c})
-		}
-	}
-	if tx.NumOperations() == 0 {
-		return nil
-	}
-	if err := m.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("removing ipMasq chains %s from inet %s: %w", strings.Join(sorted(chains), ", "), Table, err)
+	if err := nft.Purge(ctx, m.nft, chains, elems); err != nil {
+		return fmt.Errorf("ipMasq in nftables table inet %s: %w", Table, err)
 	}
 	return nil
-}
-
-func sorted(set map[string]bool) []string {
-	var out []string
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Teardown removes a's rules. addrs are the addresses Setup was given, if
@@ -402,7 +337,7 @@ func (m *Masq) Teardown(ctx context.Context, a Attachment, addrs []netip.Prefix)
 		}
 		return fmt.Errorf("listing chains of inet %s: %w", Table, err)
 	}
-	if !contains(chains, chain) {
+	if !slices.Contains(chains, chain) {
 		// Elements only ever point to existing chains: nothing is ours.
 		return nil
 	}
@@ -411,15 +346,6 @@ func (m *Masq) Teardown(ctx context.Context, a Attachment, addrs []netip.Prefix)
 		return err
 	}
 	return m.purge(ctx, map[string]bool{chain: true}, elems)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Check verifies that a's rules and map elements are installed for
@@ -460,7 +386,7 @@ func (m *Masq) Check(ctx context.Context, a Attachment, addrs []netip.Prefix) er
 	byKey := map[string]string{}
 	for _, e := range elems {
 		if len(e.Key) == 1 {
-			byKey[e.Map+" "+e.Key[0]] = target(e)
+			byKey[e.Map+" "+e.Key[0]] = nft.Target(e)
 		}
 	}
 	for _, fam := range []struct {

@@ -25,15 +25,16 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/ipt"
+	"github.com/flatnet/flatnet/internal/nft"
 )
 
 // IPTChainName is a's chain in the nat table (at most 28 characters).
 func IPTChainName(a Attachment) string {
-	return IPTNetworkPrefix(a.Network) + hash(12, a.ContainerID, a.IfName)
+	return IPTNetworkPrefix(a.Network) + nft.Hash(12, a.ContainerID, a.IfName)
 }
 
 // IPTNetworkPrefix starts the chain names of network's attachments.
-func IPTNetworkPrefix(network string) string { return "FNMQ-" + hash(8, network) + "-" }
+func IPTNetworkPrefix(network string) string { return "FNMQ-" + nft.Hash(8, network) + "-" }
 
 // IPTables is the iptables masquerade backend.
 type IPTables struct {
