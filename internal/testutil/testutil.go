@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -159,4 +160,18 @@ func Main(m *testing.M) {
 		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
+}
+
+// CIDR parses "ip/len" keeping the address (not the network), IPv4 in its
+// 4-byte form; it panics on a bad literal.
+func CIDR(s string) net.IPNet {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	if ip.To4() != nil {
+		ip = ip.To4()
+	}
+	n.IP = ip
+	return *n
 }

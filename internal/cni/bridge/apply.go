@@ -13,6 +13,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ifconf"
+	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/sysctl"
@@ -249,17 +250,7 @@ func ensureGateways(n *NetConf, link netlink.Link, p *addrPlan) error {
 		}
 		existing[fam] = have
 	}
-	if p.Forward4 {
-		if err := sysctl.Set("net.ipv4.ip_forward", "1"); err != nil {
-			return fmt.Errorf("enabling IPv4 forwarding: %w", err)
-		}
-	}
-	if p.Forward6 {
-		if err := sysctl.Set("net.ipv6.conf.all.forwarding", "1"); err != nil {
-			return fmt.Errorf("enabling IPv6 forwarding: %w", err)
-		}
-	}
-	return nil
+	return mainplugin.EnableForwarding(p.Forward4, p.Forward6)
 }
 
 func remove(list []net.IPNet, x net.IPNet) []net.IPNet {

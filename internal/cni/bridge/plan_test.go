@@ -12,19 +12,11 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
-func cidr(s string) net.IPNet {
-	ip, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	if ip.To4() != nil {
-		ip = ip.To4()
-	}
-	n.IP = ip
-	return *n
-}
+var cidr = testutil.CIDR
 
 func ipnet(s string) *net.IPNet { n := cidr(s); return &n }
 

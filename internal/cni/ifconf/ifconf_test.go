@@ -17,13 +17,7 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-func cidr(s string) net.IPNet {
-	_, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	return *n
-}
+var cidr = testutil.CIDR
 
 func TestNetlinkRoute(t *testing.T) {
 	gw4, gw6 := net.ParseIP("10.1.0.1"), net.ParseIP("fd00:1::1")

@@ -5,6 +5,7 @@
 package mainplugin
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/cni/veth"
+	"github.com/flatnet/flatnet/internal/sysctl"
 )
 
 // ContainerIface returns prevResult's entry for the container interface
@@ -138,6 +140,22 @@ func HasRoute(have []netlink.Route, dst net.IPNet, gw net.IP) bool {
 		}
 	}
 	return false
+}
+
+// EnableForwarding turns on forwarding (in the calling thread's netns) for
+// the families that need it.
+func EnableForwarding(v4, v6 bool) error {
+	if v4 {
+		if err := sysctl.Set("net.ipv4.ip_forward", "1"); err != nil {
+			return fmt.Errorf("enabling IPv4 forwarding: %w", err)
+		}
+	}
+	if v6 {
+		if err := sysctl.Set("net.ipv6.conf.all.forwarding", "1"); err != nil {
+			return fmt.Errorf("enabling IPv6 forwarding: %w", err)
+		}
+	}
+	return nil
 }
 
 // FirstIP is the subnet's first host address (network + 1).

@@ -8,19 +8,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
+
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
-func cidr(s string) net.IPNet {
-	ip, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	if ip.To4() != nil {
-		ip = ip.To4()
-	}
-	n.IP = ip
-	return *n
-}
+var cidr = testutil.CIDR
 
 func TestFirstIP(t *testing.T) {
 	for in, want := range map[string]string{

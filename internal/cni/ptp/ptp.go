@@ -154,17 +154,7 @@ func configureHost(pair *veth.Pair, p *plan) error {
 			return fmt.Errorf("adding route %s dev %s: %w", dst.String(), pair.HostName, err)
 		}
 	}
-	if p.Forward4 {
-		if err := sysctl.Set("net.ipv4.ip_forward", "1"); err != nil {
-			return fmt.Errorf("enabling IPv4 forwarding: %w", err)
-		}
-	}
-	if p.Forward6 {
-		if err := sysctl.Set("net.ipv6.conf.all.forwarding", "1"); err != nil {
-			return fmt.Errorf("enabling IPv6 forwarding: %w", err)
-		}
-	}
-	return nil
+	return mainplugin.EnableForwarding(p.Forward4, p.Forward6)
 }
 
 // masqAddrs returns the container addresses with their subnet lengths for

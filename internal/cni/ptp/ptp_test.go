@@ -13,19 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
-func cidr(s string) net.IPNet {
-	ip, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	if ip.To4() != nil {
-		ip = ip.To4()
-	}
-	n.IP = ip
-	return *n
-}
+var cidr = testutil.CIDR
 
 func TestLoad(t *testing.T) {
 	for _, tc := range []struct {
