@@ -7,7 +7,6 @@ package bandwidth
 // prevResult. Nothing touches the machine's own namespace.
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -89,15 +88,7 @@ func (l *lab) list(p *pod, static map[string]any) *libcni.NetworkConfigList {
 	if p != nil {
 		plug["prevResult"] = p.prev
 	}
-	b, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": l.network, "plugins": []any{plug}})
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	list, err := libcni.NetworkConfFromBytes(b)
-	if err != nil {
-		l.t.Fatalf("conflist: %v\n%s", err, b)
-	}
-	return list
+	return vethtest.ConfList(l.t, l.network, plug)
 }
 
 func (l *lab) rt(p *pod, caps map[string]any) *libcni.RuntimeConf {
@@ -622,21 +613,10 @@ func TestChainedAfterPtp(t *testing.T) {
 	const subnet = "10.231.1.0/24"
 	testutil.RequireFreeRange(t, subnet)
 	l := newLab(t)
-	b, err := json.Marshal(map[string]any{
-		"cniVersion": "1.1.0", "name": l.network,
-		"plugins": []any{
-			map[string]any{"type": "ptp", "ipMasq": false, "ipam": map[string]any{
-				"type": "host-local", "dataDir": t.TempDir(), "ranges": [][]map[string]any{{{"subnet": subnet}}}}},
-			map[string]any{"type": "bandwidth", "capabilities": map[string]any{"bandwidth": true}},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := libcni.NetworkConfFromBytes(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	list := vethtest.ConfList(t, l.network,
+		map[string]any{"type": "ptp", "ipMasq": false, "ipam": map[string]any{
+			"type": "host-local", "dataDir": t.TempDir(), "ranges": [][]map[string]any{{{"subnet": subnet}}}}},
+		map[string]any{"type": "bandwidth", "capabilities": map[string]any{"bandwidth": true}})
 	const limit = rate10M
 	caps := map[string]any{"bandwidth": map[string]any{"ingressRate": limit, "ingressBurst": burst100, "egressRate": limit, "egressBurst": burst100}}
 	limited := &pod{id: "ctr-ptp-limited", ns: testutil.NewNetNS(t), ifName: "eth0"}

@@ -198,15 +198,7 @@ func (l *rootLab) list(extra map[string]any) *libcni.NetworkConfigList {
 	for k, v := range extra {
 		plug[k] = v
 	}
-	b, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": l.network, "plugins": []any{plug}})
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	list, err := libcni.NetworkConfFromBytes(b)
-	if err != nil {
-		l.t.Fatalf("conflist: %v\n%s", err, b)
-	}
-	return list
+	return vethtest.ConfList(l.t, l.network, plug)
 }
 
 type pm struct {

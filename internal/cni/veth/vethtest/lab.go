@@ -7,6 +7,7 @@ package vethtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -94,6 +95,21 @@ func (l *Lab) parse(conf string) *libcni.NetworkConfigList {
 	}
 	if err != nil {
 		l.T.Fatalf("parsing config: %v\n%s", err, conf)
+	}
+	return list
+}
+
+// ConfList is a CNI 1.1.0 conflist called name with plugins (JSON-able
+// values, e.g. maps).
+func ConfList(t testing.TB, name string, plugins ...any) *libcni.NetworkConfigList {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": name, "plugins": plugins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.NetworkConfFromBytes(b)
+	if err != nil {
+		t.Fatalf("conflist: %v\n%s", err, b)
 	}
 	return list
 }
