@@ -1,8 +1,13 @@
 package cli
 
+import (
+	"github.com/flatnet/flatnet/internal/netexec"
+)
+
 // Subcommands, one line each. Packages: internal/lab (lab), internal/agent
 // (agent), internal/controller (controller), internal/netexec (netexec),
 // internal/agent/runtime (the hidden container-init helper).
 func init() {
 	subcommands = append(subcommands)
+	subcommands = append(subcommands, netexec.NewCommand)
 }

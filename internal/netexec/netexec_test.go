@@ -1,0 +1,261 @@
+package netexec
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func start(t *testing.T) *Server {
+	t.Helper()
+	s, err := Start(Config{Addr: "127.0.0.1", HTTPPort: 0, UDPPort: 0, TCPPort: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- s.Wait(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return s
+}
+
+func get(t *testing.T, s *Server, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.HTTPAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	s := start(t)
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		path     string
+		wantCode int
+		want     string // exact body; "" with check below
+	}{
+		{"/hostname", 200, host},
+		{"/hostName", 200, host},
+		{"/echo?msg=hello%20world", 200, "hello world"},
+		{"/echo?msg=gone&code=404", 404, "gone"},
+		{"/echo?code=abc", 400, ""},
+		{"/healthz", 200, ""},
+		{"/nothing-here", 404, ""},
+	} {
+		code, body := get(t, s, tc.path)
+		if code != tc.wantCode {
+			t.Errorf("%s: status %d, want %d (%q)", tc.path, code, tc.wantCode, body)
+		}
+		if tc.want != "" && body != tc.want {
+			t.Errorf("%s: body %q, want %q", tc.path, body, tc.want)
+		}
+	}
+	if _, body := get(t, s, "/"); !strings.HasPrefix(body, "NOW: ") {
+		t.Errorf("/: %q", body)
+	}
+}
+
+func TestClientIPIsPeerAddress(t *testing.T) {
+	s := start(t)
+	// Dial from a known local port so the answer can be checked exactly.
+	var local string
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			local = c.LocalAddr().String()
+		}
+		return c, err
+	}}
+	resp, err := (&http.Client{Transport: tr}).Get("http://" + s.HTTPAddr() + "/clientip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != local {
+		t.Fatalf("/clientip = %q, want the client's IP:port %q", b, local)
+	}
+}
+
+func udpAsk(t *testing.T, addr, msg string) string {
+	t.Helper()
+	return udpAskWithin(t, addr, msg, 2*time.Second)
+}
+
+func udpAskWithin(t *testing.T, addr, msg string, d time.Duration) string {
+	t.Helper()
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		return "ERR: " + err.Error()
+	}
+	return string(buf[:n])
+}
+
+func TestUDPCommands(t *testing.T) {
+	s := start(t)
+	host, _ := os.Hostname()
+	if got := udpAsk(t, s.UDPAddr(), "hostname"); got != host {
+		t.Errorf("hostname: %q, want %q", got, host)
+	}
+	if got := udpAsk(t, s.UDPAddr(), "HostName\n"); got != host {
+		t.Errorf("HostName: %q, want %q", got, host)
+	}
+	if got := udpAsk(t, s.UDPAddr(), "echo Hello There"); got != "Hello There" {
+		t.Errorf("echo: %q", got)
+	}
+	if got := udpAsk(t, s.UDPAddr(), "clientip"); !strings.HasPrefix(got, "127.0.0.1:") {
+		t.Errorf("clientip: %q", got)
+	}
+	if got := udpAskWithin(t, s.UDPAddr(), "bogus", 300*time.Millisecond); !strings.HasPrefix(got, "ERR: ") {
+		t.Errorf("unknown command answered: %q", got)
+	}
+}
+
+func TestTCPEcho(t *testing.T) {
+	s := start(t)
+	c, err := net.Dial("tcp", s.TCPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	host, _ := os.Hostname()
+	for _, tc := range []struct{ send, want string }{
+		{"plain text line", "plain text line"},
+		{"echo Abc", "Abc"},
+		{"hostname", host},
+		{"clientip", c.LocalAddr().String()},
+	} {
+		fmt.Fprintf(c, "%s\n", tc.send)
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSuffix(line, "\n"); got != tc.want {
+			t.Errorf("send %q: got %q, want %q", tc.send, got, tc.want)
+		}
+	}
+}
+
+func dial(t *testing.T, s *Server, q url.Values) (int, DialResult) {
+	t.Helper()
+	code, body := get(t, s, "/dial?"+q.Encode())
+	var res DialResult
+	if code == 200 {
+		if err := json.Unmarshal([]byte(body), &res); err != nil {
+			t.Fatalf("/dial answer %q: %v", body, err)
+		}
+	}
+	return code, res
+}
+
+func TestDial(t *testing.T) {
+	a, b := start(t), start(t)
+	host, _ := os.Hostname()
+	hp := func(addr string) (string, string) {
+		h, p, _ := net.SplitHostPort(addr)
+		return h, p
+	}
+	bh, bHTTP := hp(b.HTTPAddr())
+	_, bUDP := hp(b.UDPAddr())
+	_, bTCP := hp(b.TCPAddr())
+	for _, tc := range []struct {
+		name  string
+		q     url.Values
+		want  []string
+		nerrs int
+	}{
+		{"http", url.Values{"host": {bh}, "port": {bHTTP}, "request": {"hostname"}, "tries": {"3"}}, []string{host, host, host}, 0},
+		{"http slash", url.Values{"host": {bh}, "port": {bHTTP}, "protocol": {"http"}, "request": {"/echo?msg=x"}}, []string{"x"}, 0},
+		{"udp", url.Values{"host": {bh}, "port": {bUDP}, "protocol": {"udp"}, "request": {"echo hi"}, "tries": {"2"}}, []string{"hi", "hi"}, 0},
+		{"tcp", url.Values{"host": {bh}, "port": {bTCP}, "protocol": {"tcp"}, "request": {"hostname"}}, []string{host}, 0},
+		{"refused", url.Values{"host": {bh}, "port": {"1"}, "request": {"hostname"}, "tries": {"2"}}, nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, res := dial(t, a, tc.q)
+			if code != 200 {
+				t.Fatalf("status %d", code)
+			}
+			if strings.Join(res.Responses, "|") != strings.Join(tc.want, "|") || len(res.Errors) != tc.nerrs {
+				t.Fatalf("got %+v, want responses %q and %d errors", res, tc.want, tc.nerrs)
+			}
+		})
+	}
+	for _, bad := range []url.Values{
+		{"host": {bh}, "port": {bHTTP}},                                             // no request
+		{"host": {bh}, "port": {"x"}, "request": {"hostname"}},                      // bad port
+		{"host": {bh}, "port": {bHTTP}, "request": {"hostname"}, "tries": {"0"}},    // bad tries
+		{"host": {bh}, "port": {bHTTP}, "request": {"hostname"}, "protocol": {"x"}}, // bad protocol
+	} {
+		if code, _ := dial(t, a, bad); code != 400 {
+			t.Errorf("/dial?%s: status %d, want 400", bad.Encode(), code)
+		}
+	}
+}
+
+func TestExit(t *testing.T) {
+	s, err := Start(Config{Addr: "127.0.0.1", HTTPPort: 0, UDPPort: -1, TCPPort: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UDPAddr() != "" || s.TCPAddr() != "" {
+		t.Fatalf("disabled servers listen: %q %q", s.UDPAddr(), s.TCPAddr())
+	}
+	done := make(chan int)
+	go func() { done <- s.Wait(context.Background()) }()
+	if code, _ := get(t, s, "/exit?code=300"); code != 400 {
+		t.Fatalf("/exit?code=300: status %d, want 400", code)
+	}
+	get(t, s, "/exit?code=7")
+	select {
+	case code := <-done:
+		if code != 7 {
+			t.Fatalf("exit code %d, want 7", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("server did not stop after /exit")
+	}
+	if _, err := net.Dial("tcp", s.HTTPAddr()); err == nil {
+		t.Fatal("HTTP port still open after /exit")
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	s := start(t)
+	_, port, _ := net.SplitHostPort(s.UDPAddr())
+	var p int
+	fmt.Sscan(port, &p)
+	if _, err := Start(Config{Addr: "127.0.0.1", HTTPPort: 0, UDPPort: p, TCPPort: -1}); err == nil || !strings.Contains(err.Error(), "UDP port") {
+		t.Fatalf("second server on the same UDP port: %v", err)
+	}
+}
