@@ -18,7 +18,14 @@ const (
 // final-run section.
 func writeMarkdown(w io.Writer, r *Results) {
 	m := r.Machine
-	fmt.Fprintf(w, "Run of %s: `make bench-cni` (%d measured + %d warm-up pods per set, %s).\n", r.Time, r.Pods, r.Warmup, r.Order)
+	cmd := "make bench-cni"
+	if r.Pods != 30 || r.Warmup != 2 || r.HostRules != 0 {
+		cmd = fmt.Sprintf("hack/bench-cni.sh -pods %d -warmup %d", r.Pods, r.Warmup)
+		if r.HostRules != 0 {
+			cmd += fmt.Sprintf(" -host-rules %d", r.HostRules)
+		}
+	}
+	fmt.Fprintf(w, "Run of %s: `%s` (%d measured + %d warm-up pods per set, %s).\n", r.Time, cmd, r.Pods, r.Warmup, r.Order)
 	fmt.Fprintf(w, "Machine: %s CPUs (%s), kernel %s, %s; load average %s at start, %s at end.\n\n", m["cpus"], m["cpu"], m["kernel"], m["go"], m["load_start"], m["load_end"])
 	fmt.Fprintln(w, "| set | op | n | median ms | p90 ms | p99 ms | mean ms |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")

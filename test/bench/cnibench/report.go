@@ -16,18 +16,19 @@ import (
 
 // Results is everything a run reports (and what -json writes).
 type Results struct {
-	Time     string              `json:"time"`
-	Machine  map[string]string   `json:"machine"`
-	Chain    string              `json:"chain"`
-	Subnet   string              `json:"subnet"`
-	Pods     int                 `json:"pods_per_set"`
-	Warmup   int                 `json:"warmup_per_set"`
-	Order    string              `json:"order"`
-	Conflist json.RawMessage     `json:"conflist"`
-	Sets     []SetResult         `json:"sets"`
-	Ratio    map[string]*float64 `json:"ratio_ours_over_ref_median,omitempty"`
-	Floors   []Floor             `json:"floors,omitempty"`
-	Notes    []string            `json:"notes,omitempty"`
+	Time      string              `json:"time"`
+	Machine   map[string]string   `json:"machine"`
+	Chain     string              `json:"chain"`
+	Subnet    string              `json:"subnet"`
+	Pods      int                 `json:"pods_per_set"`
+	Warmup    int                 `json:"warmup_per_set"`
+	HostRules int                 `json:"host_rules,omitempty"`
+	Order     string              `json:"order"`
+	Conflist  json.RawMessage     `json:"conflist"`
+	Sets      []SetResult         `json:"sets"`
+	Ratio     map[string]*float64 `json:"ratio_ours_over_ref_median,omitempty"`
+	Floors    []Floor             `json:"floors,omitempty"`
+	Notes     []string            `json:"notes,omitempty"`
 }
 
 // SetResult is one plugin set's figures.
@@ -50,15 +51,16 @@ type SetResult struct {
 
 func (b *bench) results() *Results {
 	r := &Results{
-		Time:    time.Now().UTC().Format(time.RFC3339),
-		Machine: machine(),
-		Chain:   "bridge(host-local, isGateway, ipMasq) -> bandwidth(ingress+egress via capability) -> portmap(2 portMappings via capability)",
-		Subnet:  b.subnet.String(),
-		Pods:    b.o.pods,
-		Warmup:  b.o.warmup,
-		Order:   "alternating pod by pod: " + strings.Join(b.setNames(), ", ") + ", ...",
-		Notes:   b.notes,
-		Floors:  b.floorResults,
+		Time:      time.Now().UTC().Format(time.RFC3339),
+		Machine:   machine(),
+		Chain:     "bridge(host-local, isGateway, ipMasq) -> bandwidth(ingress+egress via capability) -> portmap(2 portMappings via capability)",
+		Subnet:    b.subnet.String(),
+		Pods:      b.o.pods,
+		Warmup:    b.o.warmup,
+		HostRules: b.o.hostRules,
+		Order:     "alternating pod by pod: " + strings.Join(b.setNames(), ", ") + ", ...",
+		Notes:     b.notes,
+		Floors:    b.floorResults,
 	}
 	r.Machine["load_start"], r.Machine["load_end"] = b.load0, loadavg()
 	if len(b.sets) > 0 {
