@@ -9,7 +9,8 @@
 // Design: a PID alone is not an identity. After a reboot or a crash the
 // number in a stale pid file may belong to an unrelated process, and killing
 // it would be a disaster. So the pid file also records the process's start
-// time (field 22 of /proc/PID/stat, in clock ticks since boot) and its argv;
+// time (field 22 of /proc/PID/stat, in clock ticks since boot) and its
+// command line (/proc/PID/cmdline right after exec);
 // a process counts as ours only while both still match. Signals go through
 // a pidfd opened before that check (pidfd_open, pidfd_send_signal), so the
 // PID cannot be recycled between checking and signalling. Kernels without
@@ -29,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,7 +57,10 @@ type record struct {
 	PID       int      `json:"-"`
 	StartTime uint64   `json:"startTime"` // /proc/PID/stat field 22
 	Argv      []string `json:"argv"`
-	Netns     string   `json:"netns,omitempty"`
+	// Cmdline is /proc/PID/cmdline as seen right after exec; it differs
+	// from Argv for a script (the kernel puts the interpreter first).
+	Cmdline []string `json:"cmdline,omitempty"`
+	Netns   string   `json:"netns,omitempty"`
 }
 
 // Start runs argv detached as daemon name: in its own session (setsid, so
@@ -66,7 +71,8 @@ type record struct {
 // process starts inside the network namespace at that path.
 //
 // Start returns once the process exists; it does not wait for the daemon
-// to be ready. It fails with ErrRunning if name is already running; a stale
+// to be ready. The daemon must keep its command line (not exec another
+// program or rewrite argv): that is how Running recognises it. It fails with ErrRunning if name is already running; a stale
 // pid file is replaced.
 func Start(name string, argv []string, env []string, stateDir string, inNetns string) (int, error) {
 	if err := checkName(name); err != nil {
@@ -133,8 +139,9 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 	st, err := readStat(pid)
 	if err == nil {
 		rec.StartTime = st.startTime
+		rec.Cmdline, err = readCmdline(pid)
 	}
-	if err != nil || st.state == 'Z' {
+	if err != nil || st.state == 'Z' || len(rec.Cmdline) == 0 {
 		// It already exited (a missing library, a bad flag...).
 		return 0, fmt.Errorf("starting %s: exited at once; see %s:\n%s", name, logPath, Tail(logPath, 10))
 	}
@@ -272,16 +279,12 @@ func isOurs(rec record) bool {
 	if err != nil || st.state == 'Z' || st.state == 'X' || st.startTime != rec.StartTime {
 		return false
 	}
-	argv, err := readCmdline(rec.PID)
-	if err != nil || len(argv) != len(rec.Argv) {
-		return false
+	want := rec.Cmdline
+	if len(want) == 0 {
+		want = rec.Argv
 	}
-	for i := range argv {
-		if argv[i] != rec.Argv[i] {
-			return false
-		}
-	}
-	return true
+	got, err := readCmdline(rec.PID)
+	return err == nil && slices.Equal(got, want)
 }
 
 type stat struct {

@@ -271,3 +271,27 @@ func FuzzParseRecord(f *testing.F) {
 		_, _ = parseStat(b)
 	})
 }
+
+// A script's /proc cmdline starts with its interpreter; it is still
+// recognised as ours.
+func TestScriptDaemon(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "daemon.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := Start("script", []string{script, "--flag"}, nil, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, dir, "script")
+	if got, ok := Running(dir, "script"); !ok || got != pid {
+		t.Errorf("Running = %d, %v; want %d, true", got, ok, pid)
+	}
+	if err := Stop(dir, "script", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Errorf("pid %d alive after Stop", pid)
+	}
+}

@@ -1,0 +1,562 @@
+// Package controlplane runs a lab's Kubernetes control plane: the upstream
+// etcd and kube-apiserver programs (built by `make k8s`), as detached
+// daemons through internal/proc, with a PKI made in Go and an admin
+// kubeconfig. Everything lives in the lab's state directory:
+//
+//	<state>/pki/                 CA, apiserver serving cert, admin client cert, service-account keys
+//	<state>/etcd/                etcd's data
+//	<state>/controlplane.json    the address, service CIDR and ports in use
+//	<state>/admin.kubeconfig     client cert O=system:masters, server https://<addr>:<port>
+//	<state>/pids, <state>/logs   etcd and kube-apiserver (see internal/proc)
+//
+// Up is idempotent: a control plane that runs and answers /readyz is reused
+// and no file is rewritten; a missing piece is started again with the ports
+// recorded before. Down stops kube-apiserver first, then etcd (the other
+// way round the apiserver spends minutes retrying etcd before it exits),
+// and removes nothing but the processes and their pid files.
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/proc"
+)
+
+// Process names, as used for pid and log files.
+const (
+	EtcdName      = "etcd"
+	APIServerName = "kube-apiserver"
+)
+
+const (
+	// DefaultServiceCIDR is the lab's service range.
+	DefaultServiceCIDR = "10.96.0.0/16"
+	// DefaultPort is the apiserver's port when it is free on Addr.
+	DefaultPort = 6443
+	// DefaultReadyTimeout bounds the wait for etcd and for /readyz.
+	DefaultReadyTimeout = 60 * time.Second
+	// ServiceAccountIssuer is the issuer of service-account tokens.
+	ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
+	stopGrace = 15 * time.Second
+)
+
+// Config describes a lab's control plane.
+type Config struct {
+	// StateDir is the lab's state directory (absolute).
+	StateDir string
+	// BinDir holds kube-apiserver and etcd; empty means BinDir().
+	BinDir string
+	// Addr is where kube-apiserver listens and what it advertises (the
+	// underlay's host address). On a loopback address the endpoint
+	// reconciler is off, since the apiserver refuses to advertise one.
+	Addr netip.Addr
+	// ServiceCIDR is the service cluster IP range; empty means
+	// DefaultServiceCIDR.
+	ServiceCIDR string
+	// Port is the apiserver's port; 0 means DefaultPort if it is free on
+	// Addr, else any free port. Once recorded, the port is kept.
+	Port int
+	// Name names the cluster, user and context in the kubeconfig; empty
+	// means the state directory's base name.
+	Name string
+	// ReadyTimeout bounds each readiness wait; 0 means DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+}
+
+// Info tells how to reach a running control plane.
+type Info struct {
+	Kubeconfig   string // <state>/admin.kubeconfig
+	Server       string // https://<addr>:<port>
+	APIServerPID int
+	EtcdPID      int
+	// Reused is true when both were already running and ready.
+	Reused bool
+}
+
+// record is <state>/controlplane.json.
+type record struct {
+	Addr           string `json:"addr"`
+	ServiceCIDR    string `json:"serviceCIDR"`
+	APIServerPort  int    `json:"apiserverPort"`
+	EtcdClientPort int    `json:"etcdClientPort"`
+	EtcdPeerPort   int    `json:"etcdPeerPort"`
+}
+
+func recordPath(stateDir string) string { return filepath.Join(stateDir, "controlplane.json") }
+
+// KubeconfigPath is where Up writes the admin kubeconfig.
+func KubeconfigPath(stateDir string) string { return filepath.Join(stateDir, "admin.kubeconfig") }
+
+func (r record) server() string {
+	return "https://" + netip.AddrPortFrom(netip.MustParseAddr(r.Addr), uint16(r.APIServerPort)).String()
+}
+
+func (r record) etcdClientURL() string { return "http://127.0.0.1:" + strconv.Itoa(r.EtcdClientPort) }
+func (r record) etcdPeerURL() string   { return "http://127.0.0.1:" + strconv.Itoa(r.EtcdPeerPort) }
+
+// etcdArgs is etcd's command line.
+func etcdArgs(binDir, stateDir string, r record) []string {
+	return []string{
+		filepath.Join(binDir, "etcd"),
+		"--name=lab",
+		"--data-dir=" + filepath.Join(stateDir, "etcd"),
+		"--listen-client-urls=" + r.etcdClientURL(),
+		"--advertise-client-urls=" + r.etcdClientURL(),
+		"--listen-peer-urls=" + r.etcdPeerURL(),
+		"--initial-advertise-peer-urls=" + r.etcdPeerURL(),
+		"--initial-cluster=lab=" + r.etcdPeerURL(),
+		// One member, on loopback: a short election timeout only shortens
+		// the wait for the first leader (0.9 s -> 0.2 s), no peer can miss
+		// a heartbeat.
+		"--heartbeat-interval=20",
+		"--election-timeout=200",
+	}
+}
+
+// apiserverArgs is kube-apiserver's command line.
+func apiserverArgs(binDir, stateDir string, p PKI, r record) []string {
+	addr := netip.MustParseAddr(r.Addr)
+	reconciler := "lease"
+	if addr.IsLoopback() {
+		reconciler = "none"
+	}
+	return []string{
+		filepath.Join(binDir, "kube-apiserver"),
+		"--etcd-servers=" + r.etcdClientURL(),
+		"--bind-address=" + r.Addr,
+		"--advertise-address=" + r.Addr,
+		"--secure-port=" + strconv.Itoa(r.APIServerPort),
+		"--tls-cert-file=" + p.APIServerCert(),
+		"--tls-private-key-file=" + p.APIServerKey(),
+		"--client-ca-file=" + p.CACert(),
+		"--service-cluster-ip-range=" + r.ServiceCIDR,
+		"--service-account-issuer=" + ServiceAccountIssuer,
+		"--service-account-key-file=" + p.ServiceAccountPub(),
+		"--service-account-signing-key-file=" + p.ServiceAccountKey(),
+		"--authorization-mode=Node,RBAC",
+		// No kube-controller-manager makes the default service accounts.
+		"--disable-admission-plugins=ServiceAccount",
+		// deploy/'s DaemonSet is privileged; dry-run=server must accept it.
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type=" + reconciler,
+		"--cert-dir=" + filepath.Join(p.Dir, "apiserver-generated"),
+		"--profiling=false",
+	}
+}
+
+// Up brings the control plane up, or finds it up, and returns how to reach
+// it. Progress lines go to log (may be nil).
+//
+// A failed Up stops whatever it started itself (it leaves processes that
+// were already running alone).
+func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) {
+	if log == nil {
+		log = io.Discard
+	}
+	cfg, err = withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	unlock, err := lock(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	prev, err := loadRecord(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil && (prev.Addr != cfg.Addr.String() || prev.ServiceCIDR != cfg.ServiceCIDR) {
+		return nil, fmt.Errorf("control plane in %s was made for address %s and service CIDR %s, not %s and %s: take the lab down (which removes its state) to change them",
+			cfg.StateDir, prev.Addr, prev.ServiceCIDR, cfg.Addr, cfg.ServiceCIDR)
+	}
+	if prev != nil && cfg.Port != 0 && prev.APIServerPort != cfg.Port {
+		return nil, fmt.Errorf("control plane in %s uses apiserver port %d, not %d: take the lab down to change it", cfg.StateDir, prev.APIServerPort, cfg.Port)
+	}
+
+	pki := PKI{Dir: filepath.Join(cfg.StateDir, "pki")}
+	serviceIP, err := firstServiceIP(cfg.ServiceCIDR)
+	if err != nil {
+		return nil, err
+	}
+	pkiChanged, err := EnsurePKI(pki, apiserverNames(cfg.Addr, serviceIP), time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("control plane certificates in %s: %w", pki.Dir, err)
+	}
+
+	etcdPID, etcdUp := proc.Running(cfg.StateDir, EtcdName)
+	apiPID, apiUp := proc.Running(cfg.StateDir, APIServerName)
+	// An apiserver without its etcd, or with old certificates, is
+	// restarted: it would hang or serve the wrong certificate.
+	if apiUp && (!etcdUp || pkiChanged) {
+		fmt.Fprintf(log, "control plane: restarting kube-apiserver (pid %d): %s\n", apiPID,
+			map[bool]string{true: "certificates changed", false: "etcd is not running"}[pkiChanged])
+		if err := proc.Stop(cfg.StateDir, APIServerName, stopGrace); err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		apiUp = false
+	}
+
+	rec, err := choosePorts(cfg, prev, etcdUp, apiUp, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeJSON(recordPath(cfg.StateDir), rec); err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	tc, err := adminTLS(pki)
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	reused := etcdUp && apiUp
+
+	var started []string
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Undo in reverse: the apiserver before etcd.
+		for i := len(started) - 1; i >= 0; i-- {
+			if serr := proc.Stop(cfg.StateDir, started[i], stopGrace); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}
+	}()
+
+	if !etcdUp {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, "etcd"), 0o700); err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		t0 := time.Now()
+		etcdPID, err = proc.Start(EtcdName, etcdArgs(cfg.BinDir, cfg.StateDir, rec), nil, cfg.StateDir, "")
+		if err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		started = append(started, EtcdName)
+		if err := waitReady(ctx, cfg, EtcdName, cfg.ReadyTimeout, func(c context.Context) error { return etcdHealthy(c, rec) }); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "control plane: etcd ready in %.1fs (pid %d, %s)\n", time.Since(t0).Seconds(), etcdPID, rec.etcdClientURL())
+	}
+	if !apiUp {
+		t0 := time.Now()
+		apiPID, err = proc.Start(APIServerName, apiserverArgs(cfg.BinDir, cfg.StateDir, pki, rec), nil, cfg.StateDir, "")
+		if err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		started = append(started, APIServerName)
+		if err := waitReady(ctx, cfg, APIServerName, cfg.ReadyTimeout, func(c context.Context) error { return apiserverReady(c, rec, tc) }); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "control plane: kube-apiserver ready in %.1fs (pid %d, %s)\n", time.Since(t0).Seconds(), apiPID, rec.server())
+	} else if err := waitReady(ctx, cfg, APIServerName, cfg.ReadyTimeout, func(c context.Context) error { return apiserverReady(c, rec, tc) }); err != nil {
+		return nil, err
+	}
+	if reused {
+		fmt.Fprintf(log, "control plane: already running (etcd pid %d, kube-apiserver pid %d, %s)\n", etcdPID, apiPID, rec.server())
+	}
+
+	kc := KubeconfigPath(cfg.StateDir)
+	data, err := kubeconfig(cfg.Name, rec.server(), pki)
+	if err != nil {
+		return nil, fmt.Errorf("control plane: admin kubeconfig: %w", err)
+	}
+	if err := writeFile(kc, data, 0o600); err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	return &Info{Kubeconfig: kc, Server: rec.server(), APIServerPID: apiPID, EtcdPID: etcdPID, Reused: reused}, nil
+}
+
+// Down stops kube-apiserver, then etcd. Processes that are not running are
+// skipped; nothing but their pid files is removed.
+func Down(stateDir string) error {
+	if _, err := os.Stat(stateDir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	unlock, err := lock(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := proc.Stop(stateDir, APIServerName, stopGrace); err != nil {
+		// Stopping etcd under a live apiserver would hang it: stop here.
+		return fmt.Errorf("control plane down: %w", err)
+	}
+	if err := proc.Stop(stateDir, EtcdName, stopGrace); err != nil {
+		return fmt.Errorf("control plane down: %w", err)
+	}
+	return nil
+}
+
+// Running reports whether both control-plane processes run (it does not
+// ask /readyz).
+func Running(stateDir string) (apiserverPID, etcdPID int, ok bool) {
+	a, aok := proc.Running(stateDir, APIServerName)
+	e, eok := proc.Running(stateDir, EtcdName)
+	return a, e, aok && eok
+}
+
+func withDefaults(cfg Config) (Config, error) {
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return cfg, fmt.Errorf("control plane: state dir %q must be an absolute path", cfg.StateDir)
+	}
+	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
+		return cfg, fmt.Errorf("control plane: apiserver address %q must be a specific IP address", cfg.Addr)
+	}
+	cfg.Addr = cfg.Addr.Unmap()
+	if cfg.ServiceCIDR == "" {
+		cfg.ServiceCIDR = DefaultServiceCIDR
+	}
+	p, err := netip.ParsePrefix(cfg.ServiceCIDR)
+	if err != nil {
+		return cfg, fmt.Errorf("control plane: service CIDR %q: %w", cfg.ServiceCIDR, err)
+	}
+	cfg.ServiceCIDR = p.Masked().String()
+	if cfg.Port < 0 || cfg.Port > 65535 {
+		return cfg, fmt.Errorf("control plane: apiserver port %d out of range", cfg.Port)
+	}
+	if cfg.Name == "" {
+		cfg.Name = filepath.Base(cfg.StateDir)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.BinDir == "" {
+		d, err := BinDir()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.BinDir = d
+	}
+	if err := checkBins(cfg.BinDir, "etcd", "kube-apiserver"); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// firstServiceIP is the kubernetes service's ClusterIP: the range's first
+// address after the network address, as the apiserver picks it.
+func firstServiceIP(cidr string) (netip.Addr, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("control plane: service CIDR %q: %w", cidr, err)
+	}
+	ip := p.Masked().Addr().Next()
+	if !p.Contains(ip) {
+		return netip.Addr{}, fmt.Errorf("control plane: service CIDR %q is too small", cidr)
+	}
+	return ip, nil
+}
+
+// choosePorts keeps the recorded ports where it can: a running process's
+// always, a stopped one's while the port is still free. New ports are
+// taken from the kernel (etcd on 127.0.0.1) or DefaultPort (apiserver).
+func choosePorts(cfg Config, prev *record, etcdUp, apiUp bool, log io.Writer) (record, error) {
+	r := record{Addr: cfg.Addr.String(), ServiceCIDR: cfg.ServiceCIDR}
+	if prev != nil {
+		r = *prev
+	}
+	loop := netip.MustParseAddr("127.0.0.1")
+	if !etcdUp {
+		if r.EtcdClientPort == 0 || !portFree(loop, r.EtcdClientPort) || !portFree(loop, r.EtcdPeerPort) {
+			ports, err := freePorts(loop, 2)
+			if err != nil {
+				return r, fmt.Errorf("control plane: picking etcd ports: %w", err)
+			}
+			if r.EtcdClientPort != 0 {
+				fmt.Fprintf(log, "control plane: etcd's ports %d/%d are taken; using %d/%d\n", r.EtcdClientPort, r.EtcdPeerPort, ports[0], ports[1])
+			}
+			r.EtcdClientPort, r.EtcdPeerPort = ports[0], ports[1]
+		}
+	}
+	if !apiUp {
+		want := r.APIServerPort
+		if want == 0 {
+			want = cfg.Port
+		}
+		switch {
+		case want != 0 && portFree(cfg.Addr, want):
+			r.APIServerPort = want
+		case cfg.Port != 0:
+			return r, fmt.Errorf("control plane: apiserver port %s is in use", netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port)))
+		case r.APIServerPort == 0 && portFree(cfg.Addr, DefaultPort):
+			r.APIServerPort = DefaultPort
+		default:
+			ports, err := freePorts(cfg.Addr, 1)
+			if err != nil {
+				return r, fmt.Errorf("control plane: picking the apiserver port on %s: %w", cfg.Addr, err)
+			}
+			if r.APIServerPort != 0 {
+				fmt.Fprintf(log, "control plane: apiserver port %d is taken; using %d\n", r.APIServerPort, ports[0])
+			}
+			r.APIServerPort = ports[0]
+		}
+	}
+	return r, nil
+}
+
+func portFree(addr netip.Addr, port int) bool {
+	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// freePorts asks the kernel for n distinct free ports on addr.
+func freePorts(addr netip.Addr, n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// waitReady polls ready until it succeeds, the process dies, or timeout.
+func waitReady(ctx context.Context, cfg Config, name string, timeout time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	logPath := proc.LogFile(cfg.StateDir, name)
+	var last error
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		last = ready(pctx)
+		pcancel()
+		if last == nil {
+			return nil
+		}
+		if _, ok := proc.Running(cfg.StateDir, name); !ok {
+			return fmt.Errorf("control plane: %s exited while starting; last lines of %s:\n%s", name, logPath, proc.Tail(logPath, 20))
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("control plane: %s not ready after %s (last check: %v); last lines of %s:\n%s",
+					name, timeout, last, logPath, proc.Tail(logPath, 20))
+			}
+			return fmt.Errorf("control plane: waiting for %s: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func etcdHealthy(ctx context.Context, r record) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.etcdClientURL()+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Health string `json:"health"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&h); err != nil {
+		return fmt.Errorf("etcd /health: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK || h.Health != "true" {
+		return fmt.Errorf("etcd /health: %s, health=%q", resp.Status, h.Health)
+	}
+	return nil
+}
+
+func adminTLS(p PKI) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(p.CACert())
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s: no certificate", p.CACert())
+	}
+	cert, err := tls.LoadX509KeyPair(p.AdminCert(), p.AdminKey())
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+func apiserverReady(ctx context.Context, r record, tc *tls.Config) error {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.server()+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s: %s", resp.Status, body)
+	}
+	return nil
+}
+
+func loadRecord(stateDir string) (*record, error) {
+	b, err := os.ReadFile(recordPath(stateDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("control plane: %s: %w (remove it, or take the lab down, to start afresh)", recordPath(stateDir), err)
+	}
+	if _, err := netip.ParseAddr(r.Addr); err != nil || r.APIServerPort <= 0 || r.EtcdClientPort <= 0 || r.EtcdPeerPort <= 0 {
+		return nil, fmt.Errorf("control plane: %s is incomplete (remove it, or take the lab down, to start afresh)", recordPath(stateDir))
+	}
+	return &r, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(path, append(b, '\n'), 0o644)
+}
+
+// lock serialises Up and Down on one state directory.
+func lock(stateDir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, "controlplane.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("control plane: locking %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
+}

@@ -1,0 +1,208 @@
+package controlplane
+
+import (
+	"bufio"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestKubernetesVersionMatchesBuildScript(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "..", "hack", "k8s", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 2 && fs[0] == "k8s.io/kubernetes" && fs[1] != "=>" {
+			if fs[1] != KubernetesVersion {
+				t.Fatalf("hack/k8s/go.mod has k8s.io/kubernetes %s, KubernetesVersion is %s", fs[1], KubernetesVersion)
+			}
+			return
+		}
+	}
+	t.Fatal("k8s.io/kubernetes not found in hack/k8s/go.mod")
+}
+
+func TestBinDir(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("FLATNET_CACHE", cache)
+	want := filepath.Join(cache, "k8s-"+KubernetesVersion, "bin")
+	if d, err := CacheBinDir(); err != nil || d != want {
+		t.Fatalf("CacheBinDir = %q, %v; want %q", d, err, want)
+	}
+	_, err := BinDir()
+	if err == nil || !strings.Contains(err.Error(), "make k8s") || !strings.Contains(err.Error(), "kube-apiserver, etcd, kubectl") {
+		t.Fatalf("BinDir with nothing built: %v", err)
+	}
+	if err := os.MkdirAll(want, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"kube-apiserver", "etcd"} {
+		if err := os.WriteFile(filepath.Join(want, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := BinDir(); err == nil || !strings.Contains(err.Error(), "kubectl not found") {
+		t.Fatalf("BinDir without kubectl: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(want, "kubectl"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := BinDir(); err != nil || d != want {
+		t.Fatalf("BinDir = %q, %v", d, err)
+	}
+}
+
+func TestArgs(t *testing.T) {
+	p := PKI{Dir: "/s/pki"}
+	r := record{Addr: "10.250.0.1", ServiceCIDR: "10.96.0.0/16", APIServerPort: 6443, EtcdClientPort: 40001, EtcdPeerPort: 40002}
+	api := apiserverArgs("/bin", "/s", p, r)
+	for _, want := range []string{
+		"/bin/kube-apiserver",
+		"--etcd-servers=http://127.0.0.1:40001",
+		"--bind-address=10.250.0.1",
+		"--advertise-address=10.250.0.1",
+		"--secure-port=6443",
+		"--client-ca-file=/s/pki/ca.crt",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--disable-admission-plugins=ServiceAccount",
+		"--endpoint-reconciler-type=lease",
+		"--service-account-signing-key-file=/s/pki/sa.key",
+		"--service-account-key-file=/s/pki/sa.pub",
+	} {
+		if !slices.Contains(api, want) {
+			t.Errorf("apiserver args lack %s: %v", want, api)
+		}
+	}
+	r.Addr = "127.0.0.1"
+	if api := apiserverArgs("/bin", "/s", p, r); !slices.Contains(api, "--endpoint-reconciler-type=none") {
+		t.Errorf("loopback apiserver args lack --endpoint-reconciler-type=none: %v", api)
+	}
+	etcd := etcdArgs("/bin", "/s", r)
+	for _, want := range []string{"/bin/etcd", "--data-dir=/s/etcd", "--listen-client-urls=http://127.0.0.1:40001",
+		"--listen-peer-urls=http://127.0.0.1:40002", "--initial-cluster=lab=http://127.0.0.1:40002"} {
+		if !slices.Contains(etcd, want) {
+			t.Errorf("etcd args lack %s: %v", want, etcd)
+		}
+	}
+	r.Addr = "fd00::1"
+	r.APIServerPort = 7443
+	if s := r.server(); s != "https://[fd00::1]:7443" {
+		t.Errorf("server() = %s", s)
+	}
+}
+
+func TestFirstServiceIP(t *testing.T) {
+	for cidr, want := range map[string]string{"10.96.0.0/16": "10.96.0.1", "10.100.0.0/24": "10.100.0.1", "fd00:96::/112": "fd00:96::1"} {
+		if ip, err := firstServiceIP(cidr); err != nil || ip.String() != want {
+			t.Errorf("firstServiceIP(%s) = %s, %v; want %s", cidr, ip, err, want)
+		}
+	}
+	if _, err := firstServiceIP("10.0.0.1/32"); err == nil {
+		t.Error("a /32 service range accepted")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	bin := t.TempDir()
+	for _, n := range []string{"kube-apiserver", "etcd"} {
+		os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\n"), 0o755)
+	}
+	ok := Config{StateDir: "/var/lib/flatnet/lab/x", BinDir: bin, Addr: netip.MustParseAddr("10.250.0.1")}
+	c, err := withDefaults(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ServiceCIDR != DefaultServiceCIDR || c.Name != "x" || c.ReadyTimeout != DefaultReadyTimeout {
+		t.Errorf("defaults: %+v", c)
+	}
+	bad := map[string]func(*Config){
+		"relative state dir": func(c *Config) { c.StateDir = "lab" },
+		"no address":         func(c *Config) { c.Addr = netip.Addr{} },
+		"unspecified":        func(c *Config) { c.Addr = netip.MustParseAddr("0.0.0.0") },
+		"bad service CIDR":   func(c *Config) { c.ServiceCIDR = "10.96.0.0" },
+		"bad port":           func(c *Config) { c.Port = 70000 },
+		"no binaries":        func(c *Config) { c.BinDir = t.TempDir() },
+	}
+	for name, mut := range bad {
+		c := ok
+		mut(&c)
+		if _, err := withDefaults(c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestChoosePorts(t *testing.T) {
+	loop := netip.MustParseAddr("127.0.0.1")
+	cfg := Config{Addr: loop, ServiceCIDR: DefaultServiceCIDR}
+	r, err := choosePorts(cfg, nil, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.EtcdClientPort == 0 || r.EtcdPeerPort == 0 || r.EtcdClientPort == r.EtcdPeerPort || r.APIServerPort == 0 {
+		t.Fatalf("ports %+v", r)
+	}
+	// Recorded ports that are free are kept.
+	r2, err := choosePorts(cfg, &r, false, false, nil)
+	if err != nil || r2 != r {
+		t.Errorf("recorded free ports not kept: %+v -> %+v (%v)", r, r2, err)
+	}
+	// A recorded port now taken by someone else is replaced...
+	l, err := net.Listen("tcp", netip.AddrPortFrom(loop, uint16(r.APIServerPort)).String())
+	if err != nil {
+		t.Skipf("cannot hold port %d: %v", r.APIServerPort, err)
+	}
+	defer l.Close()
+	var log strings.Builder
+	r3, err := choosePorts(cfg, &r, false, false, &log)
+	if err != nil || r3.APIServerPort == r.APIServerPort || !strings.Contains(log.String(), "taken") {
+		t.Errorf("taken apiserver port kept: %+v (%v) %q", r3, err, log.String())
+	}
+	// ...but a running process keeps its port.
+	if r4, err := choosePorts(cfg, &r, true, true, nil); err != nil || r4 != r {
+		t.Errorf("running: ports changed %+v -> %+v (%v)", r, r4, err)
+	}
+	// An explicit port that is taken is an error.
+	cfg.Port = r.APIServerPort
+	if _, err := choosePorts(cfg, nil, false, false, nil); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("explicit taken port: %v", err)
+	}
+}
+
+func TestKubeconfigDeterministic(t *testing.T) {
+	p := PKI{Dir: filepath.Join(t.TempDir(), "pki")}
+	if _, err := EnsurePKI(p, testNames, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	a, err := kubeconfig("lab", "https://10.250.0.1:6443", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := kubeconfig("lab", "https://10.250.0.1:6443", p)
+	if string(a) != string(b) {
+		t.Error("kubeconfig not deterministic")
+	}
+	cfg, err := clientcmd.Load(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Host != "https://10.250.0.1:6443" || len(rc.TLSClientConfig.CAData) == 0 || len(rc.TLSClientConfig.CertData) == 0 || len(rc.TLSClientConfig.KeyData) == 0 {
+		t.Errorf("rest config %+v", rc)
+	}
+}
