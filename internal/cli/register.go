@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/flatnet/flatnet/internal/controller"
 	"github.com/flatnet/flatnet/internal/netexec"
 )
 
@@ -10,4 +11,5 @@ import (
 func init() {
 	subcommands = append(subcommands)
 	subcommands = append(subcommands, netexec.NewCommand)
+	subcommands = append(subcommands, controller.NewCommand)
 }

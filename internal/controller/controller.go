@@ -1,0 +1,147 @@
+// Package controller is `flatnet controller`, the cluster-wide half of
+// flatnet: node IPAM (nodeipam) and, for the lab, which has no
+// kube-scheduler, a pod binder (binder). Both run over one informer
+// factory, after one cache sync, until the context ends.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/flatnet/flatnet/internal/controller/binder"
+	"github.com/flatnet/flatnet/internal/controller/nodeipam"
+	"github.com/flatnet/flatnet/internal/kube"
+)
+
+// Options are the command's flags.
+type Options struct {
+	Kubeconfig        string
+	ClusterCIDR       string
+	NodeCIDRMaskSize  int
+	AllocateNodeCIDRs bool
+	BindPods          bool
+	Workers           int
+}
+
+// NewCommand returns `flatnet controller`.
+func NewCommand() *cobra.Command {
+	o := Options{}
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run flatnet's cluster-wide controller: node pod CIDR allocation (and, for the lab, pod binding)",
+		Long: `flatnet controller gives every Node without spec.podCIDR a subnet of the
+cluster CIDR (--node-cidr-mask-size bits, /24 by default). Subnets survive
+controller restarts (they are read back from the Nodes) and are freed when a
+Node is deleted. Nodes that already have a podCIDR (kube-controller-manager
+with --allocate-node-cidrs) are left alone.
+
+With --bind-pods it also binds Pods without spec.nodeName to Ready nodes,
+round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := kube.SignalContext(cmd.Context(), "controller")
+			defer cancel()
+			return Run(ctx, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", "10.244.0.0/16", "CIDR that node pod subnets are carved from")
+	fs.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", 24, "prefix length of each node's pod subnet")
+	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", true, "allocate spec.podCIDR for Nodes that have none")
+	fs.BoolVar(&o.BindPods, "bind-pods", false, "bind Pods without a node to Ready nodes round-robin (the lab has no scheduler)")
+	fs.IntVar(&o.Workers, "workers", 2, "concurrent syncs per controller")
+	kube.AddLogFlags(fs)
+	return cmd
+}
+
+// Run runs the controllers o enables until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if !o.AllocateNodeCIDRs && !o.BindPods {
+		return errors.New("nothing to do: --allocate-node-cidrs=false and no --bind-pods")
+	}
+	if o.Workers < 1 {
+		return fmt.Errorf("--workers must be at least 1 (got %d)", o.Workers)
+	}
+	var cfg nodeipam.Config
+	if o.AllocateNodeCIDRs {
+		p, err := netip.ParsePrefix(o.ClusterCIDR)
+		if err != nil {
+			return fmt.Errorf("--cluster-cidr %q: %w", o.ClusterCIDR, err)
+		}
+		cfg = nodeipam.Config{ClusterCIDR: p, NodeMaskSize: o.NodeCIDRMaskSize}
+		// Fail on bad flags before connecting.
+		if _, err := nodeipam.NewAllocator(p, o.NodeCIDRMaskSize); err != nil {
+			return fmt.Errorf("--cluster-cidr/--node-cidr-mask-size: %w", err)
+		}
+	}
+	client, err := kube.Client(o.Kubeconfig, "flatnet-controller")
+	if err != nil {
+		return err
+	}
+	return run(ctx, client, cfg, o)
+}
+
+func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, o Options) error {
+	logger := klog.FromContext(ctx)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flatnet-controller"})
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	type runner interface {
+		Run(context.Context, int) error
+	}
+	var runners []runner
+	if o.AllocateNodeCIDRs {
+		c, err := nodeipam.New(client, factory.Core().V1().Nodes(), cfg, recorder)
+		if err != nil {
+			return err
+		}
+		runners = append(runners, c)
+	}
+	if o.BindPods {
+		b, err := binder.New(client, binder.UnboundPods(factory), factory.Core().V1().Nodes(), recorder)
+		if err != nil {
+			return err
+		}
+		runners = append(runners, b)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+
+	logger.Info("Starting", "allocateNodeCIDRs", o.AllocateNodeCIDRs, "bindPods", o.BindPods)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, r := range runners {
+		wg.Go(func() {
+			if err := r.Run(ctx, o.Workers); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				cancel() // one failing stops the process: let it restart whole
+			}
+		})
+	}
+	wg.Wait()
+	logger.Info("Stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,76 @@
+// Package kube holds what flatnet's daemons (agent, controller) share for
+// talking to the API server: the client from a kubeconfig (or the
+// in-cluster service account) and klog's verbosity flags.
+package kube
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// Config returns a client config from kubeconfig, or the in-cluster one
+// when kubeconfig is empty (a Pod with a service account).
+func Config(kubeconfig, userAgent string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+		}
+	}
+	cfg.UserAgent = userAgent
+	// Daemons list every Node at start; the client default (5 qps) would
+	// make a restart crawl on a large cluster.
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// Client returns a clientset for kubeconfig (see Config).
+func Client(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	cfg, err := Config(kubeconfig, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the API client: %w", err)
+	}
+	return c, nil
+}
+
+// AddLogFlags adds klog's -v and --vmodule to fs.
+func AddLogFlags(fs *pflag.FlagSet) {
+	gfs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(gfs)
+	for _, name := range []string{"v", "vmodule"} {
+		fs.AddGoFlag(gfs.Lookup(name))
+	}
+}
+
+// SignalContext returns a context cancelled on SIGINT or SIGTERM, and a
+// logger in it.
+func SignalContext(parent context.Context, name string) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	return klog.NewContext(ctx, klog.Background().WithName(name)), cancel
+}
