@@ -135,21 +135,45 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 	// re-parented to init, which reaps it.
 	go func() { _ = cmd.Wait() }()
 
-	rec := record{PID: pid, Argv: argv, Netns: inNetns}
-	st, err := readStat(pid)
-	if err == nil {
-		rec.StartTime = st.startTime
-		rec.Cmdline, err = readCmdline(pid)
-	}
-	if err != nil || st.state == 'Z' || len(rec.Cmdline) == 0 {
+	rec, err := identify(pid)
+	if err != nil {
 		// It already exited (a missing library, a bad flag...).
 		return 0, fmt.Errorf("starting %s: exited at once; see %s:\n%s", name, logPath, Tail(logPath, 10))
 	}
+	rec.Argv, rec.Netns = argv, inNetns
 	if err := writeRecord(PIDFile(stateDir, name), rec); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		return 0, fmt.Errorf("starting %s: %w", name, err)
 	}
 	return pid, nil
+}
+
+// identify reads what identifies the freshly started process pid. exec
+// reports success to the parent before the kernel has set up the new
+// program's arguments, so /proc/PID/cmdline reads empty for a moment:
+// wait for it (it is empty or complete, never partial).
+func identify(pid int) (record, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		st, err := readStat(pid)
+		if err != nil {
+			return record{}, err
+		}
+		if st.state == 'Z' || st.state == 'X' {
+			return record{}, fmt.Errorf("pid %d exited", pid)
+		}
+		cmdline, err := readCmdline(pid)
+		if err != nil {
+			return record{}, err
+		}
+		if len(cmdline) > 0 {
+			return record{PID: pid, StartTime: st.startTime, Cmdline: cmdline}, nil
+		}
+		if time.Now().After(deadline) {
+			return record{}, fmt.Errorf("pid %d: no command line after 2s", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Running reports the PID of daemon name and whether it is running: its

@@ -280,18 +280,22 @@ func TestScriptDaemon(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pid, err := Start("script", []string{script, "--flag"}, nil, dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	stopOnCleanup(t, dir, "script")
-	if got, ok := Running(dir, "script"); !ok || got != pid {
-		t.Errorf("Running = %d, %v; want %d, true", got, ok, pid)
-	}
-	if err := Stop(dir, "script", 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if alive(pid) {
-		t.Errorf("pid %d alive after Stop", pid)
+	// Several rounds: exec reports success before the kernel sets up the
+	// new cmdline, a race Start must wait out.
+	for range 10 {
+		pid, err := Start("script", []string{script, "--flag"}, nil, dir, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := Running(dir, "script"); !ok || got != pid {
+			t.Fatalf("Running = %d, %v; want %d, true", got, ok, pid)
+		}
+		if err := Stop(dir, "script", 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if alive(pid) {
+			t.Fatalf("pid %d alive after Stop", pid)
+		}
 	}
 }

@@ -199,7 +199,7 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if err != nil {
 		return nil, err
 	}
-	pkiChanged, err := EnsurePKI(pki, apiserverNames(cfg.Addr, serviceIP), time.Now())
+	pkiChanged, err := ensurePKI(pki, apiserverNames(cfg.Addr, serviceIP), time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("control plane certificates in %s: %w", pki.Dir, err)
 	}
@@ -211,7 +211,7 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if apiUp && (!etcdUp || pkiChanged) {
 		fmt.Fprintf(log, "control plane: restarting kube-apiserver (pid %d): %s\n", apiPID,
 			map[bool]string{true: "certificates changed", false: "etcd is not running"}[pkiChanged])
-		if err := proc.Stop(cfg.StateDir, APIServerName, stopGrace); err != nil {
+		if err := proc.Stop(cfg.StateDir, APIServerName, apiserverGrace(etcdUp)); err != nil {
 			return nil, fmt.Errorf("control plane: %w", err)
 		}
 		apiUp = false
@@ -298,7 +298,8 @@ func Down(stateDir string) error {
 		return err
 	}
 	defer unlock()
-	if err := proc.Stop(stateDir, APIServerName, stopGrace); err != nil {
+	_, etcdUp := proc.Running(stateDir, EtcdName)
+	if err := proc.Stop(stateDir, APIServerName, apiserverGrace(etcdUp)); err != nil {
 		// Stopping etcd under a live apiserver would hang it: stop here.
 		return fmt.Errorf("control plane down: %w", err)
 	}
@@ -306,6 +307,16 @@ func Down(stateDir string) error {
 		return fmt.Errorf("control plane down: %w", err)
 	}
 	return nil
+}
+
+// apiserverGrace is how long a stopping kube-apiserver gets before
+// SIGKILL. Without etcd it would spend minutes retrying storage on its way
+// out, and it keeps no state of its own, so it gets little time then.
+func apiserverGrace(etcdUp bool) time.Duration {
+	if etcdUp {
+		return stopGrace
+	}
+	return 2 * time.Second
 }
 
 // Running reports whether both control-plane processes run (it does not

@@ -183,7 +183,7 @@ func TestChoosePorts(t *testing.T) {
 
 func TestKubeconfigDeterministic(t *testing.T) {
 	p := PKI{Dir: filepath.Join(t.TempDir(), "pki")}
-	if _, err := EnsurePKI(p, testNames, time.Now()); err != nil {
+	if _, err := ensurePKI(p, testNames, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	a, err := kubeconfig("lab", "https://10.250.0.1:6443", p)

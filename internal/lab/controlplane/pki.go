@@ -70,9 +70,9 @@ func apiserverNames(addr netip.Addr, serviceIP netip.Addr) servingNames {
 	}
 }
 
-// EnsurePKI makes sure every file of the PKI exists and is valid for names,
+// ensurePKI makes sure every file of the PKI exists and is valid for names,
 // creating what is not. It reports whether anything was written.
-func EnsurePKI(p PKI, names servingNames, now time.Time) (changed bool, err error) {
+func ensurePKI(p PKI, names servingNames, now time.Time) (changed bool, err error) {
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return false, fmt.Errorf("creating %s: %w", p.Dir, err)
 	}

@@ -56,9 +56,9 @@ func changedFiles(a, b map[string][]byte) []string {
 func TestPKIFresh(t *testing.T) {
 	p := PKI{Dir: filepath.Join(t.TempDir(), "pki")}
 	now := time.Now()
-	changed, err := EnsurePKI(p, testNames, now)
+	changed, err := ensurePKI(p, testNames, now)
 	if err != nil || !changed {
-		t.Fatalf("EnsurePKI = %v, %v", changed, err)
+		t.Fatalf("ensurePKI = %v, %v", changed, err)
 	}
 	ca := readCert(t, p.CACert())
 	pool := x509.NewCertPool()
@@ -96,15 +96,15 @@ func TestPKIFresh(t *testing.T) {
 func TestPKIReuseAndRepair(t *testing.T) {
 	p := PKI{Dir: filepath.Join(t.TempDir(), "pki")}
 	now := time.Now()
-	if _, err := EnsurePKI(p, testNames, now); err != nil {
+	if _, err := ensurePKI(p, testNames, now); err != nil {
 		t.Fatal(err)
 	}
 	orig := snapshot(t, p)
 
 	// Valid: nothing changes.
-	changed, err := EnsurePKI(p, testNames, now)
+	changed, err := ensurePKI(p, testNames, now)
 	if err != nil || changed {
-		t.Fatalf("second EnsurePKI = %v, %v; want no change", changed, err)
+		t.Fatalf("second ensurePKI = %v, %v; want no change", changed, err)
 	}
 	if c := changedFiles(orig, snapshot(t, p)); len(c) != 0 {
 		t.Fatalf("files rewritten: %v", c)
@@ -112,8 +112,8 @@ func TestPKIReuseAndRepair(t *testing.T) {
 
 	// A new name for the apiserver re-issues only its certificate.
 	other := apiserverNames(netip.MustParseAddr("10.250.1.1"), netip.MustParseAddr("10.96.0.1"))
-	if changed, err := EnsurePKI(p, other, now); err != nil || !changed {
-		t.Fatalf("EnsurePKI with new SAN = %v, %v", changed, err)
+	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+		t.Fatalf("ensurePKI with new SAN = %v, %v", changed, err)
 	}
 	after := snapshot(t, p)
 	if c := changedFiles(orig, after); len(c) != 2 || !bytes.Equal(orig["ca.crt"], after["ca.crt"]) || bytes.Equal(orig["apiserver.crt"], after["apiserver.crt"]) {
@@ -127,8 +127,8 @@ func TestPKIReuseAndRepair(t *testing.T) {
 	if err := os.WriteFile(p.AdminKey(), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := EnsurePKI(p, other, now); err != nil || !changed {
-		t.Fatalf("EnsurePKI with broken admin key = %v, %v", changed, err)
+	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+		t.Fatalf("ensurePKI with broken admin key = %v, %v", changed, err)
 	}
 	if _, _, err := loadCertKey(p.AdminCert(), p.AdminKey()); err != nil {
 		t.Errorf("admin pair after repair: %v", err)
@@ -138,8 +138,8 @@ func TestPKIReuseAndRepair(t *testing.T) {
 	if err := os.Remove(p.ServiceAccountPub()); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := EnsurePKI(p, other, now); err != nil || !changed {
-		t.Fatalf("EnsurePKI without sa.pub = %v, %v", changed, err)
+	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+		t.Fatalf("ensurePKI without sa.pub = %v, %v", changed, err)
 	}
 	if err := checkSAKeys(p); err != nil {
 		t.Error(err)
@@ -148,8 +148,8 @@ func TestPKIReuseAndRepair(t *testing.T) {
 	// Close to expiry (a year on): leaves are re-issued under the same CA.
 	before := snapshot(t, p)
 	later := now.Add(leafValidity - renewBefore/2)
-	if changed, err := EnsurePKI(p, other, later); err != nil || !changed {
-		t.Fatalf("EnsurePKI near expiry = %v, %v", changed, err)
+	if changed, err := ensurePKI(p, other, later); err != nil || !changed {
+		t.Fatalf("ensurePKI near expiry = %v, %v", changed, err)
 	}
 	after = snapshot(t, p)
 	if !bytes.Equal(before["ca.crt"], after["ca.crt"]) || bytes.Equal(before["admin.crt"], after["admin.crt"]) || bytes.Equal(before["apiserver.crt"], after["apiserver.crt"]) {
@@ -161,8 +161,8 @@ func TestPKIReuseAndRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = after
-	if changed, err := EnsurePKI(p, other, now); err != nil || !changed {
-		t.Fatalf("EnsurePKI without CA key = %v, %v", changed, err)
+	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+		t.Fatalf("ensurePKI without CA key = %v, %v", changed, err)
 	}
 	after = snapshot(t, p)
 	for _, f := range []string{"ca.crt", "apiserver.crt", "admin.crt"} {

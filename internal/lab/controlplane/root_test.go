@@ -161,6 +161,29 @@ func TestUpDown(t *testing.T) {
 		t.Errorf("namespace lost across apiserver restart: %v", err)
 	}
 
+	// A dead etcd: Up restarts the apiserver (which would hang without it)
+	// and etcd on the recorded ports; etcd's data is kept.
+	if err := proc.Stop(state, EtcdName, 0); err != nil {
+		t.Fatal(err)
+	}
+	t3 := time.Now()
+	log.Reset()
+	fourth, err := Up(ctx, cfg, &log)
+	if err != nil {
+		t.Fatalf("Up after etcd died: %v", err)
+	}
+	t.Logf("Up after etcd died in %v:\n%s", time.Since(t3), log.String())
+	if fourth.Reused || fourth.EtcdPID == third.EtcdPID || fourth.APIServerPID == third.APIServerPID || fourth.Server != info.Server {
+		t.Errorf("Up after etcd died: %+v (before %+v)", fourth, third)
+	}
+	if !gone(third.APIServerPID) {
+		t.Errorf("old apiserver %d still running", third.APIServerPID)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "flatnet-cp-test", metav1.GetOptions{}); err != nil {
+		t.Errorf("namespace lost across etcd restart: %v", err)
+	}
+	third = fourth
+
 	t2 := time.Now()
 	if err := Down(state); err != nil {
 		t.Fatalf("Down: %v", err)
