@@ -1,0 +1,296 @@
+package lab
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
+)
+
+// Down stops and removes lab name: agents, pods (by the runtime's state
+// and by namespace, so pods of a dead agent go too), the controller, the
+// control plane, the node namespaces, the underlay bridge and the state
+// dir. It works from lab.json when there is one and from the names the
+// lab would use otherwise, so a half-made or half-removed lab goes too.
+func Down(root, name string, out io.Writer) error {
+	if out == nil {
+		out = io.Discard
+	}
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("flatnet lab needs root (network namespaces, interfaces, netlink): run it with sudo")
+	}
+	if root == "" {
+		root = DefaultStateRoot
+	}
+	s := &Spec{Name: name, StateDir: filepath.Join(root, name), Bridge: BridgeName(name), PodNetnsPrefix: PodNetnsPrefix(name)}
+	if rec, err := loadRecord(root, name); err == nil {
+		s = &rec.Spec
+	}
+	nodes := discoverNodes(s)
+	podNS := discoverPodNetns(s, nodes)
+	k := kernel{}
+	bridge, err := k.linkExists(s.Bridge)
+	if err != nil {
+		return err
+	}
+	if !fileExists(s.StateDir) && len(nodes) == 0 && len(podNS) == 0 && !bridge {
+		fmt.Fprintf(out, "lab %s: nothing to remove (no state dir %s, no namespaces, no bridge %s)\n", name, s.StateDir, s.Bridge)
+		return nil
+	}
+
+	var errs []error
+	step := func(what string, fn func() (string, error)) {
+		t0 := time.Now()
+		fmt.Fprintf(out, "%-15s ...", what)
+		detail, err := fn()
+		if err != nil {
+			fmt.Fprintf(out, " failed: %v\n", err)
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+			return
+		}
+		if detail != "" {
+			detail = ": " + detail
+		}
+		fmt.Fprintf(out, " done%s (%s)\n", detail, roundDur(time.Since(t0)))
+	}
+
+	step("agents", func() (string, error) {
+		var errs []error
+		n := 0
+		for _, p := range pidFiles(s.StateDir, "agent-") {
+			if _, ok := proc.Running(s.StateDir, p); ok {
+				n++
+			}
+			errs = append(errs, proc.Stop(s.StateDir, p, 10*time.Second))
+		}
+		return fmt.Sprintf("%d stopped", n), errors.Join(errs...)
+	})
+	step("pods", func() (string, error) {
+		inodes := map[uint64]bool{}
+		for _, ns := range podNS {
+			if ino, err := netnsInode(NetnsPath(ns)); err == nil {
+				inodes[ino] = true
+			}
+		}
+		stopped, err := stopInNetns(inodes, 5*time.Second)
+		var errs []error
+		errs = append(errs, err)
+		for _, ns := range podNS {
+			errs = append(errs, netns.Delete(ns))
+		}
+		return fmt.Sprintf("%d namespaces, %d processes", len(podNS), len(stopped)), errors.Join(errs...)
+	})
+	step("controller", func() (string, error) {
+		return "", proc.Stop(s.StateDir, ProcController, 10*time.Second)
+	})
+	step("control plane", func() (string, error) {
+		return "", controlplane.Down(s.StateDir)
+	})
+	step("other daemons", func() (string, error) {
+		// Anything else the lab started through proc (a pid file left by
+		// a failed down, a future daemon).
+		var errs []error
+		left := pidFiles(s.StateDir, "")
+		for _, p := range left {
+			errs = append(errs, proc.Stop(s.StateDir, p, 10*time.Second))
+		}
+		return fmt.Sprintf("%d", len(left)), errors.Join(errs...)
+	})
+	step("nodes", func() (string, error) {
+		inodes := map[uint64]bool{}
+		for _, n := range nodes {
+			if ino, err := netnsInode(NetnsPath(n.Netns)); err == nil {
+				inodes[ino] = true
+			}
+		}
+		stopped, err := stopInNetns(inodes, 5*time.Second)
+		errs := []error{err}
+		for _, n := range nodes {
+			errs = append(errs, k.removeNode(n))
+		}
+		detail := fmt.Sprintf("%d namespaces", len(nodes))
+		if len(stopped) > 0 {
+			detail += fmt.Sprintf(", %d stray processes stopped (%s)", len(stopped), strings.Join(stopped, "; "))
+		}
+		return detail, errors.Join(errs...)
+	})
+	step("underlay", func() (string, error) {
+		return s.Bridge, k.removeBridge(s)
+	})
+	step("mounts", func() (string, error) {
+		n, err := unmountUnder(s.StateDir)
+		return fmt.Sprintf("%d", n), err
+	})
+	if len(errs) == 0 {
+		step("state dir", func() (string, error) {
+			return s.StateDir, os.RemoveAll(s.StateDir)
+		})
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("lab %s: down did not finish (the state dir %s is kept so that `flatnet lab down%s` can try again): %w", name, s.StateDir, nameFlag(name), errors.Join(errs...))
+	}
+	if left := leftovers(k, s); len(left) > 0 {
+		return fmt.Errorf("lab %s: still present after down: %s", name, strings.Join(left, ", "))
+	}
+	fmt.Fprintf(out, "lab %s removed\n", name)
+	return nil
+}
+
+// pidFiles lists the daemon names with pid files starting with prefix.
+func pidFiles(stateDir, prefix string) []string {
+	m, _ := filepath.Glob(filepath.Join(stateDir, "pids", prefix+"*.pid"))
+	var out []string
+	for _, p := range m {
+		out = append(out, strings.TrimSuffix(filepath.Base(p), ".pid"))
+	}
+	return out
+}
+
+// discoverNodes is s's nodes plus any node namespace of the lab that
+// exists (a lab.json that is lost or older than the last up).
+func discoverNodes(s *Spec) []Node {
+	seen := map[string]bool{}
+	var nodes []Node
+	for _, n := range s.Nodes {
+		nodes = append(nodes, n)
+		seen[n.Netns] = true
+	}
+	re := nodeNetnsPattern(s.Name)
+	ents, _ := os.ReadDir(netns.RunDir)
+	for _, e := range ents {
+		m := re.FindStringSubmatch(e.Name())
+		if m == nil || seen[e.Name()] {
+			continue
+		}
+		i, _ := strconv.Atoi(m[1])
+		nodes = append(nodes, Node{Index: i, Name: NodeName(s.Name, i), Netns: e.Name(),
+			HostVeth: ifName("fl-", s.Name, "-n"+strconv.Itoa(i))})
+	}
+	return nodes
+}
+
+// discoverPodNetns lists the lab's pod namespaces: those the runtime
+// recorded (pods/<ns>_<name>/netns under each node's runtime dir) and
+// those in /run/netns named like the lab's pods.
+func discoverPodNetns(s *Spec, nodes []Node) []string {
+	set := map[string]bool{}
+	for _, n := range nodes {
+		m, _ := filepath.Glob(filepath.Join(s.RuntimeDir(n), "pods", "*", "netns"))
+		for _, f := range m {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			v := strings.TrimSpace(string(b))
+			if v == "" {
+				continue
+			}
+			if strings.HasPrefix(v, "/") {
+				if filepath.Dir(v) != netns.RunDir {
+					continue
+				}
+				v = filepath.Base(v)
+			}
+			set[v] = true
+		}
+	}
+	re := podNetnsPattern(s.Name)
+	ents, _ := os.ReadDir(netns.RunDir)
+	for _, e := range ents {
+		if re.MatchString(e.Name()) {
+			set[e.Name()] = true
+		}
+	}
+	var out []string
+	for ns := range set {
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unmountUnder unmounts every mount point under dir (deepest first).
+func unmountUnder(dir string) (int, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+		}
+	}
+	return len(points), errors.Join(errs...)
+}
+
+// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// leftovers names what of lab s still exists.
+func leftovers(k kernel, s *Spec) []string {
+	var left []string
+	if ok, _ := k.linkExists(s.Bridge); ok {
+		left = append(left, "bridge "+s.Bridge)
+	}
+	for _, n := range discoverNodes(&Spec{Name: s.Name, StateDir: s.StateDir}) {
+		left = append(left, "netns "+n.Netns)
+	}
+	for _, n := range s.Nodes {
+		if ok, _ := k.linkExists(n.HostVeth); ok {
+			left = append(left, "interface "+n.HostVeth)
+		}
+	}
+	for _, ns := range discoverPodNetns(&Spec{Name: s.Name, StateDir: s.StateDir}, nil) {
+		left = append(left, "netns "+ns)
+	}
+	if fileExists(s.StateDir) {
+		left = append(left, "state dir "+s.StateDir)
+	}
+	return left
+}

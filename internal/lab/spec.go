@@ -1,0 +1,319 @@
+// Package lab runs a real multi-node Kubernetes network on one machine:
+// upstream etcd and kube-apiserver in the root namespace, N nodes as
+// network namespaces on an underlay bridge, each running a flatnet agent
+// whose lab runtime starts pods as processes in their own namespaces.
+//
+// Design: the requested lab is plain data (Spec: every name, address and
+// path, computed from a few options), the running lab is read from the
+// kernel and the state dir (Observed), and Plan compares the two into a
+// list of steps, each present or missing. `up` applies only the missing
+// steps, so running it on a running lab changes nothing; `down` removes
+// what the Spec names plus anything the runtime state dirs still record.
+package lab
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// Defaults for a new lab.
+const (
+	DefaultName        = "flatnet"
+	DefaultStateRoot   = "/var/lib/flatnet/lab"
+	DefaultNodes       = 3
+	DefaultBackend     = "host-gw"
+	DefaultClusterCIDR = "10.244.0.0/16"
+	DefaultServiceCIDR = "10.96.0.0/16"
+	DefaultNodeMask    = 24
+	// MaxNodes keeps node addresses (.11 upward) inside the underlay /24.
+	MaxNodes = 200
+)
+
+// underlayBase is the /16 that lab underlays are carved from: the default
+// lab takes 10.250.0.0/24, other labs 10.250.N.0/24.
+var underlayBase = netip.MustParsePrefix("10.250.0.0/16")
+
+// Backends are the cross-node backends the agent implements.
+var Backends = []string{"host-gw"}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+
+// Options are what a user asks for; NewSpec turns them into a Spec.
+type Options struct {
+	Name             string
+	StateRoot        string // labs live in StateRoot/<name>
+	Nodes            int
+	Backend          string
+	ClusterCIDR      string
+	ServiceCIDR      string
+	NodeCIDRMaskSize int
+	Underlay         string // a /24 (or larger) for the underlay; "" chooses one
+}
+
+// Spec is a lab as data: every name, address and path it uses.
+type Spec struct {
+	Name             string       `json:"name"`
+	StateDir         string       `json:"stateDir"`
+	Backend          string       `json:"backend"`
+	ClusterCIDR      netip.Prefix `json:"clusterCIDR"`
+	ServiceCIDR      netip.Prefix `json:"serviceCIDR"`
+	NodeCIDRMaskSize int          `json:"nodeCIDRMaskSize"`
+	Underlay         netip.Prefix `json:"underlay"`
+	HostAddr         netip.Addr   `json:"hostAddr"` // the root namespace's address on the underlay
+	Bridge           string       `json:"bridge"`   // underlay bridge in the root namespace
+	PodNetnsPrefix   string       `json:"podNetnsPrefix"`
+	Nodes            []Node       `json:"nodes"`
+}
+
+// Node is one lab node.
+type Node struct {
+	Index    int        `json:"index"`
+	Name     string     `json:"name"`     // the Kubernetes Node name
+	Netns    string     `json:"netns"`    // under /run/netns
+	HostVeth string     `json:"hostVeth"` // root-namespace end, on the bridge
+	IP       netip.Addr `json:"ip"`       // InternalIP, eth0 in the node namespace
+}
+
+// Process names (pid and log files in the state dir).
+const (
+	ProcController = "controller"
+)
+
+// AgentProc is the process name of a node's agent.
+func AgentProc(node string) string { return "agent-" + node }
+
+// ValidateName checks a lab name: it becomes part of Kubernetes node names
+// and of namespace and interface names.
+func ValidateName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("invalid lab name %q: use 1-32 lowercase letters, digits and '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// ifName is prefix+name+suffix when that fits an interface name (15
+// bytes), else prefix+hash(name)+suffix, so names stay unique per lab.
+func ifName(prefix, name, suffix string) string {
+	if n := prefix + name + suffix; len(n) <= 15 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:])
+	return prefix + h[:15-len(prefix)-len(suffix)] + suffix
+}
+
+// BridgeName is the underlay bridge of lab name.
+func BridgeName(name string) string { return ifName("fl-", name, "") }
+
+// NodeNetns is the network namespace of node i (1-based).
+func NodeNetns(name string, i int) string { return "fl-" + name + "-n" + strconv.Itoa(i) }
+
+// NodeName is the Kubernetes name of node i.
+func NodeName(name string, i int) string { return name + "-node" + strconv.Itoa(i) }
+
+// PodNetnsPrefix is the prefix of the lab's pod namespaces; the runtime
+// appends the first 8 hex digits of the pod UID.
+func PodNetnsPrefix(name string) string { return "fl-" + name + "-" }
+
+// podNetnsPattern matches the lab's pod namespaces and no other lab's
+// (a lab named "a-b" has pod namespaces "fl-a-b-<8 hex>", which do not
+// match lab "a"'s "fl-a-<8 hex>").
+func podNetnsPattern(name string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(PodNetnsPrefix(name)) + `[0-9a-f]{8}$`)
+}
+
+// nodeNetnsPattern matches the lab's node namespaces.
+func nodeNetnsPattern(name string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta("fl-"+name+"-n") + `([0-9]+)$`)
+}
+
+// DefaultUnderlay is the first underlay tried for lab name: 10.250.0.0/24
+// for the default lab, 10.250.N.0/24 (N from a hash of the name) for others.
+func DefaultUnderlay(name string) netip.Prefix {
+	return underlayN(underlayStart(name))
+}
+
+func underlayStart(name string) int {
+	if name == DefaultName {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return 1 + int(h.Sum32()%254)
+}
+
+func underlayN(n int) netip.Prefix {
+	b := underlayBase.Addr().As4()
+	b[2] = byte(n)
+	return netip.PrefixFrom(netip.AddrFrom4(b), 24)
+}
+
+// ChooseUnderlay picks the underlay for lab name: the first /24 from
+// DefaultUnderlay on (wrapping within 10.250.1-254.0/24; the default lab
+// has 10.250.0.0/24 only) that overlaps none of taken (the host's routes
+// and addresses and other labs' underlays).
+func ChooseUnderlay(name string, taken []netip.Prefix) (netip.Prefix, error) {
+	free := func(p netip.Prefix) bool {
+		for _, t := range taken {
+			if p.Overlaps(t) {
+				return false
+			}
+		}
+		return true
+	}
+	start := underlayStart(name)
+	if start == 0 {
+		p := underlayN(0)
+		if !free(p) {
+			return netip.Prefix{}, fmt.Errorf("the default underlay %s overlaps a network this machine or another lab uses; pick one with --underlay-cidr", p)
+		}
+		return p, nil
+	}
+	for k := range 254 {
+		p := underlayN(1 + (start-1+k)%254)
+		if free(p) {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("every underlay in %s is taken by this machine or other labs; pick one with --underlay-cidr", underlayBase)
+}
+
+// NewSpec builds the Spec for opts. underlay must be chosen already
+// (opts.Underlay or ChooseUnderlay).
+func NewSpec(opts Options, underlay netip.Prefix) (*Spec, error) {
+	if err := ValidateName(opts.Name); err != nil {
+		return nil, err
+	}
+	if opts.Nodes < 1 || opts.Nodes > MaxNodes {
+		return nil, fmt.Errorf("--nodes %d: want 1 to %d", opts.Nodes, MaxNodes)
+	}
+	if !validBackend(opts.Backend) {
+		return nil, fmt.Errorf("--backend %q: this flatnet supports %v", opts.Backend, Backends)
+	}
+	cluster, err := parseV4Prefix("--cluster-cidr", opts.ClusterCIDR)
+	if err != nil {
+		return nil, err
+	}
+	service, err := parseV4Prefix("--service-cidr", opts.ServiceCIDR)
+	if err != nil {
+		return nil, err
+	}
+	if !underlay.IsValid() || !underlay.Addr().Is4() || underlay.Bits() > 24 || underlay.Masked() != underlay {
+		return nil, fmt.Errorf("underlay %s: want an IPv4 network of /24 or larger, such as 10.250.7.0/24", underlay)
+	}
+	mask := opts.NodeCIDRMaskSize
+	if mask < cluster.Bits() || mask > 30 {
+		return nil, fmt.Errorf("--node-cidr-mask-size %d: want %d (the cluster CIDR's size) to 30", mask, cluster.Bits())
+	}
+	if mask-cluster.Bits() < 16 && opts.Nodes > 1<<(mask-cluster.Bits()) {
+		return nil, fmt.Errorf("--cluster-cidr %s holds %d node subnets of /%d, fewer than --nodes %d", cluster, 1<<(mask-cluster.Bits()), mask, opts.Nodes)
+	}
+	named := map[string]netip.Prefix{"underlay": underlay, "cluster CIDR": cluster, "service CIDR": service}
+	for _, a := range []string{"underlay", "cluster CIDR", "service CIDR"} {
+		for _, b := range []string{"underlay", "cluster CIDR", "service CIDR"} {
+			if a < b && named[a].Overlaps(named[b]) {
+				return nil, fmt.Errorf("the %s %s overlaps the %s %s; they must be disjoint", a, named[a], b, named[b])
+			}
+		}
+	}
+	root := opts.StateRoot
+	if root == "" {
+		root = DefaultStateRoot
+	}
+	s := &Spec{
+		Name:             opts.Name,
+		StateDir:         filepath.Join(root, opts.Name),
+		Backend:          opts.Backend,
+		ClusterCIDR:      cluster,
+		ServiceCIDR:      service,
+		NodeCIDRMaskSize: mask,
+		Underlay:         underlay,
+		HostAddr:         underlay.Addr().Next(),
+		Bridge:           BridgeName(opts.Name),
+		PodNetnsPrefix:   PodNetnsPrefix(opts.Name),
+	}
+	base := underlay.Addr().As4()
+	for i := 1; i <= opts.Nodes; i++ {
+		ip := base
+		ip[3] += byte(10 + i)
+		s.Nodes = append(s.Nodes, Node{
+			Index:    i,
+			Name:     NodeName(opts.Name, i),
+			Netns:    NodeNetns(opts.Name, i),
+			HostVeth: ifName("fl-", opts.Name, "-n"+strconv.Itoa(i)),
+			IP:       netip.AddrFrom4(ip),
+		})
+	}
+	return s, nil
+}
+
+func validBackend(b string) bool {
+	for _, x := range Backends {
+		if b == x {
+			return true
+		}
+	}
+	return false
+}
+
+func parseV4Prefix(flag, s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%s %q: %w", flag, s, err)
+	}
+	if !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("%s %s: the lab is IPv4 only for now", flag, s)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("%s %s: host bits set; did you mean %s?", flag, s, p.Masked())
+	}
+	return p, nil
+}
+
+// Paths in the state dir.
+
+// SpecFile records the Spec of a lab that up has started.
+func (s *Spec) SpecFile() string { return filepath.Join(s.StateDir, "lab.json") }
+
+// BinDir holds flatnet, and flatnet-cni under every plugin name.
+func (s *Spec) BinDir() string { return filepath.Join(s.StateDir, "bin") }
+
+// Kubeconfig is the admin kubeconfig the control plane writes.
+func (s *Spec) Kubeconfig() string { return filepath.Join(s.StateDir, "admin.kubeconfig") }
+
+// LogDir holds one log per process.
+func (s *Spec) LogDir() string { return filepath.Join(s.StateDir, "logs") }
+
+// NodeDir holds a node's CNI and runtime state.
+func (s *Spec) NodeDir(n Node) string { return filepath.Join(s.StateDir, "nodes", n.Name) }
+
+// CNIConfDir is where the node's agent writes its conflist.
+func (s *Spec) CNIConfDir(n Node) string { return filepath.Join(s.NodeDir(n), "cni", "net.d") }
+
+// CNIDataDir is host-local's dataDir on the node.
+func (s *Spec) CNIDataDir(n Node) string { return filepath.Join(s.NodeDir(n), "cni", "networks") }
+
+// CNICacheDir is libcni's cache on the node.
+func (s *Spec) CNICacheDir(n Node) string { return filepath.Join(s.NodeDir(n), "cni", "cache") }
+
+// RuntimeDir is the node runtime's state dir (pods/<ns>_<name>/...).
+func (s *Spec) RuntimeDir(n Node) string { return filepath.Join(s.NodeDir(n), "runtime") }
+
+// NetnsPath is the path of a named namespace.
+func NetnsPath(name string) string { return filepath.Join("/run/netns", name) }
+
+// Node returns the node named name.
+func (s *Spec) Node(name string) (Node, bool) {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}

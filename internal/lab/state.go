@@ -1,0 +1,112 @@
+package lab
+
+// The state dir records the Spec a lab was started with (lab.json), so
+// later commands (status, down, a second up) work from the same names and
+// ranges even when flags differ or the lab is half gone.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// record is lab.json: the Spec and where the upstream binaries are.
+type record struct {
+	Spec
+	K8sBinDir string `json:"k8sBinDir"`
+}
+
+// ErrNoLab is returned (wrapped) when a lab has no state dir.
+var ErrNoLab = errors.New("no such lab")
+
+func specFile(root, name string) string { return filepath.Join(root, name, "lab.json") }
+
+// loadRecord reads lab name's lab.json.
+func loadRecord(root, name string) (*record, error) {
+	b, err := os.ReadFile(specFile(root, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w %q (no %s; start it with `flatnet lab up --name %s`)", ErrNoLab, name, specFile(root, name), name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("reading %s: %w (remove the lab with `flatnet lab down --name %s`)", specFile(root, name), err, name)
+	}
+	if r.Name != name || len(r.Nodes) == 0 {
+		return nil, fmt.Errorf("reading %s: it describes lab %q with %d nodes; expected lab %q", specFile(root, name), r.Name, len(r.Nodes), name)
+	}
+	return &r, nil
+}
+
+// saveRecord writes lab.json atomically.
+func saveRecord(r *record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.StateDir, 0o755); err != nil {
+		return err
+	}
+	tmp := r.SpecFile() + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, r.SpecFile()); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", r.SpecFile(), err)
+	}
+	return nil
+}
+
+// otherUnderlays returns the underlays recorded by every lab under root
+// except name: a stopped lab keeps its underlay until `down`.
+func otherUnderlays(root, name string) []netip.Prefix {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() == name {
+			continue
+		}
+		if r, err := loadRecord(root, e.Name()); err == nil && r.Underlay.IsValid() {
+			out = append(out, r.Underlay)
+		}
+	}
+	return out
+}
+
+// Labs lists the names of the labs under root.
+func Labs(root string) []string {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if _, err := os.Stat(specFile(root, e.Name())); e.IsDir() && err == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LoadSpec returns the Spec recorded for lab name under root.
+func LoadSpec(root, name string) (*Spec, error) {
+	if root == "" {
+		root = DefaultStateRoot
+	}
+	r, err := loadRecord(root, name)
+	if err != nil {
+		return nil, err
+	}
+	return &r.Spec, nil
+}

@@ -1,0 +1,312 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/proc"
+)
+
+// Client returns a clientset for the lab's admin kubeconfig.
+func Client(kubeconfig string) (kubernetes.Interface, string, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, "", fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	rc.Timeout = 10 * time.Second
+	rc.QPS, rc.Burst = 50, 100
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, rc.Host, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasCNIConfig(dir string) bool {
+	for _, pat := range []string{"*.conflist", "*.conf", "*.json"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, pat)); len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// waitReady waits until every node of s is Ready, has a pod CIDR and its
+// agent has written the node's CNI config. A daemon that dies meanwhile
+// ends the wait with the end of its log.
+func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Duration) error {
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, _, err := Client(kubeconfig)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for {
+		for _, name := range append([]string{ProcController}, agentProcs(s)...) {
+			if _, ok := proc.Running(s.StateDir, name); !ok {
+				log := proc.LogFile(s.StateDir, name)
+				return fmt.Errorf("%s exited; end of %s:\n%s", name, log, proc.Tail(log, 15))
+			}
+		}
+		missing = missing[:0]
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			missing = append(missing, "node list: "+err.Error())
+		} else {
+			byName := map[string]*corev1.Node{}
+			for i := range nodes.Items {
+				byName[nodes.Items[i].Name] = &nodes.Items[i]
+			}
+			for _, n := range s.Nodes {
+				kn := byName[n.Name]
+				switch {
+				case kn == nil:
+					missing = append(missing, n.Name+" not registered")
+				case kn.Spec.PodCIDR == "":
+					missing = append(missing, n.Name+" has no pod CIDR")
+				case !nodeReady(kn):
+					missing = append(missing, n.Name+" not Ready")
+				case !hasCNIConfig(s.CNIConfDir(n)):
+					missing = append(missing, n.Name+" has no CNI config in "+s.CNIConfDir(n))
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %s: %s (logs in %s)", timeout, strings.Join(missing, "; "), s.LogDir())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func agentProcs(s *Spec) []string {
+	var out []string
+	for _, n := range s.Nodes {
+		out = append(out, AgentProc(n.Name))
+	}
+	return out
+}
+
+// Status is a lab as seen from the kernel, the state dir and the API.
+type Status struct {
+	Spec         *Spec
+	K8sBinDir    string
+	Underlay     bool
+	Server       string
+	APIServerPID int
+	EtcdPID      int
+	ControlPlane bool
+	Controller   int // pid; 0 when not running
+	Nodes        []NodeStatus
+	Pods         []PodStatus
+	APIError     error // the API could not be read
+}
+
+// NodeStatus is one node.
+type NodeStatus struct {
+	Node
+	Wired   bool
+	Agent   int // pid; 0 when not running
+	PodCIDR string
+	Ready   string // "True", "False", "Unknown", or "-" when not registered
+}
+
+// PodStatus is one pod.
+type PodStatus struct {
+	Namespace, Name, Node, IP, Phase string
+	Ready                            string // "1/2"
+}
+
+// GetStatus reads lab name's status.
+func GetStatus(ctx context.Context, root, name string) (*Status, error) {
+	rec, err := loadRecord(root, name)
+	if err != nil {
+		return nil, err
+	}
+	s := &rec.Spec
+	st := &Status{Spec: s, K8sBinDir: rec.K8sBinDir}
+	k := kernel{}
+	if st.Underlay, err = k.bridgeReady(s); err != nil {
+		return nil, err
+	}
+	st.APIServerPID, st.EtcdPID, st.ControlPlane = controlplane.Running(s.StateDir)
+	if pid, ok := proc.Running(s.StateDir, ProcController); ok {
+		st.Controller = pid
+	}
+	for _, n := range s.Nodes {
+		ns := NodeStatus{Node: n, Ready: "-"}
+		if ns.Wired, err = k.nodeReady(s, n); err != nil {
+			return nil, err
+		}
+		if pid, ok := proc.Running(s.StateDir, AgentProc(n.Name)); ok {
+			ns.Agent = pid
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	if !st.ControlPlane {
+		st.APIError = errors.New("the control plane is not running")
+		return st, nil
+	}
+	c, host, err := Client(s.Kubeconfig())
+	if err != nil {
+		st.APIError = err
+		return st, nil
+	}
+	st.Server = host
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		st.APIError = err
+		return st, nil
+	}
+	for i := range st.Nodes {
+		for _, kn := range nodes.Items {
+			if kn.Name != st.Nodes[i].Name {
+				continue
+			}
+			st.Nodes[i].PodCIDR = kn.Spec.PodCIDR
+			st.Nodes[i].Ready = "Unknown"
+			for _, c := range kn.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					st.Nodes[i].Ready = string(c.Status)
+				}
+			}
+		}
+	}
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		st.APIError = err
+		return st, nil
+	}
+	for _, p := range pods.Items {
+		ready := 0
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Ready {
+				ready++
+			}
+		}
+		st.Pods = append(st.Pods, PodStatus{
+			Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP,
+			Phase: string(p.Status.Phase), Ready: fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)),
+		})
+	}
+	sort.Slice(st.Pods, func(i, j int) bool {
+		if st.Pods[i].Namespace != st.Pods[j].Namespace {
+			return st.Pods[i].Namespace < st.Pods[j].Namespace
+		}
+		return st.Pods[i].Name < st.Pods[j].Name
+	})
+	return st, nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func pidOrDown(pid int) string {
+	if pid == 0 {
+		return "not running"
+	}
+	return fmt.Sprintf("pid %d", pid)
+}
+
+// Print writes st as tables.
+func (st *Status) Print(w io.Writer) {
+	s := st.Spec
+	fmt.Fprintf(w, "lab %s (state %s)\n", s.Name, s.StateDir)
+	under := "up"
+	if !st.Underlay {
+		under = "MISSING"
+	}
+	fmt.Fprintf(w, "underlay:      %s on bridge %s, host %s (%s)\n", s.Underlay, s.Bridge, s.HostAddr, under)
+	cp := fmt.Sprintf("kube-apiserver %s, etcd %s", pidOrDown(st.APIServerPID), pidOrDown(st.EtcdPID))
+	if !st.ControlPlane {
+		cp = "not running (" + cp + ")"
+	}
+	if st.Server != "" {
+		cp = st.Server + ", " + cp
+	}
+	fmt.Fprintf(w, "control plane: %s\n", cp)
+	fmt.Fprintf(w, "controller:    %s\n", pidOrDown(st.Controller))
+	fmt.Fprintf(w, "networks:      cluster %s (/%d per node), services %s, backend %s\n", s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR, s.Backend)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tINTERNAL-IP\tPOD-CIDR\tREADY\tNETNS\tAGENT")
+	for _, n := range st.Nodes {
+		netns := n.Netns
+		if !n.Wired {
+			netns += " (MISSING)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.IP, orDash(n.PodCIDR), n.Ready, netns, pidOrDown(n.Agent))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if st.APIError != nil {
+		fmt.Fprintf(w, "pods: cannot read the API: %v\n", st.APIError)
+		return
+	}
+	if len(st.Pods) == 0 {
+		fmt.Fprintln(w, "pods: none")
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tPOD\tNODE\tIP\tPHASE\tREADY")
+	for _, p := range st.Pods {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, orDash(p.Node), orDash(p.IP), orDash(p.Phase), p.Ready)
+	}
+	tw.Flush()
+}
+
+// PrintUsage tells how to use a running lab.
+func PrintUsage(w io.Writer, st *Status) {
+	n := nameFlag(st.Spec.Name)
+	fmt.Fprintf(w, "\nUse it:\n")
+	fmt.Fprintf(w, "  flatnet lab kubectl%s -- get nodes -o wide\n", n)
+	if st.K8sBinDir != "" {
+		fmt.Fprintf(w, "  export KUBECONFIG=%s; %s get pods -A -o wide\n", st.Spec.Kubeconfig(), filepath.Join(st.K8sBinDir, "kubectl"))
+	}
+	fmt.Fprintf(w, "  flatnet lab exec%s POD -- CMD     (run CMD inside a pod)\n", n)
+	fmt.Fprintf(w, "  ip netns exec %s ip route          (a node's routes)\n", st.Spec.Nodes[0].Netns)
+	fmt.Fprintf(w, "  flatnet lab status%s | flatnet lab down%s\n", n, n)
+	fmt.Fprintf(w, "  logs: %s\n", st.Spec.LogDir())
+}
+
+// fileExists is a small helper for the CLI.
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

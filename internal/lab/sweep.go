@@ -1,0 +1,144 @@
+package lab
+
+// Processes inside the lab's namespaces. Everything running in a node's
+// or a pod's network namespace was started by the lab (agents) or by its
+// runtime (containers), so `down` stops those processes by namespace: it
+// still works when an agent died and left its pods behind. A process is
+// identified by the namespace inode its /proc/PID/ns/net points to, and it
+// is signalled through a pidfd opened before that check, so a recycled PID
+// is never hit.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// netnsInode returns the inode of a named namespace's bind mount, the
+// same number /proc/PID/ns/net links to ("net:[INODE]").
+func netnsInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// pidNetns returns the namespace inode of pid.
+func pidNetns(pid int) (uint64, bool) {
+	l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return 0, false
+	}
+	l = strings.TrimSuffix(strings.TrimPrefix(l, "net:["), "]")
+	ino, err := strconv.ParseUint(l, 10, 64)
+	return ino, err == nil
+}
+
+// pidsInNetns lists the processes whose network namespace is one of
+// inodes, leaving out this process.
+func pidsInNetns(inodes map[uint64]bool) []int {
+	if len(inodes) == 0 {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if ino, ok := pidNetns(pid); ok && inodes[ino] {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// cmdline returns a process's command line for messages.
+func cmdline(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// stopInNetns stops every process inside the namespaces with the given
+// inodes: SIGTERM, up to grace to exit, then SIGKILL. It returns the
+// command lines of the processes it signalled.
+func stopInNetns(inodes map[uint64]bool, grace time.Duration) ([]string, error) {
+	type target struct {
+		pid, fd int
+	}
+	var targets []target
+	var stopped []string
+	for _, pid := range pidsInNetns(inodes) {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone already
+		}
+		// Checked after opening the pidfd, so the pidfd is this process.
+		if ino, ok := pidNetns(pid); !ok || !inodes[ino] {
+			unix.Close(fd)
+			continue
+		}
+		stopped = append(stopped, fmt.Sprintf("%d %s", pid, cmdline(pid)))
+		targets = append(targets, target{pid, fd})
+	}
+	defer func() {
+		for _, t := range targets {
+			unix.Close(t.fd)
+		}
+	}()
+	signal := func(sig unix.Signal) {
+		for _, t := range targets {
+			_ = unix.PidfdSendSignal(t.fd, sig, nil, 0)
+		}
+	}
+	exited := func(fd int) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n > 0
+	}
+	waitAll := func(d time.Duration) bool {
+		deadline := time.Now().Add(d)
+		for {
+			all := true
+			for _, t := range targets {
+				if !exited(t.fd) {
+					all = false
+					break
+				}
+			}
+			if all {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	signal(unix.SIGTERM)
+	if waitAll(grace) {
+		return stopped, nil
+	}
+	signal(unix.SIGKILL)
+	if !waitAll(10 * time.Second) {
+		return stopped, errors.New("processes still alive 10s after SIGKILL")
+	}
+	return stopped, nil
+}

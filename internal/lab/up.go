@@ -1,0 +1,240 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/flatnet/flatnet/internal/hostroutes"
+	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/proc"
+)
+
+// UpConfig is how `lab up` runs beyond the requested lab.
+type UpConfig struct {
+	// FlatnetBinary and CNIBinary are copied into the lab's bin dir;
+	// empty means this executable and flatnet-cni next to it.
+	FlatnetBinary, CNIBinary string
+	// K8sBinDir holds kube-apiserver, etcd and kubectl; empty means
+	// controlplane.BinDir().
+	K8sBinDir string
+	// ReadyTimeout bounds the wait for all nodes Ready (0: 2 minutes).
+	ReadyTimeout time.Duration
+	// Out receives progress lines.
+	Out io.Writer
+}
+
+// Up brings lab req up, creating only what is missing, and returns its
+// Spec once every node is Ready.
+func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
+	out := cfg.Out
+	if out == nil {
+		out = io.Discard
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("flatnet lab needs root (network namespaces, interfaces, netlink): run it with sudo")
+	}
+	if err := ValidateName(req.Name); err != nil {
+		return nil, err
+	}
+	root := req.StateRoot
+	if root == "" {
+		root = DefaultStateRoot
+		req.StateRoot = root
+	}
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("--state-dir %q must be an absolute path", root)
+	}
+
+	var recorded *Spec
+	rec, err := loadRecord(root, req.Name)
+	switch {
+	case err == nil:
+		recorded = &rec.Spec
+	case errors.Is(err, ErrNoLab):
+	default:
+		return nil, err
+	}
+	host, err := hostroutes.HostPrefixesExcept(BridgeName(req.Name))
+	if err != nil {
+		return nil, fmt.Errorf("reading this machine's routes: %w", err)
+	}
+	s, err := resolve(req, recorded, host, otherUnderlays(root, req.Name))
+	if err != nil {
+		return nil, err
+	}
+
+	k8sBin := cfg.K8sBinDir
+	if k8sBin == "" && rec != nil && rec.K8sBinDir != "" {
+		k8sBin = rec.K8sBinDir
+	}
+	if k8sBin == "" {
+		if k8sBin, err = controlplane.BinDir(); err != nil {
+			return nil, err
+		}
+	}
+	flatnetBin, cniBin, err := sourceBinaries(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	k := kernel{}
+	obs, err := observe(k, s)
+	if err != nil {
+		return nil, err
+	}
+	// The record goes first, so that `down` finds everything up creates
+	// even if up stops half way.
+	if err := saveRecord(&record{Spec: *s, K8sBinDir: k8sBin}); err != nil {
+		return nil, err
+	}
+
+	steps := Plan(s, obs)
+	fmt.Fprintf(out, "lab %s: %d nodes, backend %s, underlay %s, cluster CIDR %s (/%d per node), service CIDR %s\n",
+		s.Name, len(s.Nodes), s.Backend, s.Underlay, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)
+	start := time.Now()
+	var kubeconfig string
+	for i, st := range steps {
+		prefix := fmt.Sprintf("[%2d/%d] %-13s", i+1, len(steps), st.Kind)
+		if st.Present {
+			fmt.Fprintf(out, "%s %s: present\n", prefix, st.What)
+			continue
+		}
+		t0 := time.Now()
+		fmt.Fprintf(out, "%s %s ...", prefix, st.What)
+		var err error
+		switch st.Kind {
+		case StepStateDir:
+			err = makeStateDirs(s)
+		case StepBin:
+			err = installBinaries(s.BinDir(), flatnetBin, cniBin)
+		case StepUnderlay:
+			err = k.ensureBridge(s)
+		case StepNode:
+			n, _ := s.Node(st.Node)
+			err = k.ensureNode(s, n)
+		case StepControlPlane:
+			var info *controlplane.Info
+			info, err = controlplane.Up(ctx, controlplane.Config{
+				StateDir:    s.StateDir,
+				BinDir:      k8sBin,
+				Addr:        s.HostAddr,
+				ServiceCIDR: s.ServiceCIDR.String(),
+				Name:        s.Name,
+			}, io.Discard)
+			if info != nil {
+				kubeconfig = info.Kubeconfig
+			}
+		case StepController:
+			_, err = proc.Start(ProcController, controllerArgv(s), nil, s.StateDir, "")
+		case StepAgent:
+			n, _ := s.Node(st.Node)
+			if st.Restart {
+				if err = proc.Stop(s.StateDir, AgentProc(n.Name), 10*time.Second); err != nil {
+					break
+				}
+			}
+			if err = os.MkdirAll(s.NodeDir(n), 0o755); err == nil {
+				_, err = proc.Start(AgentProc(n.Name), agentArgv(s, n), nil, s.StateDir, NetnsPath(n.Netns))
+			}
+		case StepReady:
+			if kubeconfig == "" {
+				kubeconfig = s.Kubeconfig()
+			}
+			err = waitReady(ctx, s, kubeconfig, cfg.ReadyTimeout)
+		}
+		if err != nil {
+			fmt.Fprintf(out, " failed\n")
+			return s, fmt.Errorf("lab %s: %s %s: %w\n(the lab is partly up: fix the cause and run `flatnet lab up%s` again, or remove it with `flatnet lab down%s`)",
+				s.Name, st.Kind, st.Node, err, nameFlag(s.Name), nameFlag(s.Name))
+		}
+		fmt.Fprintf(out, " done (%s)\n", roundDur(time.Since(t0)))
+	}
+	fmt.Fprintf(out, "lab %s is up (%s)\n", s.Name, roundDur(time.Since(start)))
+	return s, nil
+}
+
+func roundDur(d time.Duration) time.Duration {
+	if d > time.Second {
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+func nameFlag(name string) string {
+	if name == DefaultName {
+		return ""
+	}
+	return " --name " + name
+}
+
+// observe reads what of s already runs.
+func observe(k kernel, s *Spec) (Observed, error) {
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}}
+	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
+		o.StateDir = true
+	}
+	o.Bin = binariesPresent(s.BinDir())
+	var err error
+	if o.Underlay, err = k.bridgeReady(s); err != nil {
+		return o, err
+	}
+	for _, n := range s.Nodes {
+		ok, err := k.nodeReady(s, n)
+		if err != nil {
+			return o, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		o.Nodes[n.Name] = ok
+		_, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
+	}
+	_, _, o.ControlPlane = controlplane.Running(s.StateDir)
+	_, o.Controller = proc.Running(s.StateDir, ProcController)
+	return o, nil
+}
+
+func makeStateDirs(s *Spec) error {
+	for _, d := range []string{s.StateDir, s.LogDir(), filepath.Join(s.StateDir, "pids")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// controllerArgv is the command line of the lab's flatnet controller.
+func controllerArgv(s *Spec) []string {
+	return []string{
+		filepath.Join(s.BinDir(), "flatnet"), "controller",
+		"--kubeconfig", s.Kubeconfig(),
+		"--cluster-cidr", s.ClusterCIDR.String(),
+		"--node-cidr-mask-size", strconv.Itoa(s.NodeCIDRMaskSize),
+		"--allocate-node-cidrs=true",
+		"--bind-pods",
+	}
+}
+
+// agentArgv is the command line of node n's agent (lab mode).
+func agentArgv(s *Spec, n Node) []string {
+	return []string{
+		filepath.Join(s.BinDir(), "flatnet"), "agent",
+		"--kubeconfig", s.Kubeconfig(),
+		"--node-name", n.Name,
+		"--node-ip", n.IP.String(),
+		"--cluster-cidr", s.ClusterCIDR.String(),
+		"--backend", s.Backend,
+		"--cni-conf-dir", s.CNIConfDir(n),
+		"--cni-bin-dir", s.BinDir(),
+		"--cni-data-dir", s.CNIDataDir(n),
+		"--cni-cache-dir", s.CNICacheDir(n),
+		"--masquerade=true",
+		"--lab-runtime",
+		"--runtime-state-dir", s.RuntimeDir(n),
+		"--netns-prefix", s.PodNetnsPrefix,
+		"--pod-path", s.BinDir(),
+	}
+}
