@@ -9,7 +9,6 @@ import (
 // (agent), internal/controller (controller), internal/netexec (netexec),
 // internal/agent/runtime (the hidden container-init helper).
 func init() {
-	subcommands = append(subcommands)
 	subcommands = append(subcommands, netexec.NewCommand)
 	subcommands = append(subcommands, controller.NewCommand)
 }
