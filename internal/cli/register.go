@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"github.com/flatnet/flatnet/internal/agent/runtime/containerinit"
 	"github.com/flatnet/flatnet/internal/controller"
+	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/netexec"
 )
 
@@ -10,5 +12,7 @@ import (
 // internal/agent/runtime (the hidden container-init helper).
 func init() {
 	subcommands = append(subcommands, netexec.NewCommand)
+	subcommands = append(subcommands, containerinit.NewCommand)
 	subcommands = append(subcommands, controller.NewCommand)
+	subcommands = append(subcommands, lab.NewCommand)
 }

@@ -1,0 +1,371 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+
+	"github.com/flatnet/flatnet/internal/netns"
+)
+
+// The runtime's effects, each behind a small interface so that the worker
+// can be tested with fakes: the pod network (CNI), pod network namespaces,
+// and container processes.
+
+// network attaches pod sandboxes through CNI.
+type network interface {
+	// ready returns nil when a network configuration exists.
+	ready() error
+	add(ctx context.Context, a cniAttachment) (ips []string, err error)
+	del(ctx context.Context, a cniAttachment) error
+}
+
+// namespaces makes pod network namespaces.
+type namespaces interface {
+	create(name string) (path string, err error) // with lo up
+	remove(name string) error
+	exists(name string) bool
+}
+
+// procSpec is one container process to start.
+type procSpec struct {
+	NetnsPath  string // "" runs in the agent's own namespace (hostNetwork)
+	Argv       []string
+	Env        []string
+	Workdir    string
+	Hostname   string
+	ResolvFile string
+	HostsFile  string
+	LogPath    string
+}
+
+// exitInfo is how a process ended. Known is false for a process the
+// runtime did not start itself (adopted after a restart): then only the
+// fact that it ended is known.
+type exitInfo struct {
+	Code   int32
+	Signal int32
+	Known  bool
+	At     time.Time
+}
+
+// processes starts and stops container processes.
+type processes interface {
+	// start runs spec and returns its identity and a channel that gets
+	// its exit.
+	start(spec procSpec) (procID, <-chan exitInfo, error)
+	// adopt watches a process started by an earlier agent; ok is false
+	// if it is not running any more.
+	adopt(p procID) (exits <-chan exitInfo, ok bool)
+	// signal sends sig to the container's first process.
+	signal(p procID, sig syscall.Signal) error
+	// killAll kills every remaining process of the container.
+	killAll(p procID)
+	// killNetns kills every process in the pod network namespace.
+	killNetns(nsPath string)
+}
+
+// --- CNI through libcni ---
+
+type cniNetwork struct {
+	confDir, cacheDir string
+	binDirs           []string
+	hostNS            string // tests: run plugins in this netns
+}
+
+// loadConfList loads the first network configuration in confDir in
+// lexical order, as the kubelet/containerd do.
+func loadConfList(confDir string) (*libcni.NetworkConfigList, error) {
+	files, err := libcni.ConfFiles(confDir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return nil, fmt.Errorf("reading CNI config dir %s: %w", confDir, err)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no CNI network config in %s (the agent writes it once the node has a pod CIDR)", confDir)
+	}
+	var errs []error
+	for _, f := range files {
+		var list *libcni.NetworkConfigList
+		if filepath.Ext(f) == ".conflist" {
+			list, err = libcni.ConfListFromFile(f)
+		} else {
+			var c *libcni.NetworkConfig
+			if c, err = libcni.ConfFromFile(f); err == nil {
+				list, err = libcni.ConfListFromConf(c)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		return list, nil
+	}
+	return nil, fmt.Errorf("no valid CNI network config in %s: %w", confDir, errors.Join(errs...))
+}
+
+func (n *cniNetwork) ready() error {
+	_, err := loadConfList(n.confDir)
+	return err
+}
+
+func (n *cniNetwork) cni() *libcni.CNIConfig {
+	return libcni.NewCNIConfigWithCacheDir(n.binDirs, n.cacheDir, nil)
+}
+
+func (n *cniNetwork) inHost(fn func() error) error {
+	if n.hostNS == "" {
+		return fn()
+	}
+	return netns.Do(n.hostNS, fn)
+}
+
+func rtConf(a cniAttachment) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: a.SandboxID, NetNS: a.NetnsPath, IfName: a.IfName, Args: a.Args, CapabilityArgs: a.Caps}
+}
+
+func (n *cniNetwork) add(ctx context.Context, a cniAttachment) ([]string, error) {
+	list, err := loadConfList(n.confDir)
+	if err != nil {
+		return nil, err
+	}
+	var res types.Result
+	err = n.inHost(func() error {
+		var err error
+		res, err = n.cni().AddNetworkList(ctx, list, rtConf(a))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("CNI ADD (network %q): %w", list.Name, err)
+	}
+	ips, err := resultIPs(res, a.IfName)
+	if err != nil {
+		return nil, fmt.Errorf("CNI ADD (network %q): %w", list.Name, err)
+	}
+	return ips, nil
+}
+
+// resultIPs lists the addresses on the pod's interface, IPv4 first.
+func resultIPs(res types.Result, ifName string) ([]string, error) {
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("reading the result: %w", err)
+	}
+	var v4, v6 []string
+	for _, ip := range r.IPs {
+		if ip.Interface != nil && *ip.Interface >= 0 && *ip.Interface < len(r.Interfaces) {
+			itf := r.Interfaces[*ip.Interface]
+			if itf.Sandbox == "" || itf.Name != ifName {
+				continue
+			}
+		}
+		a, ok := netip.AddrFromSlice(ip.Address.IP)
+		if !ok {
+			continue
+		}
+		if a.Unmap().Is4() {
+			v4 = append(v4, a.Unmap().String())
+		} else {
+			v6 = append(v6, a.String())
+		}
+	}
+	ips := append(v4, v6...)
+	if len(ips) == 0 {
+		return nil, errors.New("the result has no IP address for the pod")
+	}
+	return ips, nil
+}
+
+// del runs CNI DEL with the configuration ADD used (from libcni's cache),
+// or the current one when there is no cache entry.
+func (n *cniNetwork) del(ctx context.Context, a cniAttachment) error {
+	c := n.cni()
+	var list *libcni.NetworkConfigList
+	rt := rtConf(a)
+	if atts, err := c.GetCachedAttachments(a.SandboxID); err == nil {
+		for _, att := range atts {
+			if att.IfName != a.IfName {
+				continue
+			}
+			if l, err := libcni.ConfListFromBytes(att.Config); err == nil {
+				list = l
+				rt.Args = att.CniArgs
+				rt.CapabilityArgs = att.CapabilityArgs
+				break
+			}
+		}
+	}
+	if list == nil {
+		var err error
+		if list, err = loadConfList(n.confDir); err != nil {
+			return fmt.Errorf("CNI DEL: no cached config for sandbox %s and %w", a.SandboxID, err)
+		}
+	}
+	err := n.inHost(func() error { return c.DelNetworkList(ctx, list, rt) })
+	if err != nil {
+		return fmt.Errorf("CNI DEL (network %q): %w", list.Name, err)
+	}
+	return nil
+}
+
+// --- network namespaces ---
+
+const netnsRunDir = netns.RunDir
+
+type realNamespaces struct{}
+
+func (realNamespaces) create(name string) (string, error) {
+	path, err := netns.Create(name)
+	if err != nil {
+		return "", err
+	}
+	err = netns.Do(path, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	})
+	if err != nil {
+		_ = netns.Delete(name)
+		return "", fmt.Errorf("setting lo up in %s: %w", name, err)
+	}
+	return path, nil
+}
+
+func (realNamespaces) remove(name string) error { return netns.Delete(name) }
+
+func (realNamespaces) exists(name string) bool {
+	return netns.Check(filepath.Join(netnsRunDir, name)) == nil
+}
+
+// --- processes ---
+
+type realProcesses struct {
+	initBin string // the flatnet binary that has container-init
+}
+
+// initBinary picks the flatnet binary for container-init: the one on the
+// pods' PATH, else this very program.
+func initBinary(podPath string) (string, error) {
+	for _, dir := range filepath.SplitList(podPath) {
+		p := filepath.Join(dir, "flatnet")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the flatnet binary for container-init: %w", err)
+	}
+	return self, nil
+}
+
+func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
+	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o755); err != nil {
+		return procID{}, nil, err
+	}
+	logf, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return procID{}, nil, fmt.Errorf("opening container log: %w", err)
+	}
+	defer logf.Close()
+	args := []string{r.initBin, "container-init", "--hostname", spec.Hostname, "--resolv", spec.ResolvFile, "--hosts", spec.HostsFile}
+	if spec.Workdir != "" {
+		args = append(args, "--workdir", spec.Workdir)
+	}
+	args = append(append(args, "--"), spec.Argv...)
+	cmd := &exec.Cmd{
+		Path:   r.initBin,
+		Args:   args,
+		Env:    slices.Clone(spec.Env),
+		Dir:    "/",
+		Stdout: logf,
+		Stderr: logf,
+		// Own session (the agent's signals and process group are not the
+		// container's), own mount and UTS namespaces. No Pdeathsig: the
+		// containers outlive an agent restart.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS},
+	}
+	startFn := cmd.Start
+	if spec.NetnsPath != "" {
+		// Fork from the goroutine netns.Do locked into the pod's namespace.
+		err = netns.Do(spec.NetnsPath, startFn)
+	} else {
+		err = startFn()
+	}
+	if err != nil {
+		return procID{}, nil, fmt.Errorf("starting %s: %w", spec.Argv[0], err)
+	}
+	pid := cmd.Process.Pid
+	id := procID{PID: pid}
+	st, serr := readProcStat(pid)
+	mnt, merr := nsInode(pid, "mnt")
+	if serr != nil || merr != nil {
+		// It died at once; Wait still reports how.
+		st.startTicks, mnt = 0, 0
+	}
+	id.StartTicks, id.MntNS = st.startTicks, mnt
+	exits := make(chan exitInfo, 1)
+	go func() {
+		_ = cmd.Wait()
+		exits <- exitFromState(cmd.ProcessState)
+	}()
+	return id, exits, nil
+}
+
+func exitFromState(ps *os.ProcessState) exitInfo {
+	e := exitInfo{Known: true, At: time.Now()}
+	if ps == nil {
+		e.Known = false
+		return e
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		e.Signal = int32(ws.Signal())
+		e.Code = 128 + e.Signal
+		return e
+	}
+	e.Code = int32(ps.ExitCode())
+	return e
+}
+
+func (r *realProcesses) adopt(p procID) (<-chan exitInfo, bool) {
+	if !procAlive(p) {
+		return nil, false
+	}
+	exits := make(chan exitInfo, 1)
+	go func() {
+		waitGone(p, nil)
+		exits <- exitInfo{Known: false, At: time.Now()}
+	}()
+	return exits, true
+}
+
+func (r *realProcesses) signal(p procID, sig syscall.Signal) error { return signalProc(p, sig) }
+
+func (r *realProcesses) killAll(p procID) {
+	// While the first process lives it pins the mount namespace, so the
+	// scan (which includes it) runs first.
+	leaderGone := !procAlive(p)
+	if p.MntNS != 0 {
+		killMembers(p.MntNS, p.PID, leaderGone)
+	}
+	if !leaderGone {
+		_ = signalProc(p, syscall.SIGKILL)
+	}
+}
+
+func (r *realProcesses) killNetns(nsPath string) { killNetnsMembers(nsPath, 2*time.Second) }

@@ -1,0 +1,234 @@
+package runtime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// On-disk layout under the runtime state dir (a contract with `lab exec`
+// and people reading it):
+//
+//	pods/<namespace>_<name>/state.json           the record below (the runtime's truth)
+//	pods/<namespace>_<name>/netns                path of the pod's network namespace
+//	pods/<namespace>_<name>/etc/{resolv.conf,hosts}   bind-mounted into the containers
+//	pods/<namespace>_<name>/containers/<c>/pid   PID while the container runs
+//	pods/<namespace>_<name>/containers/<c>/log   its stdout and stderr, all runs appended
+
+func podDir(stateDir, namespace, name string) string {
+	return filepath.Join(stateDir, "pods", namespace+"_"+name)
+}
+
+func containerDir(podDir, container string) string {
+	return filepath.Join(podDir, "containers", container)
+}
+
+// podRecord is what survives an agent restart: enough to adopt running
+// containers, or to clean up after a pod that went away meanwhile.
+type podRecord struct {
+	UID         types.UID `json:"uid"`
+	Namespace   string    `json:"namespace"`
+	Name        string    `json:"name"`
+	HostNetwork bool      `json:"hostNetwork,omitempty"`
+	// Netns is the pod network namespace's name under /run/netns; ""
+	// when there is none (not yet created, torn down, host network).
+	Netns string `json:"netns,omitempty"`
+	// SandboxID is the CNI container ID; Attached says CNI ADD succeeded
+	// and DEL is owed.
+	SandboxID string    `json:"sandboxID,omitempty"`
+	Attached  bool      `json:"attached,omitempty"`
+	IPs       []string  `json:"ips,omitempty"`
+	StartTime time.Time `json:"startTime"`
+	// Grace is the last termination grace period seen, for deletions of
+	// pods that are gone from the API.
+	GraceSeconds int64              `json:"graceSeconds"`
+	Containers   []*containerRecord `json:"containers"`
+}
+
+// containerRecord is one container's history.
+type containerRecord struct {
+	Name         string      `json:"name"`
+	ID           string      `json:"id,omitempty"` // of the current or last run
+	Proc         *procID     `json:"proc,omitempty"`
+	StartedAt    time.Time   `json:"startedAt,omitzero"`
+	LastExit     *exitRecord `json:"lastExit,omitempty"`
+	RestartCount int32       `json:"restartCount"`
+	// Backoff before the next restart after a crash (CrashLoopBackOff);
+	// NextStart is when that restart may happen.
+	Backoff   time.Duration `json:"backoff,omitempty"`
+	NextStart time.Time     `json:"nextStart,omitzero"`
+
+	// Not persisted: runtime-only state, rebuilt after a restart.
+	StartErr       string        `json:"-"` // why the last start failed before a process existed
+	StartErrReason string        `json:"-"` // CreateContainerConfigError, ...
+	TermSentAt     time.Time     `json:"-"` // SIGTERM sent, SIGKILL due after TermGrace
+	TermGrace      time.Duration `json:"-"`
+	KillSentAt     time.Time     `json:"-"` // SIGKILL sent; waiting for the exit
+	KillReason     string        `json:"-"` // why the runtime stops it while the pod stays (failed probe)
+	KillGrace      time.Duration `json:"-"`
+	Ready          bool          `json:"-"` // readiness probe verdict
+	Started        bool          `json:"-"` // startup probe passed (or none)
+	LivenessFailed bool          `json:"-"`
+	ProbeMsg       string        `json:"-"`
+}
+
+// running reports whether the container has a live process.
+func (c *containerRecord) running() bool { return c.Proc != nil }
+
+// procID identifies a process beyond its PID: the start time in clock
+// ticks since boot (a recycled PID has another) and the inode of the mount
+// namespace created for the container, which every process of the
+// container shares (our stand-in for a cgroup).
+type procID struct {
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"startTicks"`
+	MntNS      uint64 `json:"mntNS"`
+}
+
+// exitRecord is a finished run.
+type exitRecord struct {
+	Code       int32     `json:"code"`
+	Signal     int32     `json:"signal,omitempty"`
+	Reason     string    `json:"reason"`
+	Message    string    `json:"message,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+func (r *podRecord) container(name string) *containerRecord {
+	for _, c := range r.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// save writes the record and the human-readable side files atomically.
+func (r *podRecord) save(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating pod state dir: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "state.json"), b); err != nil {
+		return err
+	}
+	nsFile := filepath.Join(dir, "netns")
+	if r.Netns != "" {
+		if err := writeFileAtomic(nsFile, []byte(filepath.Join(netnsRunDir, r.Netns)+"\n")); err != nil {
+			return err
+		}
+	} else if err := os.Remove(nsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, c := range r.Containers {
+		cdir := containerDir(dir, c.Name)
+		if err := os.MkdirAll(cdir, 0o755); err != nil {
+			return err
+		}
+		pidFile := filepath.Join(cdir, "pid")
+		if c.Proc != nil {
+			if err := writeFileAtomic(pidFile, []byte(strconv.Itoa(c.Proc.PID)+"\n")); err != nil {
+				return err
+			}
+		} else if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("renaming %s: %w", tmp, err)
+	}
+	return nil
+}
+
+func loadRecord(dir string) (*podRecord, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r podRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("decoding %s/state.json: %w", dir, err)
+	}
+	if r.Namespace == "" || r.Name == "" || r.UID == "" {
+		return nil, fmt.Errorf("%s/state.json: no pod namespace, name or uid", dir)
+	}
+	return &r, nil
+}
+
+// loadRecords reads every pod record in stateDir. A pod dir without a
+// readable record is returned in bad, for the caller to report.
+func loadRecords(stateDir string) (recs []*podRecord, bad []error) {
+	ents, err := os.ReadDir(filepath.Join(stateDir, "pods"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, []error{err}
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		r, err := loadRecord(filepath.Join(stateDir, "pods", e.Name()))
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, bad
+}
+
+// ErrNotRunning is returned (wrapped) by ContainerPID when the container
+// has no live process.
+var ErrNotRunning = errors.New("container is not running")
+
+// ContainerPID returns the PID of a running container of a pod run by the
+// runtime whose state dir is stateDir (`lab exec` enters it with nsenter).
+// An empty container names the pod's first container.
+func ContainerPID(stateDir, namespace, pod, container string) (int, error) {
+	dir := podDir(stateDir, namespace, pod)
+	r, err := loadRecord(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("pod %s/%s is not run by the runtime in %s", namespace, pod, stateDir)
+		}
+		return 0, err
+	}
+	var c *containerRecord
+	if container == "" {
+		if len(r.Containers) == 0 {
+			return 0, fmt.Errorf("pod %s/%s has no containers", namespace, pod)
+		}
+		c = r.Containers[0]
+	} else if c = r.container(container); c == nil {
+		names := make([]string, 0, len(r.Containers))
+		for _, c := range r.Containers {
+			names = append(names, c.Name)
+		}
+		return 0, fmt.Errorf("pod %s/%s has no container %q (it has: %s)", namespace, pod, container, strings.Join(names, ", "))
+	}
+	if c.Proc == nil || !procAlive(*c.Proc) {
+		return 0, fmt.Errorf("%w: %s in pod %s/%s", ErrNotRunning, c.Name, namespace, pod)
+	}
+	return c.Proc.PID, nil
+}

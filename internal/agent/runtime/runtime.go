@@ -1,0 +1,334 @@
+// Package runtime is the lab's kubelet: it registers its Node and keeps it
+// Ready, and runs the Pods bound to that node as real processes in network
+// namespaces set up through CNI.
+//
+// Design. A pod here is
+//
+//   - a network namespace (/run/netns/<prefix><uid[:8]>) that lives as long as
+//     the pod, as a pause container's does, attached with CNI ADD through
+//     libcni using the first config in the node's CNI conf dir, with the
+//     K8S_POD_* CNI_ARGS and the portMappings and bandwidth capabilities;
+//   - one process per container, started by `flatnet container-init` in that
+//     namespace and in fresh mount and UTS namespaces, where it mounts the
+//     pod's resolv.conf and hosts files and sets the hostname before exec'ing
+//     the container's command. The fresh mount namespace is also how the
+//     runtime finds every process of a container (no cgroups here).
+//
+// Each pod has a worker goroutine. It keeps the actual state (podRecord:
+// the sandbox, each container's process and history) and, whenever
+// something changes (Pod update, process exit, probe result, timer), calls
+// the pure plan(desired Pod, actual record) for the next actions, applies
+// them through small interfaces (network, namespaces, processes, prober:
+// fakes in the unit tests), then writes the status computed by the pure
+// podStatus. The record is saved under the state dir after every change,
+// so a restarted agent adopts running containers instead of restarting
+// them, and cleans up after pods deleted while it was away.
+//
+// Deletion: SIGTERM, up to the grace period, SIGKILL, then every process
+// left in the pod's namespace is killed, CNI DEL, the namespace removed,
+// and the Pod object deleted with grace 0 (the kubelet's last step).
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Config configures the runtime of one node.
+type Config struct {
+	NodeName, NodeIP string
+	Client           kubernetes.Interface
+	// StateDir holds the pod records, pod files and container logs.
+	StateDir string
+	// NetnsPrefix starts every pod network namespace's name.
+	NetnsPrefix string
+	// PodPath is put first on the containers' PATH (the lab's flatnet is
+	// there, so `flatnet netexec` resolves).
+	PodPath string
+	// CNIConfDir, CNIBinDir and CNICacheDir are the node's CNI directories.
+	CNIConfDir, CNIBinDir, CNICacheDir string
+}
+
+const clusterDomain = "cluster.local"
+
+// deps are the runtime's effects and clocks; tests replace them.
+type deps struct {
+	net    network
+	ns     namespaces
+	procs  processes
+	prober prober
+	now    func() time.Time
+	// heartbeat is the Node status update period; netPoll how often the
+	// CNI config dir is checked for node readiness.
+	heartbeat, netPoll time.Duration
+	resolvConf         string // the node's resolv.conf, for pods
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("no node name"))
+	}
+	if _, err := netip.ParseAddr(c.NodeIP); err != nil {
+		errs = append(errs, fmt.Errorf("node IP %q: %w", c.NodeIP, err))
+	}
+	if c.Client == nil {
+		errs = append(errs, errors.New("no API client"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("no state dir"))
+	}
+	if c.CNIConfDir == "" || c.CNIBinDir == "" {
+		errs = append(errs, errors.New("CNI conf and bin dirs are required"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("runtime config: %w", errors.Join(errs...))
+	}
+	if c.NetnsPrefix == "" {
+		c.NetnsPrefix = "flatnet-"
+	}
+	if c.CNICacheDir == "" {
+		c.CNICacheDir = filepath.Join(c.StateDir, "cni-cache")
+	}
+	return nil
+}
+
+// Run registers the node and runs its pods until ctx ends. Containers keep
+// running when it returns: a new Run with the same state dir adopts them.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	initBin, err := initBinary(cfg.PodPath)
+	if err != nil {
+		return err
+	}
+	d := deps{
+		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir)},
+		ns:         realNamespaces{},
+		procs:      &realProcesses{initBin: initBin},
+		prober:     realProber{},
+		now:        time.Now,
+		heartbeat:  10 * time.Second,
+		netPoll:    time.Second,
+		resolvConf: "/etc/resolv.conf",
+	}
+	return run(ctx, cfg, d)
+}
+
+// core is the state shared by the node loop and the pod workers.
+type core struct {
+	cfg      Config
+	d        deps
+	log      klog.Logger
+	pods     corelisters.PodLister
+	services corelisters.ServiceLister
+	recorder record.EventRecorder
+
+	mu      sync.Mutex
+	workers map[string]*worker // by namespace/name
+	wg      sync.WaitGroup
+}
+
+func run(ctx context.Context, cfg Config, d deps) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "pods"), 0o755); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	log := klog.FromContext(ctx).WithName("runtime").WithValues("node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, log)
+
+	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + cfg.NodeName }))
+	svcFactory := informers.NewSharedInformerFactory(cfg.Client, 0)
+	podInf := podFactory.Core().V1().Pods()
+	svcInf := svcFactory.Core().V1().Services()
+	podInformer := podInf.Informer()
+	svcInf.Informer()
+
+	bc := record.NewBroadcaster(record.WithContext(ctx))
+	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+	defer bc.Shutdown()
+
+	c := &core{
+		cfg: cfg, d: d, log: log,
+		pods:     podInf.Lister(),
+		services: svcInf.Lister(),
+		recorder: bc.NewRecorder(scheme.Scheme, v1.EventSource{Component: "flatnet-runtime", Host: cfg.NodeName}),
+		workers:  map[string]*worker{},
+	}
+
+	var nodeWG sync.WaitGroup
+	nodeWG.Add(1)
+	go func() {
+		defer nodeWG.Done()
+		c.nodeLoop(ctx)
+	}()
+
+	podFactory.Start(ctx.Done())
+	svcFactory.Start(ctx.Done())
+	log.Info("Waiting for the pod and service caches")
+	for typ, ok := range podFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			nodeWG.Wait()
+			return fmt.Errorf("syncing the %v cache: %w", typ, ctx.Err())
+		}
+	}
+	for typ, ok := range svcFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			nodeWG.Wait()
+			return fmt.Errorf("syncing the %v cache: %w", typ, ctx.Err())
+		}
+	}
+
+	c.reconcileRecords(ctx)
+
+	_, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.podChanged(ctx, obj) },
+		UpdateFunc: func(_, obj any) { c.podChanged(ctx, obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				c.podGone(pod.Namespace+"/"+pod.Name, pod.UID)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	log.Info("Runtime started", "stateDir", cfg.StateDir, "cniConfDir", cfg.CNIConfDir)
+	<-ctx.Done()
+	c.wg.Wait()
+	nodeWG.Wait()
+	log.Info("Runtime stopped; containers keep running")
+	return nil
+}
+
+// reconcileRecords starts a worker for every pod recorded in the state
+// dir: it adopts the pod if the API still has it, else cleans up after it.
+func (c *core) reconcileRecords(ctx context.Context) {
+	recs, bad := loadRecords(c.cfg.StateDir)
+	for _, err := range bad {
+		c.log.Error(err, "Unreadable pod record; leaving it alone")
+	}
+	for _, rec := range recs {
+		pod, err := c.pods.Pods(rec.Namespace).Get(rec.Name)
+		if err != nil || pod.UID != rec.UID || pod.Spec.NodeName != c.cfg.NodeName {
+			pod = nil
+		}
+		c.log.Info("Found pod from an earlier run", "pod", rec.Namespace+"/"+rec.Name, "adopt", pod != nil)
+		c.startWorker(ctx, rec, pod)
+	}
+}
+
+func (c *core) startWorker(ctx context.Context, rec *podRecord, pod *v1.Pod) {
+	w := newWorker(c, rec, pod)
+	c.mu.Lock()
+	c.workers[w.key] = w
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		w.run(ctx)
+	}()
+}
+
+// podChanged hands a Pod from the informer to its worker, starting one for
+// a new pod.
+func (c *core) podChanged(ctx context.Context, obj any) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.NodeName != c.cfg.NodeName {
+		return
+	}
+	key := pod.Namespace + "/" + pod.Name
+	c.mu.Lock()
+	w := c.workers[key]
+	c.mu.Unlock()
+	if w != nil {
+		w.update(pod)
+		return
+	}
+	finished := pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+	if finished && pod.DeletionTimestamp == nil {
+		// Finished before (this agent has no record of it): nothing to run.
+		return
+	}
+	c.startWorker(ctx, newRecord(pod, c.d.now()), pod)
+}
+
+// podGone tells the worker of a Pod that it is gone from the API.
+func (c *core) podGone(key string, uid types.UID) {
+	c.mu.Lock()
+	w := c.workers[key]
+	c.mu.Unlock()
+	if w != nil {
+		w.gone(uid)
+	}
+}
+
+// workerDone is called by a worker that has nothing left to do. A newer
+// pod of the same name that waited for it gets its own worker.
+func (c *core) workerDone(ctx context.Context, w *worker, next *v1.Pod) {
+	c.mu.Lock()
+	if c.workers[w.key] == w {
+		delete(c.workers, w.key)
+	}
+	c.mu.Unlock()
+	if next == nil || ctx.Err() != nil {
+		return
+	}
+	// The informer may have moved on: start from its current view.
+	if cur, err := c.pods.Pods(next.Namespace).Get(next.Name); err == nil && cur.UID == next.UID {
+		c.podChanged(ctx, cur)
+	}
+}
+
+func newRecord(pod *v1.Pod, now time.Time) *podRecord {
+	r := &podRecord{
+		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		HostNetwork:  pod.Spec.HostNetwork,
+		StartTime:    now,
+		GraceSeconds: int64(specGrace(pod) / time.Second),
+	}
+	for _, ct := range pod.Spec.Containers {
+		r.Containers = append(r.Containers, &containerRecord{Name: ct.Name})
+	}
+	return r
+}
+
+// envSourcesFor reads ConfigMaps and Secrets from the API when a
+// container's environment refers to them.
+func (c *core) envSources(ctx context.Context) envSources {
+	return envSources{
+		ConfigMap: func(ns, name string) (*v1.ConfigMap, error) {
+			return c.cfg.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		Secret: func(ns, name string) (*v1.Secret, error) {
+			return c.cfg.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		IsNotFound: apierrors.IsNotFound,
+	}
+}
