@@ -25,6 +25,12 @@ func ExitCode(err error) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
+	// Packages that cli imports (lab) cannot return *ExitError; they
+	// return an error with an ExitCode method, as *exec.ExitError has.
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
 	return 1
 }
 

@@ -150,8 +150,12 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		}
 		if err != nil {
 			fmt.Fprintf(out, " failed\n")
-			return s, fmt.Errorf("lab %s: %s %s: %w\n(the lab is partly up: fix the cause and run `flatnet lab up%s` again, or remove it with `flatnet lab down%s`)",
-				s.Name, st.Kind, st.Node, err, nameFlag(s.Name), nameFlag(s.Name))
+			what := string(st.Kind)
+			if st.Node != "" {
+				what += " " + st.Node
+			}
+			return s, fmt.Errorf("lab %s: %s: %w\n(the lab is partly up: fix the cause and run `flatnet lab up%s` again, or remove it with `flatnet lab down%s`)",
+				s.Name, what, err, nameFlag(s.Name), nameFlag(s.Name))
 		}
 		fmt.Fprintf(out, " done (%s)\n", roundDur(time.Since(t0)))
 	}

@@ -1,0 +1,164 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// NewCommand returns `flatnet lab` and its subcommands. The commands and
+// flags are a contract (tooling outside the repo uses exactly them).
+func NewCommand() *cobra.Command {
+	var root, name string
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "A real multi-node Kubernetes network on this machine (kube-apiserver, etcd, nodes and pods in network namespaces)",
+		Long: "flatnet lab runs upstream etcd and kube-apiserver, and N nodes as network namespaces on an\n" +
+			"underlay bridge, each with a flatnet agent that runs pods as processes in their own\n" +
+			"namespaces, networked by flatnet's CNI plugins (host-gw routes between nodes).\n" +
+			"Needs root, `make build` (bin/flatnet, bin/flatnet-cni) and `make k8s`. See docs/lab.md.",
+	}
+	cmd.PersistentFlags().StringVar(&root, "state-dir", DefaultStateRoot, "directory holding one state dir per lab (<state-dir>/<name>)")
+	cmd.PersistentFlags().StringVar(&name, "name", DefaultName, "lab name (labs with different names run side by side)")
+
+	cmd.AddCommand(newUp(&root, &name), newStatus(&root, &name), newKubeconfig(&root, &name),
+		newKubectl(&root, &name), newExec(&root, &name), newDown(&root, &name))
+	return cmd
+}
+
+func newUp(root, name *string) *cobra.Command {
+	o := Options{}
+	cfg := UpConfig{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Bring a lab up (creates only what is missing; on a running lab it changes nothing)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Name, o.StateRoot = *name, *root
+			changed := map[string]bool{}
+			cmd.Flags().Visit(func(f *pflag.Flag) { changed[f.Name] = true })
+			cfg.Out = cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := Up(ctx, Request{Options: o, Changed: changed}, cfg)
+			if err != nil {
+				return err
+			}
+			st, err := GetStatus(ctx, filepath.Dir(s.StateDir), s.Name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			st.Print(cmd.OutOrStdout())
+			PrintUsage(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Nodes, "nodes", DefaultNodes, "number of nodes (a running lab keeps its nodes unless this asks for more)")
+	f.StringVar(&o.Backend, "backend", DefaultBackend, "cross-node backend: "+strings.Join(Backends, ", "))
+	f.StringVar(&o.ClusterCIDR, "cluster-cidr", DefaultClusterCIDR, "pod network; each node gets a subnet of it")
+	f.StringVar(&o.ServiceCIDR, "service-cidr", DefaultServiceCIDR, "service cluster IP range")
+	f.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", DefaultNodeMask, "prefix length of each node's pod subnet")
+	f.StringVar(&o.Underlay, "underlay-cidr", "", "underlay network of the nodes and the host (default 10.250.0.0/24 for the default lab, 10.250.N.0/24 for others)")
+	f.StringVar(&cfg.K8sBinDir, "k8s-bin-dir", "", "directory with kube-apiserver, etcd and kubectl (default: where make k8s builds them)")
+	f.DurationVar(&cfg.ReadyTimeout, "timeout", 2*time.Minute, "how long to wait for the nodes to be Ready")
+	return cmd
+}
+
+func newStatus(root, name *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show a lab's nodes, pods and IPs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := GetStatus(cmd.Context(), *root, *name)
+			if err != nil {
+				if others := Labs(*root); len(others) > 0 {
+					return fmt.Errorf("%w (labs here: %s)", err, strings.Join(others, ", "))
+				}
+				return err
+			}
+			st.Print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+}
+
+func newKubeconfig(root, name *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Print the path of a lab's admin kubeconfig",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := Kubeconfig(*root, *name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), p)
+			return nil
+		},
+	}
+}
+
+func newKubectl(root, name *string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kubectl -- ARGS...",
+		Short: "Run kubectl (built with the apiserver) against a lab",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			err := Kubectl(*root, *name, args)
+			if _, ok := err.(*ExitError); ok {
+				cmd.SilenceErrors = true
+			}
+			return err
+		},
+	}
+	return cmd
+}
+
+func newExec(root, name *string) *cobra.Command {
+	var namespace, container string
+	cmd := &cobra.Command{
+		Use:   "exec [-n NAMESPACE] POD [-c CONTAINER] -- CMD [ARGS...]",
+		Short: "Run a command inside a pod's namespaces; its exit code passes through",
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if dash != 1 || len(args) < 2 {
+				return fmt.Errorf("usage: flatnet lab exec [-n NAMESPACE] POD [-c CONTAINER] -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := FindContainer(cmd.Context(), *root, *name, namespace, args[0], container)
+			if err != nil {
+				return err
+			}
+			err = Exec(t, args[1:])
+			if _, ok := err.(*ExitError); ok {
+				cmd.SilenceErrors = true
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "the pod's namespace")
+	cmd.Flags().StringVarP(&container, "container", "c", "", "container (default: the pod's default or first container)")
+	return cmd
+}
+
+func newDown(root, name *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop a lab and remove everything it made (namespaces, interfaces, processes, state dir)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Down(*root, *name, cmd.OutOrStdout())
+		},
+	}
+}
