@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni clean
+.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab clean
 
 all: build
 
@@ -48,6 +48,17 @@ fuzz:
 
 bench-cni: deps
 	hack/bench-cni.sh
+
+# demo: the README's first command: a 3-node lab with netexec pods and
+# traffic across nodes; the lab keeps running (hack/demo.sh says how to
+# explore it and take it down). Needs root.
+demo:
+	hack/demo.sh
+
+# bench-lab: time `flatnet lab up` for 3 nodes until a pod on each node
+# answers the others (docs/benchmarks.md, Lab). Needs root and make k8s.
+bench-lab: build
+	hack/bench-lab.sh
 
 clean:
 	rm -rf bin

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what flatnet's build, tests and demo need on a Debian machine, as
-# root: iproute2, nftables, iptables, conntrack, iperf3, ethtool. Go modules
+# root: iproute2, nftables, iptables, conntrack, iperf3, ethtool, curl,
+# util-linux (nsenter). Go modules
 # come through the module proxy when `go` builds. Idempotent: it only calls
 # apt when a command is missing.
 set -euo pipefail
@@ -12,6 +13,8 @@ command -v conntrack >/dev/null || need+=(conntrack)
 command -v iperf3 >/dev/null    || need+=(iperf3)
 command -v ethtool >/dev/null   || need+=(ethtool)
 command -v git >/dev/null       || need+=(git)
+command -v curl >/dev/null      || need+=(curl)        # make demo: requests from inside pods
+command -v nsenter >/dev/null   || need+=(util-linux)  # flatnet lab exec
 command -v gcc >/dev/null       || need+=(gcc)
 command -v strace >/dev/null    || need+=(strace)  # make bench-cni: processes, netlink and sysctls per plugin
 if [ ${#need[@]} -gt 0 ]; then

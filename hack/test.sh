@@ -14,6 +14,11 @@ make -s install-cni DESTDIR="$tmp" >/dev/null
 export FLATNET_CNI_PATH=$tmp
 if [ "$(id -u)" != 0 ]; then
   echo "== note: not root; root tests will skip (run as root to include them)"
+else
+  # The lab tests (test/e2e) run the upstream kube-apiserver and etcd:
+  # build them into the cache (minutes the first time, a second after).
+  echo "== k8s binaries for the lab tests (make k8s)"
+  make -s k8s
 fi
 echo "== go test"
 # -p 1: root tests share the kernel's tables; packages run one at a time.
