@@ -1,7 +1,11 @@
 package lab
 
 import (
+	"encoding/json"
+	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -283,4 +287,60 @@ func TestUnescapeMount(t *testing.T) {
 	if got := unescapeMount(`/a\040b\134c`); got != `/a b\c` {
 		t.Errorf("got %q", got)
 	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	s, err := NewSpec(opts("rt", 3), netip.MustParsePrefix("10.250.5.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s.StateDir = filepath.Join(dir, "rt")
+	if err := saveRecord(&record{Spec: *s, K8sBinDir: "/k8s"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadRecord(dir, "rt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(*s, r.Spec, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" || r.K8sBinDir != "/k8s" {
+		t.Errorf("round trip (-want +got):\n%s", d)
+	}
+	if _, err := loadRecord(dir, "other"); !errors.Is(err, ErrNoLab) {
+		t.Errorf("missing lab: %v", err)
+	}
+	// A hand-edited record that names another lab's bridge is refused.
+	b, _ := os.ReadFile(s.SpecFile())
+	if err := os.WriteFile(s.SpecFile(), []byte(strings.Replace(string(b), `"bridge": "fl-rt"`, `"bridge": "eth0"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadRecord(dir, "rt"); err == nil || !strings.Contains(err.Error(), "do not follow") {
+		t.Errorf("edited record: %v", err)
+	}
+	if got := Labs(dir); len(got) != 1 || got[0] != "rt" {
+		t.Errorf("Labs = %v", got)
+	}
+}
+
+func FuzzParseRecord(f *testing.F) {
+	s, _ := NewSpec(opts("fz", 2), netip.MustParsePrefix("10.250.5.0/24"))
+	b, _ := json.Marshal(record{Spec: *s})
+	f.Add(b, "fz")
+	f.Add([]byte(`{"name":"fz","nodes":[{}]}`), "fz")
+	f.Add([]byte(`{`), "x")
+	f.Fuzz(func(t *testing.T, b []byte, name string) {
+		r, err := parseRecord(b, name)
+		if err != nil {
+			return
+		}
+		// Whatever parses names only this lab's objects.
+		if r.Bridge != BridgeName(name) || len(r.Bridge) > 15 {
+			t.Fatalf("bridge %q for lab %q", r.Bridge, name)
+		}
+		for _, n := range r.Nodes {
+			if !nodeNetnsPattern(name).MatchString(n.Netns) || len(n.HostVeth) > 15 {
+				t.Fatalf("node %+v of lab %q", n, name)
+			}
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 )
 
@@ -34,12 +35,38 @@ func loadRecord(root, name string) (*record, error) {
 	if err != nil {
 		return nil, err
 	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := parseRecord(b, name)
+	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w (remove the lab with `flatnet lab down --name %s`)", specFile(root, name), err, name)
 	}
+	return r, nil
+}
+
+// parseRecord decodes lab.json and checks that it describes a usable lab
+// called name: later commands derive names, paths and kernel objects from
+// it.
+func parseRecord(b []byte, name string) (*record, error) {
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
 	if r.Name != name || len(r.Nodes) == 0 {
-		return nil, fmt.Errorf("reading %s: it describes lab %q with %d nodes; expected lab %q", specFile(root, name), r.Name, len(r.Nodes), name)
+		return nil, fmt.Errorf("it describes lab %q with %d nodes; expected lab %q", r.Name, len(r.Nodes), name)
+	}
+	// Rebuild the Spec from its options: a record edited by hand (or
+	// corrupted) cannot name interfaces, namespaces or paths of another lab.
+	want, err := NewSpec(Options{
+		Name: r.Name, StateRoot: filepath.Dir(r.StateDir), Nodes: len(r.Nodes), Backend: r.Backend,
+		ClusterCIDR: r.ClusterCIDR.String(), ServiceCIDR: r.ServiceCIDR.String(), NodeCIDRMaskSize: r.NodeCIDRMaskSize,
+	}, r.Underlay)
+	if err != nil {
+		return nil, err
+	}
+	if filepath.Base(r.StateDir) != name || !filepath.IsAbs(r.StateDir) {
+		return nil, fmt.Errorf("state dir %q is not an absolute path ending in %q", r.StateDir, name)
+	}
+	if !reflect.DeepEqual(*want, r.Spec) {
+		return nil, fmt.Errorf("its names and addresses do not follow from its options (edited by hand?)")
 	}
 	return &r, nil
 }
