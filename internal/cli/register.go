@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/flatnet/flatnet/internal/agent"
 	"github.com/flatnet/flatnet/internal/agent/runtime/containerinit"
 	"github.com/flatnet/flatnet/internal/controller"
 	"github.com/flatnet/flatnet/internal/lab"
@@ -14,5 +15,6 @@ func init() {
 	subcommands = append(subcommands, netexec.NewCommand)
 	subcommands = append(subcommands, containerinit.NewCommand)
 	subcommands = append(subcommands, controller.NewCommand)
+	subcommands = append(subcommands, agent.NewCommand)
 	subcommands = append(subcommands, lab.NewCommand)
 }

@@ -1,0 +1,328 @@
+// Package agent is `flatnet agent`, the per-node half of flatnet (a
+// DaemonSet with hostNetwork in a real cluster; a process inside each node
+// namespace in the lab). It
+//
+//   - writes the node's CNI conflist (subnet/) once the controller, or
+//     kube-controller-manager, has given the Node a spec.podCIDR;
+//   - programs the host-gw routes to every peer node's pod subnet
+//     (routes/);
+//   - masquerades pod traffic that leaves the cluster CIDR (masq/) and
+//     turns on IP forwarding;
+//   - in lab mode (--lab-runtime), also runs the lab's kubelet
+//     (runtime/), which registers the Node and runs its pods.
+//
+// Design. Everything the agent programs is a function of the Node list, so
+// there is one reconcile: read the cached Nodes, compute, apply what
+// differs. It runs when a Node's podCIDR or addresses change (heartbeats
+// do not trigger it), periodically to repair what someone else changed,
+// and with backoff after a failure. Reconcile twice and the second run
+// changes nothing.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/flatnet/flatnet/internal/agent/masq"
+	"github.com/flatnet/flatnet/internal/agent/routes"
+	"github.com/flatnet/flatnet/internal/agent/runtime"
+	"github.com/flatnet/flatnet/internal/kube"
+)
+
+// Options are the command's flags.
+type Options struct {
+	Kubeconfig  string
+	NodeName    string
+	NodeIP      string
+	ClusterCIDR string
+	Backend     string
+	CNIConfDir  string
+	CNIBinDir   string
+	CNIDataDir  string
+	CNICacheDir string
+	Masquerade  bool
+	Resync      time.Duration
+
+	LabRuntime      bool
+	RuntimeStateDir string
+	NetnsPrefix     string
+	PodPath         string
+}
+
+// NewCommand returns `flatnet agent`.
+func NewCommand() *cobra.Command {
+	o := Options{}
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run flatnet's node agent: CNI config, host-gw routes, masquerade (and, in the lab, the pod runtime)",
+		Long: `flatnet agent runs on every node. Once its Node has a spec.podCIDR it writes
+the node's CNI config (<cni-conf-dir>/10-flatnet.conflist: bridge cni0 with
+host-local IPAM over the podCIDR, bandwidth, portmap), keeps one route per
+peer node (peer podCIDR via peer InternalIP, "host-gw"; all nodes must share
+one layer-2 network), masquerades pod traffic that leaves the cluster CIDR,
+and enables IP forwarding.
+
+With --lab-runtime it also runs the lab's pod runtime in-process: it
+registers the Node and runs the pods bound to it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := kube.SignalContext(cmd.Context(), "agent")
+			defer cancel()
+			return Run(ctx, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.NodeIP, "node-ip", "", "this node's InternalIP (lab runtime: registered on the Node)")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", "10.244.0.0/16", "the cluster's pod CIDR(s), comma-separated for dual-stack: traffic leaving it is masqueraded")
+	fs.StringVar(&o.Backend, "backend", "host-gw", "how pod traffic crosses nodes (host-gw)")
+	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the CNI conflist is written")
+	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "where the CNI plugins are")
+	fs.StringVar(&o.CNIDataDir, "cni-data-dir", "", "host-local's dataDir (default: the plugin's, /var/lib/cni/networks)")
+	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "", "libcni's cache dir (lab runtime)")
+	fs.BoolVar(&o.Masquerade, "masquerade", true, "masquerade pod traffic leaving the cluster CIDR")
+	fs.DurationVar(&o.Resync, "resync", time.Minute, "how often to re-check the kernel state even without changes")
+	fs.BoolVar(&o.LabRuntime, "lab-runtime", false, "also run the lab's pod runtime (registers the Node and runs its pods)")
+	fs.StringVar(&o.RuntimeStateDir, "runtime-state-dir", "", "lab runtime: pod records, pod files and logs")
+	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "lab runtime: prefix of pod network namespace names")
+	fs.StringVar(&o.PodPath, "pod-path", "", "lab runtime: directory put first on containers' PATH")
+	kube.AddLogFlags(fs)
+	return cmd
+}
+
+// parseCIDRs reads a comma-separated CIDR list.
+func parseCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		if p.Masked() != p || p.Addr().Is4In6() {
+			return nil, fmt.Errorf("%s is not a network address (did you mean %s?)", p, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (o *Options) validate() ([]netip.Prefix, error) {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
+	}
+	cidrs, err := parseCIDRs(o.ClusterCIDR)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-cidr %q: %w", o.ClusterCIDR, err))
+	}
+	if o.Backend != "host-gw" {
+		errs = append(errs, fmt.Errorf("--backend %q is not supported: flatnet has the host-gw backend", o.Backend))
+	}
+	if o.CNIConfDir == "" {
+		errs = append(errs, errors.New("--cni-conf-dir is required"))
+	}
+	if o.LabRuntime {
+		if _, err := netip.ParseAddr(o.NodeIP); err != nil {
+			errs = append(errs, fmt.Errorf("--lab-runtime needs --node-ip: %q: %w", o.NodeIP, err))
+		}
+		if o.RuntimeStateDir == "" {
+			errs = append(errs, errors.New("--lab-runtime needs --runtime-state-dir"))
+		}
+	}
+	if o.Resync <= 0 {
+		errs = append(errs, fmt.Errorf("--resync must be positive (got %s)", o.Resync))
+	}
+	return cidrs, errors.Join(errs...)
+}
+
+// Run runs the agent until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	cidrs, err := o.validate()
+	if err != nil {
+		return err
+	}
+	client, err := kube.Client(o.Kubeconfig, "flatnet-agent/"+o.NodeName)
+	if err != nil {
+		return err
+	}
+	r := &Reconciler{
+		NodeName:     o.NodeName,
+		ClusterCIDRs: cidrs,
+		CNIConfDir:   o.CNIConfDir,
+		CNIDataDir:   o.CNIDataDir,
+		Routes:       routes.Netlink{},
+		Masquerade:   o.Masquerade,
+	}
+	r.Masq, err = masq.NewDefault()
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	if missing := missingPlugins(o.CNIBinDir); len(missing) > 0 {
+		logger.Info("WARNING: CNI plugins the conflist uses are missing; pods will fail to start until they are installed (make install-cni)",
+			"cniBinDir", o.CNIBinDir, "missing", missing)
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	if o.LabRuntime {
+		cfg := runtime.Config{
+			NodeName: o.NodeName, NodeIP: o.NodeIP, Client: client,
+			StateDir: o.RuntimeStateDir, NetnsPrefix: o.NetnsPrefix, PodPath: o.PodPath,
+			CNIConfDir: o.CNIConfDir, CNIBinDir: o.CNIBinDir, CNICacheDir: o.CNICacheDir,
+		}
+		wg.Go(func() {
+			err := runtime.Run(klog.NewContext(ctx, logger.WithName("runtime")), cfg)
+			if ctx.Err() == nil {
+				if err == nil {
+					err = errors.New("stopped")
+				}
+				cancel(fmt.Errorf("lab runtime: %w", err))
+			}
+		})
+	}
+	err = runLoop(ctx, client, r, o.Resync)
+	cancel(err)
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// runLoop reconciles on Node changes, every resync, and after failures
+// with backoff, until ctx ends.
+func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, resync time.Duration) error {
+	logger := klog.FromContext(ctx)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodes := factory.Core().V1().Nodes()
+	kick := make(chan struct{}, 1)
+	trigger := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { trigger() },
+		DeleteFunc: func(any) { trigger() },
+		UpdateFunc: func(old, cur any) {
+			if relevantChange(old.(*corev1.Node), cur.(*corev1.Node)) {
+				trigger()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching nodes: %w", err)
+	}
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, reg.HasSynced) {
+		return nil // ctx ended
+	}
+	logger.Info("Started", "node", r.NodeName, "clusterCIDRs", r.ClusterCIDRs, "backend", "host-gw", "masquerade", r.Masquerade)
+
+	const minBackoff, maxBackoff = time.Second, 30 * time.Second
+	backoff := minBackoff
+	timer := time.NewTimer(0) // first reconcile now
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-timer.C:
+		}
+		list, err := nodes.Lister().List(labels.Everything())
+		if err == nil {
+			err = r.Reconcile(ctx, list)
+		}
+		next := resync
+		if err != nil {
+			logger.Error(err, "Reconcile incomplete; retrying", "in", backoff)
+			next, backoff = backoff, min(2*backoff, maxBackoff)
+		} else {
+			backoff = minBackoff
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// relevantChange reports whether a Node update matters to the agent (not
+// a heartbeat).
+func relevantChange(old, cur *corev1.Node) bool {
+	return old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) ||
+		!slices.Equal(internalIPs(old), internalIPs(cur))
+}
+
+func internalIPs(n *corev1.Node) []string {
+	var out []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out = append(out, a.Address)
+		}
+	}
+	return out
+}
+
+func podCIDRs(n *corev1.Node) []string {
+	if len(n.Spec.PodCIDRs) > 0 {
+		return n.Spec.PodCIDRs
+	}
+	if n.Spec.PodCIDR != "" {
+		return []string{n.Spec.PodCIDR}
+	}
+	return nil
+}
+
+// Peers turns Nodes into the routes backend's plain data.
+func Peers(nodes []*corev1.Node) []routes.Peer {
+	out := make([]routes.Peer, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, routes.Peer{Name: n.Name, PodCIDRs: podCIDRs(n), InternalIPs: internalIPs(n)})
+	}
+	return out
+}
+
+var requiredPlugins = []string{"bridge", "host-local", "bandwidth", "portmap"}
+
+func missingPlugins(binDirs string) []string {
+	var missing []string
+	for _, p := range requiredPlugins {
+		found := false
+		for _, d := range filepath.SplitList(binDirs) {
+			if st, err := os.Stat(filepath.Join(d, p)); err == nil && !st.IsDir() {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, p)
+		}
+	}
+	return missing
+}
