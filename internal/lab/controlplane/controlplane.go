@@ -150,8 +150,11 @@ func apiserverArgs(binDir, stateDir string, p PKI, r record) []string {
 		"--service-account-key-file=" + p.ServiceAccountPub(),
 		"--service-account-signing-key-file=" + p.ServiceAccountKey(),
 		"--authorization-mode=Node,RBAC",
-		// No kube-controller-manager makes the default service accounts.
-		"--disable-admission-plugins=ServiceAccount",
+		// No kube-controller-manager makes the default service accounts,
+		// and no node lifecycle controller would ever lift the
+		// node.kubernetes.io/not-ready taint TaintNodesByCondition puts on
+		// new Nodes (the lab binder honours taints, so no pod would bind).
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		// deploy/'s DaemonSet is privileged; dry-run=server must accept it.
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=" + reconciler,

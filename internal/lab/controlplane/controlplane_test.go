@@ -76,7 +76,7 @@ func TestArgs(t *testing.T) {
 		"--client-ca-file=/s/pki/ca.crt",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=Node,RBAC",
-		"--disable-admission-plugins=ServiceAccount",
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--endpoint-reconciler-type=lease",
 		"--service-account-signing-key-file=/s/pki/sa.key",
 		"--service-account-key-file=/s/pki/sa.pub",
