@@ -118,21 +118,32 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	initBin, err := initBinary(cfg.PodPath)
+	d, err := realDeps(cfg, "")
 	if err != nil {
 		return err
 	}
-	d := deps{
-		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir)},
+	return run(ctx, cfg, d)
+}
+
+// realDeps are the effects on the real system. hostNS, when set, is the
+// network namespace the node's side of things happens in (CNI plugins,
+// probe connections): root tests use a test "node" namespace; the agent
+// itself already runs inside its node's namespace.
+func realDeps(cfg Config, hostNS string) (deps, error) {
+	initBin, err := initBinary(cfg.PodPath)
+	if err != nil {
+		return deps{}, err
+	}
+	return deps{
+		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir), hostNS: hostNS},
 		ns:         realNamespaces{},
 		procs:      &realProcesses{initBin: initBin},
-		prober:     realProber{},
+		prober:     realProber{hostNS: hostNS},
 		now:        time.Now,
 		heartbeat:  10 * time.Second,
 		netPoll:    time.Second,
 		resolvConf: "/etc/resolv.conf",
-	}
-	return run(ctx, cfg, d)
+	}, nil
 }
 
 // core is the state shared by the node loop and the pod workers.

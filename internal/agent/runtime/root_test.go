@@ -1,0 +1,302 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/flatnet/flatnet/internal/netexec"
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+// buildFlatnet builds cmd/flatnet (netexec and container-init) into a
+// temporary PodPath dir.
+func buildFlatnet(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	_, file, _, _ := goruntime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "flatnet"), "./cmd/flatnet")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building flatnet: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// rootLab is a test "node" namespace with a CNI config (bridge +
+// host-local, portmap, bandwidth) and a runtime running against a fake
+// clientset, with every node-side effect inside the node namespace.
+type rootLab struct {
+	*harness
+	nodeNS   string
+	prefix   string
+	dataDir  string
+	subnet   string
+	gateway  string
+	network  string
+	d        deps
+	podPath  string
+	bridge   string
+	nodeName string
+}
+
+func newRootLab(t *testing.T, objs ...kruntime.Object) *rootLab {
+	t.Helper()
+	testutil.RequireRoot(t)
+	third := 100 + int(time.Now().UnixNano()%100)
+	subnet := fmt.Sprintf("10.213.%d.0/24", third)
+	testutil.RequireFreeRange(t, subnet)
+	l := &rootLab{
+		nodeNS:  testutil.NewNetNS(t),
+		prefix:  testutil.Name("fntp") + "-",
+		dataDir: t.TempDir(),
+		subnet:  subnet,
+		gateway: fmt.Sprintf("10.213.%d.1", third),
+		network: testutil.Name("fntnet"),
+		bridge:  testutil.Name("fnb"),
+		podPath: buildFlatnet(t),
+	}
+	confDir := t.TempDir()
+	conf := map[string]any{
+		"cniVersion": "1.0.0", "name": l.network,
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": l.bridge, "isGateway": true,
+				"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": subnet}}}, "dataDir": l.dataDir},
+			},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+			map[string]any{"type": "bandwidth", "capabilities": map[string]bool{"bandwidth": true}},
+		},
+	}
+	b, _ := json.Marshal(conf)
+	if err := os.WriteFile(filepath.Join(confDir, "10-lab.conflist"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever a failed test leaves is removed: pod namespaces and the
+	// processes in them (all started by this test).
+	t.Cleanup(func() {
+		paths, _ := filepath.Glob(filepath.Join(netns.RunDir, l.prefix+"*"))
+		for _, p := range paths {
+			killNetnsMembers(p, 2*time.Second)
+			_ = netns.Delete(filepath.Base(p))
+			t.Errorf("pod netns %s was left behind", p)
+		}
+	})
+	client := fake.NewClientset(objs...)
+	l.harness = &harness{t: t, client: client}
+	l.cfg = Config{
+		NodeName: "lab-node1", NodeIP: l.gateway, Client: client,
+		StateDir: t.TempDir(), NetnsPrefix: l.prefix, PodPath: l.podPath,
+		CNIConfDir: confDir, CNIBinDir: testutil.CNIPath(t), CNICacheDir: t.TempDir(),
+	}
+	d, err := realDeps(l.cfg, l.nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.heartbeat, d.netPoll = time.Second, 100*time.Millisecond
+	l.d = d
+	l.startRuntime()
+	return l
+}
+
+func (l *rootLab) startRuntime() {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel, l.done = cancel, make(chan error, 1)
+	go func() { l.done <- run(ctx, l.cfg, l.d) }()
+	l.t.Cleanup(l.stop)
+}
+
+// nodeHTTP makes a GET from the node namespace.
+func (l *rootLab) nodeHTTP(url string) (string, error) {
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := netns.Do(l.nodeNS, func() error {
+			var err error
+			c, err = (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, "tcp", addr)
+			return err
+		})
+		return c, err
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return string(b), fmt.Errorf("%s: status %d", url, resp.StatusCode)
+	}
+	return string(b), err
+}
+
+func netexecPod(name string) *v1.Pod {
+	grace := int64(5)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: "c0ffee00-1111-2222-3333-444444444444",
+			Annotations: map[string]string{ingressBandwidthAnnotation: "10M"}},
+		Spec: v1.PodSpec{
+			NodeName:                      "lab-node1",
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []v1.Container{
+				{
+					Name: "web", Image: "flatnet", Command: []string{"flatnet", "netexec", "--http-port=8080", "--udp-port=8081"},
+					Ports: []v1.ContainerPort{{ContainerPort: 8080, HostPort: 30080}},
+					Env:   []v1.EnvVar{{Name: "MY_POD_IP", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
+					ReadinessProbe: &v1.Probe{PeriodSeconds: 1,
+						ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}},
+					LivenessProbe: &v1.Probe{PeriodSeconds: 1,
+						ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(8080)}}},
+				},
+				{
+					Name: "side", Image: "flatnet", Command: []string{"flatnet", "netexec", "--http-port=8090", "--udp-port=-1"},
+					ReadinessProbe: &v1.Probe{PeriodSeconds: 1,
+						ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"grep", "-q", name, "/etc/hosts"}}}},
+				},
+			},
+		},
+	}
+}
+
+func TestRootPodLifecycle(t *testing.T) {
+	kube := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
+		Spec:       v1.ServiceSpec{ClusterIP: "10.96.0.1", Ports: []v1.ServicePort{{Name: "https", Port: 443}}},
+	}
+	pod := netexecPod("web")
+	l := newRootLab(t, pod, kube)
+
+	got := l.waitPod("default", "web", "Running and Ready", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodRunning && podReady(p)
+	})
+	ip := got.Status.PodIP
+	if _, ipnet, _ := net.ParseCIDR(l.subnet); !ipnet.Contains(net.ParseIP(ip)) {
+		t.Fatalf("pod IP %q is not in %s", ip, l.subnet)
+	}
+	nsName := l.prefix + "c0ffee00"
+	if err := netns.Check(filepath.Join(netns.RunDir, nsName)); err != nil {
+		t.Fatalf("pod netns: %v", err)
+	}
+
+	// From the node: the pod answers with its own hostname, and sees the
+	// node's address as the client (no NAT).
+	if h, err := l.nodeHTTP("http://" + ip + ":8080/hostname"); err != nil || h != "web" {
+		t.Fatalf("/hostname from the node: %q %v", h, err)
+	}
+	if c, err := l.nodeHTTP("http://" + ip + ":8080/clientip"); err != nil || !strings.HasPrefix(c, l.gateway+":") {
+		t.Errorf("/clientip from the node: %q %v (want %s:port)", c, err, l.gateway)
+	}
+	// The two containers talk over localhost.
+	var dial netexec.DialResult
+	out, err := l.nodeHTTP("http://" + ip + ":8080/dial?host=127.0.0.1&port=8090&request=hostname")
+	if err != nil || json.Unmarshal([]byte(out), &dial) != nil || len(dial.Responses) != 1 || dial.Responses[0] != "web" {
+		t.Errorf("web -> side over localhost: %q %v", out, err)
+	}
+	// The host port reaches the pod through portmap.
+	if h, err := l.nodeHTTP("http://" + l.gateway + ":30080/hostname"); err != nil || h != "web" {
+		t.Errorf("hostPort 30080 from the node: %q %v", h, err)
+	}
+	// The ingress-bandwidth annotation became a TBF on the host side.
+	if q := testutil.RunIn(t, l.nodeNS, "tc", "qdisc", "show"); !strings.Contains(q, "tbf") || !strings.Contains(q, "rate 10Mbit") {
+		t.Errorf("no 10Mbit tbf in the node namespace:\n%s", q)
+	}
+
+	// The container: its own hostname, hosts, env; `lab exec`'s way in.
+	pid, err := ContainerPID(l.cfg.StateDir, "default", "web", "side")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsenter := func(args ...string) string {
+		return testutil.Run(t, append([]string{"nsenter", "-t", strconv.Itoa(pid), "-n", "-m", "-u", "--"}, args...)...)
+	}
+	if h := strings.TrimSpace(nsenter("hostname")); h != "web" {
+		t.Errorf("hostname inside: %q", h)
+	}
+	if hosts := nsenter("cat", "/etc/hosts"); !strings.Contains(hosts, ip+"\tweb\n") {
+		t.Errorf("/etc/hosts inside:\n%s", hosts)
+	}
+	if hosts, _ := os.ReadFile("/etc/hosts"); strings.Contains(string(hosts), "Kubernetes-managed") {
+		t.Fatal("the pod's hosts file leaked into the host's /etc/hosts")
+	}
+	webPID, err := ContainerPID(l.cfg.StateDir, "default", "web", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", webPID))
+	for _, want := range []string{"MY_POD_IP=" + ip, "KUBERNETES_SERVICE_HOST=10.96.0.1", "PATH=" + l.podPath + ":", "HOSTNAME=web"} {
+		if !strings.Contains(string(environ), want) {
+			t.Errorf("web's environment lacks %q", want)
+		}
+	}
+
+	// Restarting the agent keeps the pod: same processes, still reachable.
+	l.stop()
+	l.startRuntime()
+	time.Sleep(500 * time.Millisecond)
+	if p2, err := ContainerPID(l.cfg.StateDir, "default", "web", "side"); err != nil || p2 != pid {
+		t.Errorf("after an agent restart side is pid %d (%v), was %d", p2, err, pid)
+	}
+	if h, err := l.nodeHTTP("http://" + ip + ":8080/hostname"); err != nil || h != "web" {
+		t.Errorf("/hostname after an agent restart: %q %v", h, err)
+	}
+	got = l.waitPod("default", "web", "still Ready", podReady)
+	for _, cs := range got.Status.ContainerStatuses {
+		if cs.RestartCount != 0 {
+			t.Errorf("container %s restarted across an agent restart: %+v", cs.Name, cs)
+		}
+	}
+
+	// Deletion leaves nothing: processes, netns, IP, host veth.
+	hostLinks := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge)
+	if !strings.Contains(hostLinks, "veth") {
+		t.Fatalf("no host veth on the bridge:\n%s", hostLinks)
+	}
+	l.deleteGracefully("default", "web", 5)
+	l.waitFor("pod deleted by the runtime", func() (bool, string) {
+		_, err := l.pod("default", "web")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	for _, p := range []int{pid, webPID} {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/ns", p)); err == nil {
+			if st, err := readProcStat(p); err == nil && st.state != 'Z' {
+				t.Errorf("process %d still runs after the pod's deletion", p)
+			}
+		}
+	}
+	if err := netns.Check(filepath.Join(netns.RunDir, nsName)); !errors.Is(err, netns.ErrNotExist) {
+		t.Errorf("pod netns still there: %v", err)
+	}
+	ipFiles, _ := filepath.Glob(filepath.Join(l.dataDir, l.network, "10.*"))
+	if len(ipFiles) != 0 {
+		t.Errorf("host-local still holds %v", ipFiles)
+	}
+	if links := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge); strings.Contains(links, "veth") {
+		t.Errorf("host veth left on the bridge:\n%s", links)
+	}
+	if _, err := os.Stat(podDir(l.cfg.StateDir, "default", "web")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pod state dir left: %v", err)
+	}
+}
