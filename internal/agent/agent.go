@@ -16,7 +16,8 @@
 // differs. It runs when a Node's podCIDR or addresses change (heartbeats
 // do not trigger it), periodically to repair what someone else changed,
 // and with backoff after a failure. Reconcile twice and the second run
-// changes nothing.
+// changes nothing. On exit the agent leaves its conflist, routes and rules
+// in place, so pods keep working while it restarts.
 package agent
 
 import (

@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestRelevantChange(t *testing.T) {
+	base := k8sNode("n", "10.244.1.0/24", "10.250.0.11")
+	hb := base.DeepCopy()
+	hb.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	hb.ResourceVersion = "2"
+	if relevantChange(base, hb) {
+		t.Error("a heartbeat counts as a change")
+	}
+	if !relevantChange(base, k8sNode("n", "10.244.2.0/24", "10.250.0.11")) || !relevantChange(base, k8sNode("n", "10.244.1.0/24", "10.250.0.99")) {
+		t.Error("podCIDR or InternalIP change missed")
+	}
+}
+
+// TestRunLoop: the loop reconciles at start, and again when this Node gets
+// its podCIDR (an informer event, long before the resync).
+func TestRunLoop(t *testing.T) {
+	f := newFakeNode(t, "n1")
+	client := fake.NewClientset(k8sNode("n1", "", "10.250.0.11"), k8sNode("n2", "10.244.2.0/24", "10.250.0.12"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runLoop(ctx, client, f.r, time.Hour) }()
+
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(f.conf); !os.IsNotExist(err) {
+		t.Fatalf("conflist before the podCIDR: %v", err)
+	}
+	patch := []byte(`{"spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24"]}}`)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, "n1", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(f.conf)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal("no conflist after the Node got its podCIDR")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if f.routes.Dump() != "10.244.2.0/24 via 10.250.0.12\n" {
+		t.Errorf("routes:\n%s", f.routes.Dump())
+	}
+}
