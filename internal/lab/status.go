@@ -294,14 +294,18 @@ func (st *Status) Print(w io.Writer) {
 // PrintUsage tells how to use a running lab.
 func PrintUsage(w io.Writer, st *Status) {
 	n := nameFlag(st.Spec.Name)
+	if root := filepath.Dir(st.Spec.StateDir); root != DefaultStateRoot {
+		n += " --state-dir " + root
+	}
 	fmt.Fprintf(w, "\nUse it:\n")
 	fmt.Fprintf(w, "  flatnet lab kubectl%s -- get nodes -o wide\n", n)
 	if st.K8sBinDir != "" {
 		fmt.Fprintf(w, "  export KUBECONFIG=%s; %s get pods -A -o wide\n", st.Spec.Kubeconfig(), filepath.Join(st.K8sBinDir, "kubectl"))
 	}
-	fmt.Fprintf(w, "  flatnet lab exec%s POD -- CMD     (run CMD inside a pod)\n", n)
-	fmt.Fprintf(w, "  ip netns exec %s ip route          (a node's routes)\n", st.Spec.Nodes[0].Netns)
-	fmt.Fprintf(w, "  flatnet lab status%s | flatnet lab down%s\n", n, n)
+	fmt.Fprintf(w, "  flatnet lab exec%s POD -- CMD       run CMD inside a pod\n", n)
+	fmt.Fprintf(w, "  ip netns exec %s ip route    a node's routes\n", st.Spec.Nodes[0].Netns)
+	fmt.Fprintf(w, "  flatnet lab status%s\n", n)
+	fmt.Fprintf(w, "  flatnet lab down%s                removes everything\n", n)
 	fmt.Fprintf(w, "  logs: %s\n", st.Spec.LogDir())
 }
 

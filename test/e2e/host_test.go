@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/flatnet/flatnet/internal/lab"
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// hostSnapshot is what a lab may leave on the machine: the root
+// namespace's links, addresses, routes and nft tables (compared whole:
+// nothing else should change them while the tests run), and the lab's
+// namespaces, mounts and processes (picked out by its name and state dir).
+type hostSnapshot map[string][]string
+
+func snapshotHost(t *testing.T, name, root string) hostSnapshot {
+	t.Helper()
+	lines := func(s string) []string {
+		var out []string
+		for _, l := range strings.Split(s, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	s := hostSnapshot{}
+	var links []string
+	for _, l := range lines(testutil.Run(t, "ip", "-o", "link", "show")) {
+		// "3: name@peer: <FLAGS> ..." -> name (flags and counters change).
+		if f := strings.Fields(l); len(f) > 1 {
+			links = append(links, strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	sort.Strings(links)
+	s["link"] = links
+	var addrs []string
+	for _, l := range lines(testutil.Run(t, "ip", "-o", "addr", "show")) {
+		if f := strings.Fields(l); len(f) > 3 {
+			addrs = append(addrs, f[1]+" "+f[3])
+		}
+	}
+	s["addr"] = addrs
+	s["route4"] = lines(testutil.Run(t, "ip", "-4", "route", "show", "table", "all"))
+	s["route6"] = lines(testutil.Run(t, "ip", "-6", "route", "show", "table", "all"))
+	s["nft"] = lines(testutil.Run(t, "nft", "list", "tables"))
+	ents, _ := os.ReadDir(netns.RunDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "fl-"+name+"-") {
+			s["netns"] = append(s["netns"], e.Name())
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		if strings.Contains(l, root) || strings.Contains(l, "/run/netns/fl-"+name+"-") {
+			s["mount"] = append(s["mount"], l)
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
+		if strings.Contains(string(cmd), root) || strings.HasPrefix(exe, root) {
+			s["process"] = append(s["process"], e.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	return s
+}
+
+// diff lists what after has that s has not.
+func (s hostSnapshot) diff(after hostSnapshot) string {
+	var b strings.Builder
+	keys := make([]string, 0, len(after))
+	for k := range after {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		had := map[string]bool{}
+		for _, v := range s[k] {
+			had[v] = true
+		}
+		for _, v := range after[k] {
+			if !had[v] {
+				fmt.Fprintf(&b, "%s: %s\n", k, v)
+			}
+		}
+	}
+	return b.String()
+}
+
+func stopAgent(s *lab.Spec, n lab.Node) error {
+	return proc.Stop(s.StateDir, lab.AgentProc(n.Name), 10*time.Second)
+}
+
+// cniCheck runs CNI CHECK for pod ns/name on node n with the conflist the
+// agent wrote, the attachment libcni cached at ADD, and the plugins the
+// lab installed: from inside the node's namespace, as the runtime runs
+// CNI.
+func cniCheck(s *lab.Spec, n lab.Node, ns, pod string) error {
+	b, err := os.ReadFile(filepath.Join(s.RuntimeDir(n), "pods", ns+"_"+pod, "state.json"))
+	if err != nil {
+		return err
+	}
+	var st runtimeState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	files, err := libcni.ConfFiles(s.CNIConfDir(n), []string{".conflist"})
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no conflist in %s (%v)", s.CNIConfDir(n), err)
+	}
+	sort.Strings(files)
+	list, err := libcni.ConfListFromFile(files[0])
+	if err != nil {
+		return err
+	}
+	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.BinDir()}, s.CNICacheDir(n), nil)
+	atts, err := cfg.GetCachedAttachments(st.SandboxID)
+	if err != nil {
+		return err
+	}
+	var rt *libcni.RuntimeConf
+	for _, a := range atts {
+		if a.Network == list.Name {
+			rt = &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: lab.NetnsPath(st.Netns), IfName: a.IfName,
+				Args: a.CniArgs, CapabilityArgs: a.CapabilityArgs}
+		}
+	}
+	if rt == nil {
+		return fmt.Errorf("no cached attachment of network %q for sandbox %s in %s", list.Name, st.SandboxID, s.CNICacheDir(n))
+	}
+	return netns.Do(lab.NetnsPath(n.Netns), func() error {
+		return cfg.CheckNetworkList(context.Background(), list, rt)
+	})
+}
