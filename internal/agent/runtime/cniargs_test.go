@@ -3,9 +3,11 @@ package runtime
 import (
 	"encoding/json"
 	"math"
+	"net"
 	"strings"
 	"testing"
 
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,4 +125,42 @@ func FuzzParseBandwidth(f *testing.F) {
 			t.Fatalf("%q accepted as %d (ok=%v)", s, v, ok)
 		}
 	})
+}
+
+func TestResultIPs(t *testing.T) {
+	idx := func(i int) *int { return &i }
+	mustCIDR := func(s string) net.IPNet {
+		ip, n, err := net.ParseCIDR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.IP = ip
+		return *n
+	}
+	res := &current.Result{
+		CNIVersion: "1.0.0",
+		Interfaces: []*current.Interface{{Name: "cni0"}, {Name: "veth1"}, {Name: "eth0", Sandbox: "/run/netns/x"}},
+		IPs: []*current.IPConfig{
+			{Interface: idx(0), Address: mustCIDR("10.244.1.1/24")}, // the bridge's, not the pod's
+			{Interface: idx(2), Address: mustCIDR("fd00::5/64")},
+			{Interface: idx(2), Address: mustCIDR("10.244.1.5/24")},
+			{Interface: idx(2), Address: mustCIDR("10.244.1.6/24")}, // a second IPv4: the API takes one per family
+		},
+	}
+	got, err := resultIPs(res, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"10.244.1.5", "fd00::5"}, got); d != "" {
+		t.Errorf("pod IPs (-want +got):\n%s", d)
+	}
+	// No interface index (old plugins): every IP counts.
+	res.IPs = []*current.IPConfig{{Address: mustCIDR("10.9.0.3/16")}}
+	if got, err := resultIPs(res, "eth0"); err != nil || len(got) != 1 || got[0] != "10.9.0.3" {
+		t.Errorf("no interface index: %v %v", got, err)
+	}
+	res.IPs = nil
+	if _, err := resultIPs(res, "eth0"); err == nil {
+		t.Error("a result without IPs was accepted")
+	}
 }

@@ -158,7 +158,8 @@ func (n *cniNetwork) add(ctx context.Context, a cniAttachment) ([]string, error)
 	return ips, nil
 }
 
-// resultIPs lists the addresses on the pod's interface, IPv4 first.
+// resultIPs returns the pod's addresses from a CNI result: the first of
+// each family on the pod's interface, IPv4 first.
 func resultIPs(res types.Result, ifName string) ([]string, error) {
 	r, err := current.NewResultFromResult(res)
 	if err != nil {
@@ -176,10 +177,11 @@ func resultIPs(res types.Result, ifName string) ([]string, error) {
 		if !ok {
 			continue
 		}
-		if a.Unmap().Is4() {
-			v4 = append(v4, a.Unmap().String())
-		} else {
-			v6 = append(v6, a.String())
+		// The API takes one address per family, the first one.
+		if a.Unmap().Is4() && v4 == nil {
+			v4 = []string{a.Unmap().String()}
+		} else if !a.Unmap().Is4() && v6 == nil {
+			v6 = []string{a.String()}
 		}
 	}
 	ips := append(v4, v6...)

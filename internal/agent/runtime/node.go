@@ -24,6 +24,12 @@ import (
 // heartbeat every d.heartbeat, and at once when network readiness changes.
 // Ready needs a CNI network config, as the kubelet's NetworkReady does: the
 // agent writes it after the controller has given the node its pod CIDR.
+//
+// The apiserver's TaintNodesByCondition admission gives every new Node the
+// node.kubernetes.io/not-ready:NoSchedule taint, and in a cluster the node
+// lifecycle controller (kube-controller-manager) lifts it once the node is
+// Ready. The lab runs no such controller, so the runtime keeps that one
+// taint in step with its Ready condition.
 
 const maxPods = 110
 
@@ -140,9 +146,50 @@ func (c *core) updateNodeStatus(ctx context.Context, netErr error) error {
 		}
 		n := node.DeepCopy()
 		c.fillNodeStatus(n, netErr)
-		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if _, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		return c.syncNotReadyTaint(ctx, netErr == nil)
+	})
+}
+
+// syncNotReadyTaint adds or removes the not-ready NoSchedule taint.
+func (c *core) syncNotReadyTaint(ctx context.Context, ready bool) error {
+	nodes := c.cfg.Client.CoreV1().Nodes()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := nodes.Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want := withNotReadyTaint(node.Spec.Taints, !ready)
+		if len(want) == len(node.Spec.Taints) {
+			return nil
+		}
+		n := node.DeepCopy()
+		n.Spec.Taints = want
+		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// withNotReadyTaint returns taints with the not-ready NoSchedule taint
+// present or absent.
+func withNotReadyTaint(taints []v1.Taint, present bool) []v1.Taint {
+	var out []v1.Taint
+	has := false
+	for _, t := range taints {
+		if t.Key == v1.TaintNodeNotReady && t.Effect == v1.TaintEffectNoSchedule {
+			has = true
+			if !present {
+				continue
+			}
+		}
+		out = append(out, t)
+	}
+	if present && !has {
+		out = append(out, v1.Taint{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoSchedule})
+	}
+	return out
 }
 
 // fillNodeStatus sets addresses, capacity, node info and conditions.

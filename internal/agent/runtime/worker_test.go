@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -317,7 +318,9 @@ func TestWorkerRestartPolicyNeverAndSandboxRetry(t *testing.T) {
 		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == v1.NodeReady {
-				return c.Status == v1.ConditionFalse && strings.Contains(c.Message, "no CNI network config"), c.Message
+				tainted := len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == v1.TaintNodeNotReady
+				return c.Status == v1.ConditionFalse && strings.Contains(c.Message, "no CNI network config") && tainted,
+					fmt.Sprintf("%s taints=%v", c.Message, n.Spec.Taints)
 			}
 		}
 		return false, "no Ready condition"
@@ -335,7 +338,7 @@ func TestWorkerRestartPolicyNeverAndSandboxRetry(t *testing.T) {
 		n, _ := h.client.CoreV1().Nodes().Get(context.Background(), "lab-node1", metav1.GetOptions{})
 		for _, c := range n.Status.Conditions {
 			if c.Type == v1.NodeReady {
-				return c.Status == v1.ConditionTrue, c.Message
+				return c.Status == v1.ConditionTrue && len(n.Spec.Taints) == 0, fmt.Sprintf("%s taints=%v", c.Message, n.Spec.Taints)
 			}
 		}
 		return false, ""
