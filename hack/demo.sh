@@ -19,6 +19,7 @@ nodes=${NODES:-3}
 flags=()
 [ "$name" = flatnet ] || flags=(--name "$name")
 lab() { bin/flatnet lab "${flags[@]}" "$@"; }
+cmd="bin/flatnet lab${flags[*]:+ ${flags[*]}}"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "dependencies (hack/deps.sh)"
@@ -34,11 +35,9 @@ lab up --nodes "$nodes"
 step "a netexec pod on every node"
 mapfile -t node_names < <(lab kubectl -- get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
 pods=()
-i=0
-for n in "${node_names[@]}"; do
-  i=$((i + 1))
-  pods+=("netexec-$i")
-  sed -e "s/@NAME@/netexec-$i/" -e "s/@NODE@/$n/" hack/demo/netexec.yaml
+for i in "${!node_names[@]}"; do pods+=("netexec-$((i + 1))"); done
+for i in "${!node_names[@]}"; do
+  sed -e "s/@NAME@/${pods[i]}/" -e "s/@NODE@/${node_names[i]}/" hack/demo/netexec.yaml
   echo ---
 done | lab kubectl -- apply -f -
 lab kubectl -- wait --for=condition=Ready pod -l app=netexec --timeout=90s
@@ -65,15 +64,15 @@ for ((k = 0; k < n; k++)); do
   esac
 done
 
-node1=$(bin/flatnet lab "${flags[@]}" status | awk '/^NODE/ {getline; print $5; exit}')
+node1=$(lab status | awk '/^NODE/ {getline; print $5; exit}')
 cat <<MSG
 
 The lab keeps running. Explore it:
-  bin/flatnet lab ${flags[*]} status                      nodes, pods, IPs
-  bin/flatnet lab ${flags[*]} kubectl -- get pods -o wide
-  bin/flatnet lab ${flags[*]} exec netexec-1 -- ip route  a pod's view
-  ip netns exec $node1 ip route                 a node's host-gw routes (one per peer node)
-  export KUBECONFIG=\$(bin/flatnet lab ${flags[*]} kubeconfig)
+  $cmd status                        nodes, pods, IPs
+  $cmd kubectl -- get pods -o wide
+  $cmd exec netexec-1 -- ip route    a pod's view
+  ip netns exec $node1 ip route             a node's host-gw routes (one per peer node)
+  export KUBECONFIG=\$($cmd kubeconfig)
 Take it down (leaves nothing behind):
-  bin/flatnet lab ${flags[*]} down
+  $cmd down
 MSG
