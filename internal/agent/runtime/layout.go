@@ -55,6 +55,7 @@ type podRecord struct {
 // containerRecord is one container's history.
 type containerRecord struct {
 	Name         string      `json:"name"`
+	Init         bool        `json:"init,omitempty"` // an init container (or sidecar)
 	ID           string      `json:"id,omitempty"` // of the current or last run
 	Proc         *procID     `json:"proc,omitempty"`
 	StartedAt    time.Time   `json:"startedAt,omitzero"`
@@ -204,7 +205,7 @@ var ErrNotRunning = errors.New("container is not running")
 
 // ContainerPID returns the PID of a running container of a pod run by the
 // runtime whose state dir is stateDir (`lab exec` enters it with nsenter).
-// An empty container names the pod's first container.
+// An empty container names the pod's first (non-init) container.
 func ContainerPID(stateDir, namespace, pod, container string) (int, error) {
 	dir := podDir(stateDir, namespace, pod)
 	r, err := loadRecord(dir)
@@ -216,10 +217,15 @@ func ContainerPID(stateDir, namespace, pod, container string) (int, error) {
 	}
 	var c *containerRecord
 	if container == "" {
-		if len(r.Containers) == 0 {
+		for _, rc := range r.Containers {
+			if !rc.Init {
+				c = rc
+				break
+			}
+		}
+		if c == nil {
 			return 0, fmt.Errorf("pod %s/%s has no containers", namespace, pod)
 		}
-		c = r.Containers[0]
 	} else if c = r.container(container); c == nil {
 		names := make([]string, 0, len(r.Containers))
 		for _, c := range r.Containers {

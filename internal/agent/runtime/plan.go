@@ -87,8 +87,75 @@ func willRestart(policy v1.RestartPolicy, e *exitRecord) bool {
 	return true // Always, the default
 }
 
+func isInit(pod *v1.Pod, name string) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// isSidecar: an init container with restartPolicy Always, which keeps
+// running next to the regular containers.
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// initFailed: a (non-sidecar) init container failed and restartPolicy
+// Never forbids another try: the pod has failed.
+func initFailed(pod *v1.Pod, r *podRecord) bool {
+	if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cr := r.container(c.Name)
+		if !isSidecar(c) && cr != nil && !cr.running() && cr.LastExit != nil && cr.LastExit.Code != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// initDone: every init container completed (a sidecar: started).
+func initDone(pod *v1.Pod, r *podRecord) bool {
+	for i := range pod.Spec.InitContainers {
+		if !initContainerDone(&pod.Spec.InitContainers[i], r.container(pod.Spec.InitContainers[i].Name)) {
+			return false
+		}
+	}
+	return true
+}
+
+func initContainerDone(c *v1.Container, cr *containerRecord) bool {
+	if cr == nil {
+		return false
+	}
+	if isSidecar(c) {
+		return cr.running() && cr.Started || cr.LastExit != nil // a sidecar ran: later restarts do not hold the pod back
+	}
+	return !cr.running() && cr.LastExit != nil && cr.LastExit.Code == 0
+}
+
+// containerRestarts says whether container c, which exited with e, runs
+// again: by restartPolicy for regular containers, on failure (unless
+// Never) for init containers, always for sidecars.
+func containerRestarts(pod *v1.Pod, c *v1.Container, e *exitRecord) bool {
+	switch {
+	case isSidecar(c):
+		return true
+	case isInit(pod, c.Name):
+		return e.Code != 0 && pod.Spec.RestartPolicy != v1.RestartPolicyNever
+	}
+	return willRestart(pod.Spec.RestartPolicy, e)
+}
+
 // podFinished: every container has exited for good; the pod is terminal.
 func podFinished(pod *v1.Pod, r *podRecord) bool {
+	if initFailed(pod, r) {
+		return true
+	}
 	if len(pod.Spec.Containers) == 0 {
 		return false
 	}
@@ -183,7 +250,15 @@ func plan(in planInput) planResult {
 	}
 
 	if podFinished(pod, r) {
-		if sandboxExists(r) && !r.HostNetwork {
+		// Sidecars (and anything else still running) stop with the pod.
+		running := false
+		for _, c := range r.Containers {
+			if c.running() {
+				running = true
+				stop(&out, c, specGrace(pod), "the pod has finished", now)
+			}
+		}
+		if !running && sandboxExists(r) {
 			out.Actions = append(out.Actions, action{Type: actTeardown})
 		}
 		return out
@@ -200,6 +275,37 @@ func plan(in planInput) planResult {
 			return out
 		}
 		out.Actions = append(out.Actions, action{Type: actCreateSandbox})
+		return out
+	}
+
+	// Init containers one at a time, in order; then the regular ones.
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cr := r.container(c.Name)
+		sidecar := isSidecar(c)
+		switch {
+		case cr != nil && cr.running():
+			if sidecar && cr.Started {
+				continue
+			}
+			return out // wait for it to complete (or, a sidecar, to start)
+		case !sidecar && initContainerDone(c, cr):
+			continue
+		case sidecar && initContainerDone(c, cr) && initDone(pod, r):
+			// A sidecar that exited after the pod was initialized is
+			// restarted, without holding the others back.
+			if now.Before(cr.NextStart) {
+				out.wake(cr.NextStart)
+			} else {
+				out.Actions = append(out.Actions, action{Type: actStartContainer, Container: c.Name})
+			}
+			continue
+		}
+		if cr != nil && now.Before(cr.NextStart) {
+			out.wake(cr.NextStart)
+			return out
+		}
+		out.Actions = append(out.Actions, action{Type: actStartContainer, Container: c.Name})
 		return out
 	}
 

@@ -250,3 +250,54 @@ func TestRecordExitBackoff(t *testing.T) {
 		t.Errorf("after a long run: next start %v backoff %v", c.NextStart.Sub(at), c.Backoff)
 	}
 }
+
+func initPod(policy v1.RestartPolicy, sidecar bool) *v1.Pod {
+	p := testPod(policy, "main")
+	always := v1.ContainerRestartPolicyAlways
+	if sidecar {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: "side", Command: []string{"sleep", "1000"}, RestartPolicy: &always})
+	}
+	p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: "init", Command: []string{"true"}})
+	return p
+}
+
+func TestPlanInitContainers(t *testing.T) {
+	start := func(n string) action { return action{Type: actStartContainer, Container: n} }
+	for _, tc := range []struct {
+		name  string
+		pod   *v1.Pod
+		setup func(r *podRecord)
+		want  planResult
+	}{
+		{"init first", initPod("", false), func(r *podRecord) {}, planResult{Actions: acts(start("init"))}},
+		{"init running: wait", initPod("", false), func(r *podRecord) { running(r, "init") }, planResult{}},
+		{"init done: regular containers", initPod("", false), func(r *podRecord) { exited(r, "init", 0, t0) }, planResult{Actions: acts(start("main"))}},
+		{"init failed: retried (Always)", initPod(v1.RestartPolicyAlways, false), func(r *podRecord) { exited(r, "init", 1, t0) }, planResult{Actions: acts(start("init"))}},
+		{"init failed, Never: the pod failed", initPod(v1.RestartPolicyNever, false), func(r *podRecord) { exited(r, "init", 1, t0) }, planResult{Actions: acts(action{Type: actTeardown})}},
+		{"sidecar before the next init", initPod("", true), func(r *podRecord) {}, planResult{Actions: acts(start("side"))}},
+		{"sidecar started: next init", initPod("", true), func(r *podRecord) { running(r, "side") }, planResult{Actions: acts(start("init"))}},
+		{"sidecar not yet started (startup probe): wait", initPod("", true), func(r *podRecord) {
+			running(r, "side")
+			r.container("side").Started = false
+		}, planResult{}},
+		{"sidecar exited after init: restarted alongside", initPod("", true), func(r *podRecord) {
+			exited(r, "init", 0, t0)
+			exited(r, "side", 0, t0)
+			running(r, "main")
+		}, planResult{Actions: acts(start("side"))}},
+		{"Never pod finished: the sidecar is stopped before teardown", initPod(v1.RestartPolicyNever, true), func(r *podRecord) {
+			exited(r, "init", 0, t0)
+			running(r, "side")
+			exited(r, "main", 0, t0)
+		}, planResult{Actions: acts(action{Type: actStopContainer, Container: "side", Grace: defaultGrace, Reason: "the pod has finished"}), WakeAt: t0.Add(defaultGrace)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := readyRec(tc.pod)
+			tc.setup(r)
+			got := plan(planInput{Pod: tc.pod, Rec: r, Now: t0})
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("plan (-want +got):\n%s", d)
+			}
+		})
+	}
+}

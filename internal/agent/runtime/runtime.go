@@ -324,6 +324,9 @@ func newRecord(pod *v1.Pod, now time.Time) *podRecord {
 		StartTime:    now,
 		GraceSeconds: int64(specGrace(pod) / time.Second),
 	}
+	for _, ct := range pod.Spec.InitContainers {
+		r.Containers = append(r.Containers, &containerRecord{Name: ct.Name, Init: true})
+	}
 	for _, ct := range pod.Spec.Containers {
 		r.Containers = append(r.Containers, &containerRecord{Name: ct.Name})
 	}

@@ -74,7 +74,7 @@ func containerStatus(pod *v1.Pod, c *v1.Container, cr *containerRecord, now time
 		if cr.LastExit != nil {
 			s.LastTerminationState.Terminated = terminatedState(cr)
 		}
-	case cr.LastExit != nil && !deleting && willRestart(pod.Spec.RestartPolicy, cr.LastExit) && now.Before(cr.NextStart):
+	case cr.LastExit != nil && !deleting && containerRestarts(pod, c, cr.LastExit) && now.Before(cr.NextStart):
 		s.State.Waiting = &v1.ContainerStateWaiting{
 			Reason: "CrashLoopBackOff",
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
@@ -93,8 +93,15 @@ func containerStatus(pod *v1.Pod, c *v1.Container, cr *containerRecord, now time
 	return s
 }
 
-// podPhase is the kubelet's getPhase for pods without init containers.
+// podPhase is the kubelet's getPhase: Pending until the init containers
+// are done (Failed if one failed for good), then by the regular ones.
 func podPhase(pod *v1.Pod, r *podRecord) v1.PodPhase {
+	if initFailed(pod, r) {
+		return v1.PodFailed
+	}
+	if !initDone(pod, r) {
+		return v1.PodPending
+	}
 	var waiting, running, stopped, succeeded int
 	for _, c := range pod.Spec.Containers {
 		cr := r.container(c.Name)
@@ -180,10 +187,32 @@ func podStatus(in statusInput) v1.PodStatus {
 		t := mtime(r.StartTime)
 		s.StartTime = &t
 	}
-	var unready []string
+	var unready, uninitialized []string
+	initialized := initDone(pod, r)
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cr := r.container(c.Name)
+		cs := containerStatus(pod, c, cr, now)
+		if !isSidecar(c) {
+			// A completed init container counts as ready.
+			cs.Ready = initContainerDone(c, cr)
+		} else if !cs.Ready {
+			unready = append(unready, c.Name)
+		}
+		if !initContainerDone(c, cr) {
+			uninitialized = append(uninitialized, c.Name)
+		}
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating" && sandboxReady(r) {
+			cs.State.Waiting.Reason = "PodInitializing"
+		}
+		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
+	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(pod, c, r.container(c.Name), now)
+		if !initialized && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating" {
+			cs.State.Waiting.Reason = "PodInitializing"
+		}
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 		if !cs.Ready {
 			unready = append(unready, c.Name)
@@ -211,12 +240,12 @@ func podStatus(in statusInput) v1.PodStatus {
 			ready.Message = fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist or is not True.", gate)
 		}
 	}
-	ours := []v1.PodCondition{
-		sandbox,
-		{Type: v1.PodInitialized, Status: v1.ConditionTrue},
-		ready,
-		containersReady,
+	initCond := v1.PodCondition{Type: v1.PodInitialized, Status: boolStatus(initialized)}
+	if !initialized {
+		initCond.Reason = "ContainersNotInitialized"
+		initCond.Message = fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(uninitialized, " "))
 	}
+	ours := []v1.PodCondition{sandbox, initCond, ready, containersReady}
 	for _, c := range ours {
 		c.ObservedGeneration = pod.Generation
 		s.Conditions = append(s.Conditions, setCondition(old.Conditions, c, now))

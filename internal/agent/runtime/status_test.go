@@ -172,3 +172,42 @@ func TestReadinessGates(t *testing.T) {
 		t.Errorf("the gate's own condition was dropped: %+v", st.Conditions)
 	}
 }
+
+func TestPodStatusInit(t *testing.T) {
+	pod := initPod(v1.RestartPolicyAlways, true)
+	rec := readyRec(pod)
+	running(rec, "side")
+	running(rec, "init")
+	st := podStatus(statusInput{Pod: pod, Rec: rec, Now: t0})
+	if st.Phase != v1.PodPending {
+		t.Errorf("phase while initializing: %s", st.Phase)
+	}
+	if c := cond(st, v1.PodInitialized); c.Status != v1.ConditionFalse || c.Message != "containers with incomplete status: [init]" {
+		t.Errorf("Initialized: %+v", c)
+	}
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "PodInitializing" {
+		t.Errorf("main while initializing: %+v", st.ContainerStatuses[0].State)
+	}
+	if len(st.InitContainerStatuses) != 2 || st.InitContainerStatuses[1].State.Running == nil {
+		t.Fatalf("init statuses: %+v", st.InitContainerStatuses)
+	}
+
+	exited(rec, "init", 0, t0)
+	rec.container("init").LastExit.Reason = "Completed"
+	running(rec, "main")
+	st = podStatus(statusInput{Pod: pod, Rec: rec, Now: t0})
+	if st.Phase != v1.PodRunning || cond(st, v1.PodInitialized).Status != v1.ConditionTrue || cond(st, v1.PodReady).Status != v1.ConditionTrue {
+		t.Errorf("initialized: %s %+v", st.Phase, st.Conditions)
+	}
+	ic := st.InitContainerStatuses[1]
+	if !ic.Ready || ic.State.Terminated == nil || ic.State.Terminated.Reason != "Completed" {
+		t.Errorf("completed init container (Always pod, not restarted): %+v", ic)
+	}
+
+	// Never: a failed init container fails the pod.
+	pod = initPod(v1.RestartPolicyNever, false)
+	rec = exited(readyRec(pod), "init", 1, t0)
+	if st := podStatus(statusInput{Pod: pod, Rec: rec, Now: t0}); st.Phase != v1.PodFailed {
+		t.Errorf("failed init, Never: phase %s", st.Phase)
+	}
+}

@@ -409,9 +409,11 @@ func (w *worker) containerSpec(pod *v1.Pod, name string) *v1.Container {
 	if pod == nil {
 		return nil
 	}
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
 		}
 	}
 	return nil
@@ -453,7 +455,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, name string) {
 	c := w.containerSpec(pod, name)
 	cr := w.rec.container(name)
 	if cr == nil {
-		cr = &containerRecord{Name: name}
+		cr = &containerRecord{Name: name, Init: isInit(pod, name)}
 		w.rec.Containers = append(w.rec.Containers, cr)
 	}
 	configErr := func(err error) {
@@ -601,7 +603,7 @@ func (w *worker) drainEvents(pod *v1.Pod) {
 			e := exitRecordFor(ev.exit, cr.StartedAt)
 			w.log.Info("Container exited", "container", cr.Name, "exitCode", e.Code, "reason", e.Reason)
 			recordExit(cr, e, now)
-			if pod != nil && pod.DeletionTimestamp == nil && willRestart(pod.Spec.RestartPolicy, cr.LastExit) && now.Before(cr.NextStart) {
+			if c := w.containerSpec(pod, cr.Name); c != nil && pod.DeletionTimestamp == nil && containerRestarts(pod, c, cr.LastExit) && now.Before(cr.NextStart) {
 				w.event(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", cr.Name, pod.Name)
 			}
 		case evProbe:
