@@ -56,7 +56,7 @@ type podRecord struct {
 type containerRecord struct {
 	Name         string      `json:"name"`
 	Init         bool        `json:"init,omitempty"` // an init container (or sidecar)
-	ID           string      `json:"id,omitempty"` // of the current or last run
+	ID           string      `json:"id,omitempty"`   // of the current or last run
 	Proc         *procID     `json:"proc,omitempty"`
 	StartedAt    time.Time   `json:"startedAt,omitzero"`
 	LastExit     *exitRecord `json:"lastExit,omitempty"`
