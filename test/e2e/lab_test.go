@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -748,7 +750,35 @@ func TestLab(t *testing.T) {
 		l3.down = true
 	})
 
+	t.Run("UpRestartsWhatDied", func(t *testing.T) {
+		if err := proc.Stop(s.StateDir, lab.ProcController, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		out := l.mustCLI(t, "up")
+		if !strings.Contains(out, "flatnet controller (node IPAM, pod binder) ... done") {
+			t.Errorf("up did not restart the controller:\n%s", out)
+		}
+		if _, ok := proc.Running(s.StateDir, lab.ProcController); !ok {
+			t.Error("controller not running after up")
+		}
+		// The restarted controller binds pods.
+		l.create(t, sleepPod("bound-again", "", "86402"))
+		l.waitRunning(t, "bound-again")
+		l.deleteAndWait(t, "bound-again")
+	})
+
 	t.Run("DownLeavesNothing", func(t *testing.T) {
+		// An agent that died leaves its pods running: down removes them
+		// all the same.
+		n3 := s.Nodes[2]
+		pid, ok := proc.Running(s.StateDir, lab.AgentProc(n3.Name))
+		if !ok {
+			t.Fatalf("agent of %s not running", n3.Name)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		orphan := containerPID(t, s, n3, pods[2].name)
 		out := l.mustCLI(t, "down")
 		l.down = true
 		t.Logf("lab down:\n%s", out)
@@ -758,6 +788,9 @@ func TestLab(t *testing.T) {
 		}
 		if _, err := os.Stat(s.StateDir); err == nil {
 			t.Errorf("state dir %s still exists", s.StateDir)
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(orphan)); err == nil && strings.Contains(cmdlineOf(orphan), "netexec") {
+			t.Errorf("pod %s of the killed agent still runs (pid %d)", pods[2].name, orphan)
 		}
 		if out, err := l.cli("status"); err == nil {
 			t.Errorf("status after down succeeded:\n%s", out)
@@ -814,6 +847,11 @@ func nodeSnapshot(t *testing.T, s *lab.Spec) string {
 		}
 	}
 	return b.String()
+}
+
+func cmdlineOf(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.ReplaceAll(string(b), "\x00", " ")
 }
 
 // countProcs counts processes whose command line is exactly cmd.
