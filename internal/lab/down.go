@@ -37,6 +37,15 @@ func Down(root, name string, out io.Writer) error {
 	if root == "" {
 		root = DefaultStateRoot
 	}
+	// Without a state root there is nothing to lock, but kernel objects
+	// of the lab may still exist: they are looked for all the same.
+	if _, err := os.Stat(root); err == nil {
+		unlock, err := lockRoot(root, out)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	s := &Spec{Name: name, StateDir: filepath.Join(root, name), Bridge: BridgeName(name), PodNetnsPrefix: PodNetnsPrefix(name)}
 	if rec, err := loadRecord(root, name); err == nil {
 		s = &rec.Spec

@@ -51,6 +51,12 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		return nil, fmt.Errorf("--state-dir %q must be an absolute path", root)
 	}
 
+	unlock, err := lockRoot(root, out)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
 	var recorded *Spec
 	rec, err := loadRecord(root, req.Name)
 	switch {

@@ -727,6 +727,29 @@ func TestLab(t *testing.T) {
 		if _, err := httpGet(lab.NetnsPath(s.Nodes[0].Netns), net.JoinHostPort(ip, "8080"), "/hostname"); err == nil && !s.ClusterCIDR.Contains(netip.MustParseAddr(ip)) {
 			t.Errorf("lab %s reached a pod of lab %s", l.name, l2.name)
 		}
+		// up --nodes grows a running lab.
+		out := l2.mustCLI(t, "up", "--nodes", "2")
+		if strings.Count(out, "... done") != 3 { // node 2, its agent, ready
+			t.Errorf("growing to 2 nodes did more (or less) than node 2's steps:\n%s", out)
+		}
+		if l2.spec, _ = lab.LoadSpec(l2.root, l2.name); len(l2.spec.Nodes) != 2 {
+			t.Fatalf("lab.json has %d nodes after growing", len(l2.spec.Nodes))
+		}
+		l2.create(t, netexecPod("other-2", l2.spec.Nodes[1].Name))
+		ip2 := l2.waitReady(t, "other-2").Status.PodIP
+		n1 := lab.NetnsPath(l2.spec.Nodes[0].Netns)
+		if err := retry(10*time.Second, func() error {
+			got, err := dial(n1, ip, ip2, 8080, "hostname")
+			if err == nil && got != "other-2" {
+				err = fmt.Errorf("answer %q", got)
+			}
+			return err
+		}); err != nil {
+			t.Errorf("pod on the added node: %v", err)
+		}
+		if out, err := l2.cli("up", "--nodes", "1"); err == nil || !strings.Contains(out, "never removes") {
+			t.Errorf("up --nodes 1 on a 2-node lab: %v\n%s", err, out)
+		}
 		if out, err := l2.cli("down"); err != nil {
 			t.Fatalf("lab down: %v\n%s", err, out)
 		}
