@@ -100,6 +100,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		return nil, err
 	}
 
+	warnBridgeFirewall(out, s.Bridge)
 	steps := Plan(s, obs)
 	fmt.Fprintf(out, "lab %s: %d nodes, backend %s, underlay %s, cluster CIDR %s (/%d per node), service CIDR %s\n",
 		s.Name, len(s.Nodes), s.Backend, s.Underlay, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)

@@ -1,0 +1,35 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// warnBridgeFirewall warns when the host's firewall will see, and drop,
+// the lab's node-to-node traffic: with br_netfilter loaded and
+// bridge-nf-call-iptables on, frames bridged on the underlay pass the root
+// namespace's FORWARD chain, and a DROP policy there (as Docker sets)
+// silently breaks pod-to-pod traffic across nodes. The lab never changes
+// the host's firewall, so it only says so. It reads; it never fails up.
+func warnBridgeFirewall(out io.Writer, bridge string) {
+	b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
+	if err != nil || strings.TrimSpace(string(b)) != "1" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rules, err := exec.CommandContext(ctx, "iptables", "-S", "FORWARD").Output()
+	if err != nil {
+		return
+	}
+	if strings.Contains(string(rules), "-P FORWARD DROP") {
+		fmt.Fprintf(out, "warning: br_netfilter is on and the host's iptables FORWARD policy is DROP: traffic between lab nodes\n"+
+			"crosses bridge %s through that chain and may be dropped; allow it (iptables -I FORWARD -i %s -o %s -j ACCEPT)\n"+
+			"or set net.bridge.bridge-nf-call-iptables=0. The lab does not change the host's firewall.\n", bridge, bridge, bridge)
+	}
+}
