@@ -258,6 +258,7 @@ func (realNamespaces) exists(name string) bool {
 
 type realProcesses struct {
 	initBin string // the flatnet binary that has container-init
+	hostNS  string // tests: where host-network containers run
 }
 
 // initBinary picks the flatnet binary for container-init: the one on the
@@ -303,9 +304,13 @@ func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS},
 	}
 	startFn := cmd.Start
-	if spec.NetnsPath != "" {
-		// Fork from the goroutine netns.Do locked into the pod's namespace.
-		err = netns.Do(spec.NetnsPath, startFn)
+	nsPath := spec.NetnsPath
+	if nsPath == "" {
+		nsPath = r.hostNS
+	}
+	if nsPath != "" {
+		// Fork from the goroutine netns.Do locked into the namespace.
+		err = netns.Do(nsPath, startFn)
 	} else {
 		err = startFn()
 	}

@@ -61,6 +61,23 @@ func hostsFile(pod *v1.Pod, podIPs []string, clusterDomain string) []byte {
 	return b.Bytes()
 }
 
+// nodeHostsFile is a host-network pod's /etc/hosts: the node's, plus the
+// pod's hostAliases.
+func nodeHostsFile(pod *v1.Pod, node []byte) []byte {
+	var b bytes.Buffer
+	b.Write(node)
+	if len(node) > 0 && node[len(node)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	if len(pod.Spec.HostAliases) > 0 {
+		b.WriteString("\n# Entries added by HostAliases.\n")
+		for _, a := range pod.Spec.HostAliases {
+			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+		}
+	}
+	return b.Bytes()
+}
+
 // resolvConf is a parsed resolv.conf.
 type resolvConf struct {
 	Nameservers, Searches, Options []string

@@ -93,3 +93,12 @@ func FuzzParseResolvConf(f *testing.F) {
 		}
 	})
 }
+
+func TestNodeHostsFile(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{HostNetwork: true, HostAliases: []v1.HostAlias{{IP: "10.1.1.1", Hostnames: []string{"db"}}}}}
+	got := string(nodeHostsFile(pod, []byte("127.0.0.1 localhost\n10.0.0.2 vm")))
+	want := "127.0.0.1 localhost\n10.0.0.2 vm\n\n# Entries added by HostAliases.\n10.1.1.1\tdb\n"
+	if got != want {
+		t.Errorf("host-network hosts:\n%q\nwant\n%q", got, want)
+	}
+}

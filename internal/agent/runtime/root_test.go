@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	apitypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -299,4 +300,82 @@ func TestRootPodLifecycle(t *testing.T) {
 	if _, err := os.Stat(podDir(l.cfg.StateDir, "default", "web")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pod state dir left: %v", err)
 	}
+}
+
+func simplePod(name, uid string, policy v1.RestartPolicy, command ...string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: apitypes.UID(uid)},
+		Spec: v1.PodSpec{
+			NodeName: "lab-node1", RestartPolicy: policy,
+			Containers: []v1.Container{{Name: "c", Image: "host", Command: command}},
+		},
+	}
+}
+
+func TestRootExitsLogsAndHostNetwork(t *testing.T) {
+	job := simplePod("job", "0b000001-0000-0000-0000-000000000000", v1.RestartPolicyNever, "sh", "-c", "echo hello from $HOSTNAME; exit 0")
+	crash := simplePod("crash", "0b000002-0000-0000-0000-000000000000", v1.RestartPolicyOnFailure, "sh", "-c", "echo crashing; exit 3")
+	missing := simplePod("missing", "0b000003-0000-0000-0000-000000000000", v1.RestartPolicyNever, "no-such-program-here")
+	hostnet := simplePod("hostnet", "0b000004-0000-0000-0000-000000000000", v1.RestartPolicyAlways, "flatnet", "netexec", "--http-port=18080", "--udp-port=-1")
+	hostnet.Spec.HostNetwork = true
+	l := newRootLab(t, job, crash, missing, hostnet)
+
+	// A job: Succeeded with its output in the log; its network is
+	// released but the Pod stays until deleted.
+	got := l.waitPod("default", "job", "Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
+	if term := got.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 0 || term.Reason != "Completed" {
+		t.Errorf("job: %s", describe(got))
+	}
+	l.waitFor("the job's netns released", func() (bool, string) {
+		err := netns.Check(filepath.Join(netns.RunDir, l.prefix+"0b000001"))
+		return errors.Is(err, netns.ErrNotExist), fmt.Sprint(err)
+	})
+	logb, err := os.ReadFile(filepath.Join(podDir(l.cfg.StateDir, "default", "job"), "containers", "c", "log"))
+	if err != nil || string(logb) != "hello from job\n" {
+		t.Errorf("job log: %q %v", logb, err)
+	}
+
+	// A crash with OnFailure: restarted, the exit code kept as last state.
+	l.waitPod("default", "crash", "restarted after exit 3", func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount >= 1 && cs[0].LastTerminationState.Terminated != nil &&
+			cs[0].LastTerminationState.Terminated.ExitCode == 3 && cs[0].LastTerminationState.Terminated.Reason == "Error"
+	})
+
+	// A program that is not there: StartError 128, and Never means Failed.
+	got = l.waitPod("default", "missing", "Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if term := got.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 128 || term.Reason != "StartError" ||
+		!strings.Contains(term.Message, "no-such-program-here") {
+		t.Errorf("missing program: %+v", got.Status.ContainerStatuses[0].State)
+	}
+
+	// Host network: the node's address, the node's name, no netns.
+	got = l.waitPod("default", "hostnet", "hostNetwork pod running", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodRunning && podReady(p)
+	})
+	if got.Status.PodIP != l.gateway {
+		t.Errorf("hostNetwork pod IP %q, want the node's %s", got.Status.PodIP, l.gateway)
+	}
+	var h string
+	l.waitFor("hostNetwork netexec answers on the node's address", func() (bool, string) {
+		h, err = l.nodeHTTP("http://" + l.gateway + ":18080/hostname")
+		return err == nil, fmt.Sprint(err)
+	})
+	if h != "lab-node1" {
+		t.Errorf("hostNetwork hostname %q, want the node name", h)
+	}
+
+	for _, name := range []string{"job", "crash", "missing", "hostnet"} {
+		l.deleteGracefully("default", name, 2)
+	}
+	for _, name := range []string{"job", "crash", "missing", "hostnet"} {
+		l.waitFor(name+" deleted", func() (bool, string) {
+			_, err := l.pod("default", name)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	}
+	l.waitFor("pod state dirs removed", func() (bool, string) {
+		ents, _ := os.ReadDir(filepath.Join(l.cfg.StateDir, "pods"))
+		return len(ents) == 0, fmt.Sprint(ents)
+	})
 }

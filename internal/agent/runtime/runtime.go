@@ -81,6 +81,7 @@ type deps struct {
 	// CNI config dir is checked for node readiness.
 	heartbeat, netPoll time.Duration
 	resolvConf         string // the node's resolv.conf, for pods
+	hostsFile          string // the node's hosts, for host-network pods
 }
 
 func (c *Config) validate() error {
@@ -137,12 +138,13 @@ func realDeps(cfg Config, hostNS string) (deps, error) {
 	return deps{
 		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir), hostNS: hostNS},
 		ns:         realNamespaces{},
-		procs:      &realProcesses{initBin: initBin},
+		procs:      &realProcesses{initBin: initBin, hostNS: hostNS},
 		prober:     realProber{hostNS: hostNS},
 		now:        time.Now,
 		heartbeat:  10 * time.Second,
 		netPoll:    time.Second,
 		resolvConf: "/etc/resolv.conf",
+		hostsFile:  "/etc/hosts",
 	}, nil
 }
 

@@ -288,7 +288,15 @@ func (w *worker) writePodFiles(pod *v1.Pod) error {
 	if err := writeFileAtomic(w.resolvPath(), podResolvConf(pod, parseResolvConf(nodeConf))); err != nil {
 		return err
 	}
-	return writeFileAtomic(w.hostsPath(), hostsFile(pod, w.rec.IPs, clusterDomain))
+	hosts := hostsFile(pod, w.rec.IPs, clusterDomain)
+	if pod.Spec.HostNetwork {
+		node, err := os.ReadFile(w.c.d.hostsFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("reading the node's hosts file: %w", err)
+		}
+		hosts = nodeHostsFile(pod, node)
+	}
+	return writeFileAtomic(w.hostsPath(), hosts)
 }
 
 func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {
