@@ -76,8 +76,6 @@ type containerRecord struct {
 	KillGrace      time.Duration `json:"-"`
 	Ready          bool          `json:"-"` // readiness probe verdict
 	Started        bool          `json:"-"` // startup probe passed (or none)
-	LivenessFailed bool          `json:"-"`
-	ProbeMsg       string        `json:"-"`
 }
 
 // running reports whether the container has a live process.

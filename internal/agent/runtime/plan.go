@@ -333,7 +333,7 @@ func recordExit(c *containerRecord, e exitRecord, now time.Time) {
 	c.Proc = nil
 	c.LastExit = &e
 	c.TermSentAt, c.TermGrace, c.KillSentAt, c.KillReason, c.KillGrace = time.Time{}, 0, time.Time{}, "", 0
-	c.Ready, c.Started, c.LivenessFailed = false, false, false
+	c.Ready, c.Started = false, false
 	if !e.StartedAt.IsZero() && e.FinishedAt.Sub(e.StartedAt) >= backoffResetRun {
 		c.Backoff = 0
 	}

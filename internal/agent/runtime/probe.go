@@ -60,15 +60,15 @@ func (c *probeCounter) observe(ok bool, p *v1.Probe) (verdict, changed bool) {
 	if ok {
 		c.failures = 0
 		c.successes++
-		if c.successes >= succ && (!c.verdict || !c.decided) {
-			changed = !c.verdict || !c.decided
+		if c.successes >= succ {
+			changed = !c.decided || !c.verdict
 			c.verdict, c.decided = true, true
 		}
 	} else {
 		c.successes = 0
 		c.failures++
-		if c.failures >= fail && (c.verdict || !c.decided) {
-			changed = c.verdict || !c.decided
+		if c.failures >= fail {
+			changed = !c.decided || c.verdict
 			c.verdict, c.decided = false, true
 		}
 	}

@@ -335,7 +335,7 @@ func newRecord(pod *v1.Pod, now time.Time) *podRecord {
 	return r
 }
 
-// envSourcesFor reads ConfigMaps and Secrets from the API when a
+// envSources reads ConfigMaps and Secrets from the API when a
 // container's environment refers to them.
 func (c *core) envSources(ctx context.Context) envSources {
 	return envSources{

@@ -514,7 +514,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, name string) {
 		return
 	}
 	cr.Proc, cr.StartedAt = &proc, now
-	cr.Ready, cr.Started, cr.LivenessFailed = false, c.StartupProbe == nil, false
+	cr.Ready, cr.Started = false, c.StartupProbe == nil
 	cr.TermSentAt, cr.KillSentAt, cr.KillReason = time.Time{}, time.Time{}, ""
 	w.watch(ctx, pod, c, cr, exits, env)
 	w.log.Info("Started container", "container", name, "pid", proc.PID, "restartCount", cr.RestartCount)
@@ -625,7 +625,6 @@ func (w *worker) drainEvents(pod *v1.Pod) {
 				continue
 			}
 			if !ev.ok {
-				cr.ProbeMsg = ev.msg
 				w.event(pod, v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", ev.probe, ev.msg)
 			}
 			verdict, changed := ctr.observe(ev.ok, p)
@@ -647,7 +646,6 @@ func (w *worker) drainEvents(pod *v1.Pod) {
 				cr.Ready = verdict
 			case livenessProbe:
 				if !verdict {
-					cr.LivenessFailed = true
 					cr.KillReason, cr.KillGrace = "Container "+cr.Name+" failed liveness probe, will be restarted", grace
 				}
 			}
@@ -725,7 +723,10 @@ func (w *worker) syncStatus(ctx context.Context, pod *v1.Pod) {
 	if apiequality.Semantic.DeepEqual(st, pod.Status) || (w.lastWritten != nil && apiequality.Semantic.DeepEqual(st, *w.lastWritten)) {
 		return
 	}
-	// The uid makes the patch fail on a newer pod of the same name.
+	// A JSON merge patch of the whole status: lists (conditions, container
+	// statuses) are replaced, so nothing stale survives. Conditions set by
+	// others are carried over from the informer's copy (podStatus keeps
+	// them); the uid makes the patch fail on a newer pod of the same name.
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"uid": pod.UID},
 		"status":   st,
