@@ -128,7 +128,7 @@ func (r realProber) probe(ctx context.Context, p *v1.Probe, t probeTarget) (bool
 		}
 		c, err := r.dial(ctx, net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return false, fmt.Sprintf("dial tcp %s:%d: %v", host, port, err)
+			return false, err.Error() // "dial tcp IP:port: ..." already
 		}
 		c.Close()
 		return true, ""
@@ -223,7 +223,7 @@ func (r realProber) httpGet(ctx context.Context, h *v1.HTTPGetAction, t probeTar
 	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
 	if err != nil {
-		return false, fmt.Sprintf("Get %q: %v", url, err)
+		return false, err.Error() // `Get "url": ...` already
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 10*1024))

@@ -169,7 +169,7 @@ func run(ctx context.Context, cfg Config, d deps) error {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "pods"), 0o755); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	log := klog.FromContext(ctx).WithName("runtime").WithValues("node", cfg.NodeName)
+	log := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 	ctx = klog.NewContext(ctx, log)
 
 	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
