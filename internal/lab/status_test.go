@@ -1,0 +1,50 @@
+package lab
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestStatusPrint(t *testing.T) {
+	s, err := NewSpec(opts("flatnet", 2), DefaultUnderlay("flatnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &Status{
+		Spec: s, K8sBinDir: "/k8s", Underlay: true, Server: "https://10.250.0.1:6443",
+		APIServerPID: 20, EtcdPID: 10, ControlPlane: true, Controller: 30,
+		Nodes: []NodeStatus{
+			{Node: s.Nodes[0], Wired: true, Agent: 40, PodCIDR: "10.244.0.0/24", Ready: "True"},
+			{Node: s.Nodes[1], Wired: false, PodCIDR: "10.244.1.0/24", Ready: "Unknown"},
+		},
+		Pods: []PodStatus{{Namespace: "default", Name: "netexec-1", Node: "flatnet-node1", IP: "10.244.0.2", Phase: "Running", Ready: "1/1"}},
+	}
+	var b bytes.Buffer
+	st.Print(&b)
+	want := `lab flatnet (state /var/lib/flatnet/lab/flatnet)
+underlay:      10.250.0.0/24 on bridge fl-flatnet, host 10.250.0.1 (up)
+control plane: https://10.250.0.1:6443, kube-apiserver pid 20, etcd pid 10
+controller:    pid 30
+networks:      cluster 10.244.0.0/16 (/24 per node), services 10.96.0.0/16, backend host-gw
+
+NODE           INTERNAL-IP  POD-CIDR       READY    NETNS                    AGENT
+flatnet-node1  10.250.0.11  10.244.0.0/24  True     fl-flatnet-n1            pid 40
+flatnet-node2  10.250.0.12  10.244.1.0/24  Unknown  fl-flatnet-n2 (MISSING)  not running
+
+NAMESPACE  POD        NODE           IP          PHASE    READY
+default    netexec-1  flatnet-node1  10.244.0.2  Running  1/1
+`
+	if got := b.String(); got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+
+	st.APIError = errors.New("the control plane is not running")
+	st.ControlPlane, st.Server, st.Pods = false, "", nil
+	b.Reset()
+	st.Print(&b)
+	if !bytes.Contains(b.Bytes(), []byte("control plane: not running (kube-apiserver pid 20, etcd pid 10)")) ||
+		!bytes.Contains(b.Bytes(), []byte("pods: cannot read the API: the control plane is not running")) {
+		t.Errorf("control plane down:\n%s", b.String())
+	}
+}
