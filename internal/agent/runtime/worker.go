@@ -359,6 +359,26 @@ func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {
 	}
 	w.sandboxErr, w.sandboxBackoff = "", 0
 	w.log.Info("Pod sandbox ready", "netns", name, "ips", ips)
+	w.warnUnsupported(pod)
+}
+
+// warnUnsupported says once per sandbox what of the spec the lab ignores,
+// rather than let it pass silently.
+func (w *worker) warnUnsupported(pod *v1.Pod) {
+	var ignored []string
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if len(c.VolumeMounts) > 0 {
+				ignored = append(ignored, "volumeMounts of "+c.Name+" (containers see the host's files)")
+			}
+			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+				ignored = append(ignored, "runAsUser/runAsGroup of "+c.Name+" (containers run as root)")
+			}
+		}
+	}
+	if len(ignored) > 0 {
+		w.event(pod, v1.EventTypeWarning, "Unsupported", "The lab runtime ignores: %s", strings.Join(ignored, "; "))
+	}
 }
 
 // teardown kills whatever is left in the pod's namespace, runs CNI DEL
