@@ -97,8 +97,10 @@ func newRootLab(t *testing.T, objs ...kruntime.Object) *rootLab {
 		t.Fatal(err)
 	}
 	// Whatever a failed test leaves is removed: pod namespaces and the
-	// processes in them (all started by this test).
+	// processes in them and in the node namespace (host-network pods), all
+	// started by this test.
 	t.Cleanup(func() {
+		killNetnsMembers(l.nodeNS, 2*time.Second)
 		paths, _ := filepath.Glob(filepath.Join(netns.RunDir, l.prefix+"*"))
 		for _, p := range paths {
 			killNetnsMembers(p, 2*time.Second)
