@@ -145,9 +145,11 @@ func TestStopInNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ip netns exec forks sleep: wait for it to be in the namespace.
-	for range 100 {
-		if len(pidsInNetns(map[uint64]bool{ino: true})) > 0 {
+	// ip netns exec enters the namespace, then execs sleep: wait until the
+	// process in the namespace is sleep, not ip half-way through its exec.
+	for range 250 {
+		pids := pidsInNetns(map[uint64]bool{ino: true})
+		if len(pids) > 0 && strings.Contains(cmdline(pids[0]), "sleep 600") {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
