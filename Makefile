@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab clean
+.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay clean
 
 all: build
 
@@ -59,6 +59,12 @@ demo:
 # answers the others (docs/benchmarks.md, Lab). Needs root and make k8s.
 bench-lab: build
 	hack/bench-lab.sh
+
+# bench-overlay: pod-to-pod TCP throughput and request/response latency
+# across two nodes per backend, against node to node, in one run
+# (docs/benchmarks.md, Overlay). Needs root and make k8s.
+bench-overlay: build
+	hack/bench-overlay.sh
 
 clean:
 	rm -rf bin
