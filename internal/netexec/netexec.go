@@ -86,6 +86,7 @@ func NewCommand() *cobra.Command {
 	f.IntVar(&cfg.UDPPort, "udp-port", 8081, "UDP port (-1: no UDP server)")
 	f.IntVar(&cfg.TCPPort, "tcp-port", -1, "TCP echo port (-1: no TCP server)")
 	f.StringVar(&cfg.Addr, "listen-address", "", "address to listen on (default: all)")
+	cmd.AddCommand(newDFProbeCommand())
 	return cmd
 }
 
