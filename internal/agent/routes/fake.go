@@ -11,23 +11,26 @@ import (
 // foreign routes, with the kernel's rule that one destination holds one
 // route.
 type Fake struct {
-	Owned   map[netip.Prefix]netip.Addr
+	Owned   map[netip.Prefix]Route
 	Foreign []netip.Prefix
 	// Reachable, when set, is the only on-link network: Replace fails for
-	// another gateway, as the kernel does.
+	// another gateway (unless the route is onlink), as the kernel does.
 	Reachable netip.Prefix
+	// Devices, when set, are the only devices a route may name.
+	Devices []string
 	// Ops counts Replace and Delete calls.
 	Ops int
 }
 
 // NewFake returns an empty Fake.
-func NewFake() *Fake { return &Fake{Owned: map[netip.Prefix]netip.Addr{}} }
+func NewFake() *Fake { return &Fake{Owned: map[netip.Prefix]Route{}} }
 
 // List implements Kernel.
 func (f *Fake) List() ([]Route, []netip.Prefix, error) {
 	var out []Route
-	for d, gw := range f.Owned {
-		out = append(out, Route{Dst: d, Gw: gw})
+	for _, r := range f.Owned {
+		r.Node = ""
+		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b Route) int { return comparePrefix(a.Dst, b.Dst) })
 	return out, slices.Clone(f.Foreign), nil
@@ -36,13 +39,16 @@ func (f *Fake) List() ([]Route, []netip.Prefix, error) {
 // Replace implements Kernel.
 func (f *Fake) Replace(r Route) error {
 	f.Ops++
-	if f.Reachable.IsValid() && !f.Reachable.Contains(r.Gw) {
+	if f.Devices != nil && r.Dev != "" && !slices.Contains(f.Devices, r.Dev) {
+		return fmt.Errorf("no such device %s", r.Dev)
+	}
+	if f.Reachable.IsValid() && !r.OnLink && !f.Reachable.Contains(r.Gw) {
 		return fmt.Errorf("network is unreachable")
 	}
 	if slices.Contains(f.Foreign, r.Dst) {
 		return fmt.Errorf("file exists") // replace would take over; the plan never asks
 	}
-	f.Owned[r.Dst] = r.Gw
+	f.Owned[r.Dst] = r
 	return nil
 }
 
@@ -53,7 +59,17 @@ func (f *Fake) Delete(r Route) error {
 	return nil
 }
 
-// Dump is the owned routes as `dst via gw` lines, sorted.
+// DeleteDevice drops the routes through dev, as the kernel does when a
+// device goes.
+func (f *Fake) DeleteDevice(dev string) {
+	for d, r := range f.Owned {
+		if r.Dev == dev {
+			delete(f.Owned, d)
+		}
+	}
+}
+
+// Dump is the owned routes as `dst via gw [dev d] [onlink]` lines, sorted.
 func (f *Fake) Dump() string {
 	rs, _, _ := f.List()
 	var b strings.Builder

@@ -40,6 +40,7 @@ func (n Netlink) List() ([]Route, []netip.Prefix, error) {
 	var (
 		owned   []Route
 		foreign []netip.Prefix
+		names   map[int]string
 	)
 	for _, r := range rs {
 		if r.Dst == nil {
@@ -53,15 +54,36 @@ func (n Netlink) List() ([]Route, []netip.Prefix, error) {
 			foreign = append(foreign, dst)
 			continue
 		}
+		if names == nil {
+			if names, err = linkNames(); err != nil {
+				return nil, nil, err
+			}
+		}
 		gw, _ := netip.AddrFromSlice(r.Gw)
-		owned = append(owned, Route{Dst: dst, Gw: gw.Unmap()})
+		owned = append(owned, Route{Dst: dst, Gw: gw.Unmap(), Dev: names[r.LinkIndex], OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0})
 	}
 	return owned, foreign, nil
 }
 
+func linkNames() (map[int]string, error) {
+	links, err := netlinkx.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[int]string, len(links))
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+	}
+	return names, nil
+}
+
 // Replace implements Kernel.
 func (n Netlink) Replace(r Route) error {
-	err := netlink.RouteReplace(n.route(r))
+	nr, err := n.route(r)
+	if err != nil {
+		return err
+	}
+	err = netlink.RouteReplace(nr)
 	if errors.Is(err, syscall.ENETUNREACH) {
 		return fmt.Errorf("gateway %s is not on a directly connected network of this node (host-gw needs all nodes on one layer-2 segment; check the node's InternalIP): %w", r.Gw, err)
 	}
@@ -70,14 +92,21 @@ func (n Netlink) Replace(r Route) error {
 
 // Delete implements Kernel.
 func (n Netlink) Delete(r Route) error {
-	err := netlink.RouteDel(n.route(r))
+	nr, err := n.route(r)
+	if netlinkx.IsNotFound(err) {
+		return nil // its device is gone, and the route with it
+	}
+	if err != nil {
+		return err
+	}
+	err = netlink.RouteDel(nr)
 	if errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT) {
 		return nil
 	}
 	return err
 }
 
-func (n Netlink) route(r Route) *netlink.Route {
+func (n Netlink) route(r Route) (*netlink.Route, error) {
 	nr := &netlink.Route{
 		Dst:      &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
 		Protocol: Protocol,
@@ -87,7 +116,17 @@ func (n Netlink) route(r Route) *netlink.Route {
 	if r.Gw.IsValid() {
 		nr.Gw = r.Gw.AsSlice()
 	}
-	return nr
+	if r.Dev != "" {
+		l, err := netlinkx.LinkByName(r.Dev)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: device %s: %w", r, r.Dev, err)
+		}
+		nr.LinkIndex = l.Attrs().Index
+	}
+	if r.OnLink {
+		nr.SetFlag(netlink.FLAG_ONLINK)
+	}
+	return nr, nil
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {

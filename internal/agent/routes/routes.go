@@ -35,15 +35,38 @@ type Peer struct {
 	InternalIPs []string
 }
 
-// Route is one host-gw route.
+// Route is one route to a peer's pod subnet: `Dst via Gw` for host-gw,
+// `Dst via Gw dev Dev onlink` for an overlay (Gw is then the peer's
+// tunnel endpoint address, which no local network contains).
 type Route struct {
 	Dst netip.Prefix
 	Gw  netip.Addr
+	// Dev is the outgoing device; "" lets the kernel pick it from Gw
+	// (host-gw) and matches a route on any device.
+	Dev string
+	// OnLink says Gw is reachable on Dev even though no address of Dev
+	// covers it.
+	OnLink bool
 	// Node is the peer the route leads to, for messages; not compared.
 	Node string
 }
 
-func (r Route) String() string { return fmt.Sprintf("%s via %s", r.Dst, r.Gw) }
+func (r Route) String() string {
+	s := fmt.Sprintf("%s via %s", r.Dst, r.Gw)
+	if r.Dev != "" {
+		s += " dev " + r.Dev
+	}
+	if r.OnLink {
+		s += " onlink"
+	}
+	return s
+}
+
+// satisfies reports whether the kernel's route have is what want asks for.
+func satisfies(want, have Route) bool {
+	return want.Dst == have.Dst && want.Gw == have.Gw && want.OnLink == have.OnLink &&
+		(want.Dev == "" || want.Dev == have.Dev)
+}
 
 // Desired returns the routes node self needs to reach its peers' pod
 // subnets, sorted by destination, and a problem per peer it could not
@@ -142,7 +165,7 @@ func MakePlan(desired, owned []Route, foreign []netip.Prefix) Plan {
 		switch {
 		case !ok || have[r.Dst]: // not needed, or a duplicate (another metric)
 			p.Delete = append(p.Delete, r)
-		case w.Gw == r.Gw:
+		case satisfies(w, r):
 			have[r.Dst] = true
 		}
 	}

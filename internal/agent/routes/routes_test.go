@@ -73,7 +73,7 @@ func TestSyncAddChangeRemove(t *testing.T) {
 	k := NewFake()
 	k.Foreign = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/24")}
 	// A route we owned for a node that is gone by the time we start.
-	k.Owned[netip.MustParsePrefix("10.244.9.0/24")] = netip.MustParseAddr("10.250.0.19")
+	k.Owned[netip.MustParsePrefix("10.244.9.0/24")] = Route{Dst: netip.MustParsePrefix("10.244.9.0/24"), Gw: netip.MustParseAddr("10.250.0.19")}
 
 	step := func(peers []Peer, wantDump string, wantOps int) Plan {
 		t.Helper()
