@@ -22,7 +22,8 @@ func NewCommand() *cobra.Command {
 		Short: "A real multi-node Kubernetes network on this machine (kube-apiserver, etcd, nodes and pods in network namespaces)",
 		Long: "flatnet lab runs upstream etcd and kube-apiserver, and N nodes as network namespaces on an\n" +
 			"underlay bridge, each with a flatnet agent that runs pods as processes in their own\n" +
-			"namespaces, networked by flatnet's CNI plugins (host-gw routes between nodes).\n" +
+			"namespaces, networked by flatnet's CNI plugins (host-gw routes or a VXLAN overlay between\n" +
+			"nodes; --subnets 2 puts the nodes on two subnets joined by a router).\n" +
 			"Needs root, `make build` (bin/flatnet, bin/flatnet-cni) and `make k8s`. See docs/lab.md.",
 	}
 	cmd.PersistentFlags().StringVar(&root, "state-dir", DefaultStateRoot, "directory holding one state dir per lab (<state-dir>/<name>)")
@@ -63,11 +64,14 @@ func newUp(root, name *string) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Nodes, "nodes", DefaultNodes, "number of nodes (a running lab keeps its nodes unless this asks for more)")
-	f.StringVar(&o.Backend, "backend", DefaultBackend, "cross-node backend: "+strings.Join(Backends, ", "))
+	f.StringVar(&o.Backend, "backend", DefaultBackend, "cross-node backend: "+strings.Join(Backends, ", ")+
+		" (on a running lab, another backend restarts the agents with it; pods made before keep their MTU)")
 	f.StringVar(&o.ClusterCIDR, "cluster-cidr", DefaultClusterCIDR, "pod network; each node gets a subnet of it")
 	f.StringVar(&o.ServiceCIDR, "service-cidr", DefaultServiceCIDR, "service cluster IP range")
 	f.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", DefaultNodeMask, "prefix length of each node's pod subnet")
-	f.StringVar(&o.Underlay, "underlay-cidr", "", "underlay network of the nodes and the host (default 10.250.0.0/24 for the default lab, 10.250.N.0/24 for others)")
+	f.StringVar(&o.Underlay, "underlay-cidr", "", "underlay network of the nodes and the host (default 10.250.0.0/24 for the default lab, 10.250.N.0/24 for others); with --subnets 2, A,B names both")
+	f.IntVar(&o.Subnets, "subnets", 1, "1: every node on one underlay; 2: odd nodes on the first, even nodes on a second underlay behind a router namespace (needs --backend vxlan or vxlan-direct)")
+	f.BoolVar(&o.External, "external", false, "add an external host on the underlay (.250, outside every cluster range) serving netexec on :8080 (HTTP, /clientip) and :8081 (UDP), to see egress masquerade")
 	f.StringVar(&cfg.K8sBinDir, "k8s-bin-dir", "", "directory with kube-apiserver, etcd and kubectl (default: where make k8s builds them)")
 	f.DurationVar(&cfg.ReadyTimeout, "timeout", 2*time.Minute, "how long to wait for the nodes to be Ready")
 	return cmd

@@ -21,8 +21,8 @@ import (
 
 // Down stops and removes lab name: agents, pods (by the runtime's state
 // and by namespace, so pods of a dead agent go too), the controller, the
-// control plane, the node namespaces, the underlay bridge and the state
-// dir. It works from lab.json when there is one and from the names the
+// control plane, the external host's server, the node namespaces, the
+// router and external host, the underlay bridge and the state dir. It works from lab.json when there is one and from the names the
 // lab would use otherwise, so a half-made or half-removed lab goes too.
 func Down(root, name string, out io.Writer) error {
 	if out == nil {
@@ -57,7 +57,8 @@ func Down(root, name string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !fileExists(s.StateDir) && len(nodes) == 0 && len(podNS) == 0 && !bridge {
+	extras := extraNetns(name)
+	if !fileExists(s.StateDir) && len(nodes) == 0 && len(podNS) == 0 && !bridge && len(extras) == 0 {
 		fmt.Fprintf(out, "lab %s: nothing to remove (no state dir %s, no namespaces, no bridge %s)\n", name, s.StateDir, s.Bridge)
 		return nil
 	}
@@ -65,7 +66,7 @@ func Down(root, name string, out io.Writer) error {
 	var errs []error
 	step := func(what string, fn func() (string, error)) {
 		t0 := time.Now()
-		fmt.Fprintf(out, "%-15s ...", what)
+		fmt.Fprintf(out, "%-16s ...", what)
 		detail, err := fn()
 		if err != nil {
 			fmt.Fprintf(out, " failed: %v\n", err)
@@ -130,9 +131,26 @@ func Down(root, name string, out io.Writer) error {
 		stopped, err := stopInNetns(inodes, 5*time.Second)
 		errs := []error{err}
 		for _, n := range nodes {
-			errs = append(errs, k.removeNode(n))
+			errs = append(errs, k.removeNode(n, RouterNetns(name)))
 		}
 		detail := fmt.Sprintf("%d namespaces", len(nodes))
+		if len(stopped) > 0 {
+			detail += fmt.Sprintf(", %d stray processes stopped (%s)", len(stopped), strings.Join(stopped, "; "))
+		}
+		return detail, errors.Join(errs...)
+	})
+	step("router, external", func() (string, error) {
+		// The external host's server stopped with the other daemons;
+		// anything else inside these namespaces is a stray.
+		inodes := map[uint64]bool{}
+		for _, ns := range extras {
+			if ino, err := netnsInode(NetnsPath(ns)); err == nil {
+				inodes[ino] = true
+			}
+		}
+		stopped, err := stopInNetns(inodes, 5*time.Second)
+		errs := []error{err, k.removeRouter(name), k.removeExternal(name)}
+		detail := fmt.Sprintf("%d namespaces", len(extras))
 		if len(stopped) > 0 {
 			detail += fmt.Sprintf(", %d stray processes stopped (%s)", len(stopped), strings.Join(stopped, "; "))
 		}
@@ -158,6 +176,18 @@ func Down(root, name string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "lab %s removed\n", name)
 	return nil
+}
+
+// extraNetns lists the router and external host namespaces of lab name
+// that exist.
+func extraNetns(name string) []string {
+	var out []string
+	for _, ns := range []string{RouterNetns(name), ExternalNetns(name)} {
+		if fileExists(NetnsPath(ns)) {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 // pidFiles lists the daemon names with pid files starting with prefix.
@@ -290,9 +320,17 @@ func leftovers(k kernel, s *Spec) []string {
 	for _, n := range discoverNodes(&Spec{Name: s.Name, StateDir: s.StateDir}) {
 		left = append(left, "netns "+n.Netns)
 	}
+	for _, ns := range extraNetns(s.Name) {
+		left = append(left, "netns "+ns)
+	}
 	for _, n := range s.Nodes {
 		if ok, _ := k.linkExists(n.HostVeth); ok {
 			left = append(left, "interface "+n.HostVeth)
+		}
+	}
+	for _, v := range []string{RouterVeth(s.Name), ExternalVeth(s.Name)} {
+		if ok, _ := k.linkExists(v); ok {
+			left = append(left, "interface "+v)
 		}
 	}
 	for _, ns := range discoverPodNetns(&Spec{Name: s.Name, StateDir: s.StateDir}, nil) {

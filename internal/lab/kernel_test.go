@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -103,7 +104,7 @@ func TestKernelUnderlay(t *testing.T) {
 	ask(NetnsPath(s.Nodes[0].Netns), s.Nodes[1], s.Nodes[0].IP.String())
 
 	for _, n := range s.Nodes {
-		if err := k.removeNode(n); err != nil {
+		if err := k.removeNode(n, RouterNetns(name)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(NetnsPath(n.Netns)); err == nil {
@@ -120,7 +121,7 @@ func TestKernelUnderlay(t *testing.T) {
 	if err := k.removeBridge(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.removeNode(s.Nodes[0]); err != nil {
+	if err := k.removeNode(s.Nodes[0], RouterNetns(name)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -161,5 +162,185 @@ func TestStopInNetns(t *testing.T) {
 	<-done
 	if _, err := os.Stat("/proc/" + strconv.Itoa(outside.Process.Pid)); err != nil {
 		t.Fatalf("the process outside the namespace was stopped: %v", err)
+	}
+}
+
+// TestKernelTwoSubnets builds a two-subnet underlay with an external host,
+// a test namespace standing in for the root one: nodes on either subnet
+// reach each other, the host and the external host through the router
+// with their own addresses; nothing has a default route; a second ensure
+// changes nothing; a rebuilt router is detected and repaired; removal
+// leaves nothing in the host namespace.
+func TestKernelTwoSubnets(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFreeRange(t, "10.250.78.0/24", "10.250.79.0/24")
+	hostNS := testutil.NewNetNS(t)
+	name := testutil.Name("lt")
+	o := opts(name, 3)
+	o.Backend, o.Subnets, o.External = "vxlan", 2, true
+	s, err := NewSpec(o, netip.MustParsePrefix("10.250.78.0/24"), netip.MustParsePrefix("10.250.79.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kernel{hostNS: hostNS}
+	t.Cleanup(func() {
+		for _, n := range s.Nodes {
+			_ = netns.Delete(n.Netns)
+		}
+		_ = netns.Delete(s.Router.Netns)
+		_ = netns.Delete(s.External.Netns)
+	})
+	if s.Nodes[1].Subnet != 1 || s.Nodes[1].IP.String() != "10.250.79.12" || s.Nodes[2].IP.String() != "10.250.78.13" {
+		t.Fatalf("layout: %+v", s.Nodes)
+	}
+
+	ready := func() string {
+		t.Helper()
+		var b strings.Builder
+		check := func(what string, ok bool, err error) {
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			fmt.Fprintf(&b, "%s=%v ", what, ok)
+		}
+		ok, err := k.bridgeReady(s)
+		check("bridge", ok, err)
+		ok, err = k.routerReady(s)
+		check("router", ok, err)
+		for _, n := range s.Nodes {
+			ok, err := k.nodeReady(s, n)
+			check(n.Name[len(name)+1:], ok, err)
+		}
+		ok, err = k.externalReady(s)
+		check("external", ok, err)
+		return strings.TrimSpace(b.String())
+	}
+	if got := ready(); strings.Contains(got, "true") {
+		t.Fatalf("before: %s", got)
+	}
+	ensure := func() {
+		t.Helper()
+		if err := k.ensureBridge(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.ensureRouter(s); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range s.Nodes {
+			if err := k.ensureNode(s, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k.ensureExternal(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ensure()
+	allReady := "bridge=true router=true node1=true node2=true node3=true external=true"
+	if got := ready(); got != allReady {
+		t.Fatalf("after ensure: %s", got)
+	}
+
+	// Everyone serves; everyone asks everyone, and the answer names the
+	// asker's own address (no NAT anywhere on the underlay).
+	type host struct {
+		name, ns string
+		ip       netip.Addr
+	}
+	hosts := []host{{"host", hostNS, s.HostAddr}, {"external", NetnsPath(s.External.Netns), s.External.IP}}
+	for _, n := range s.Nodes {
+		hosts = append(hosts, host{n.Name, NetnsPath(n.Netns), n.IP})
+	}
+	srv := map[string]string{}
+	for _, h := range hosts {
+		srv[h.name] = testutil.EchoServer(t, h.ns, h.ip.String()+":0", h.name)
+	}
+	for _, a := range hosts {
+		for _, b := range hosts {
+			if a.name == b.name {
+				continue
+			}
+			got, err := testutil.Ask(a.ns, srv[b.name])
+			if want := b.name + " " + a.ip.String(); err != nil || got != want {
+				t.Errorf("%s -> %s: %q, %v; want %q", a.name, b.name, got, err, want)
+			}
+		}
+	}
+	for _, ns := range []string{NetnsPath(s.Router.Netns), NetnsPath(s.External.Netns), NetnsPath(s.Nodes[0].Netns), NetnsPath(s.Nodes[1].Netns)} {
+		if got := strings.TrimSpace(testutil.RunIn(t, ns, "ip", "-4", "route", "show", "default")); got != "" {
+			t.Errorf("%s has a default route: %s", ns, got)
+		}
+	}
+	if got := testutil.RunIn(t, hostNS, "ip", "-4", "route", "show", "10.250.79.0/24"); !strings.Contains(got, "via 10.250.78.254 dev "+s.Bridge) {
+		t.Errorf("host route to the second underlay: %q", got)
+	}
+
+	dump := func() string {
+		var b strings.Builder
+		b.WriteString(testutil.RunIn(t, hostNS, "ip", "-o", "link") + testutil.RunIn(t, hostNS, "ip", "-o", "-4", "addr") + testutil.RunIn(t, hostNS, "ip", "-4", "route"))
+		for _, ns := range []string{s.Router.Netns, s.External.Netns, s.Nodes[1].Netns} {
+			b.WriteString(testutil.RunIn(t, NetnsPath(ns), "ip", "-o", "link") + testutil.RunIn(t, NetnsPath(ns), "ip", "-o", "-4", "addr") + testutil.RunIn(t, NetnsPath(ns), "ip", "-4", "route"))
+		}
+		return b.String()
+	}
+	before := dump()
+	ensure()
+	if after := dump(); after != before {
+		t.Errorf("second ensure changed the kernel:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+
+	// A node's route to the other subnet is part of being wired.
+	testutil.RunIn(t, NetnsPath(s.Nodes[0].Netns), "ip", "route", "del", "10.250.79.0/24")
+	if got := ready(); !strings.Contains(got, "node1=false") {
+		t.Errorf("node 1 without its route: %s", got)
+	}
+	// The router rebuilt from nothing: the second subnet's nodes lose
+	// their veths with it.
+	if err := netns.Delete(s.Router.Netns); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got != "bridge=true router=false node1=false node2=false node3=true external=true" {
+		t.Errorf("router gone: %s", got)
+	}
+	ensure()
+	if got := ready(); got != allReady {
+		t.Fatalf("after repair: %s", got)
+	}
+	srv[s.Nodes[1].Name] = testutil.EchoServer(t, NetnsPath(s.Nodes[1].Netns), s.Nodes[1].IP.String()+":0", s.Nodes[1].Name)
+	if got, err := testutil.Ask(hostNS, srv[s.Nodes[1].Name]); err != nil || got != s.Nodes[1].Name+" "+s.HostAddr.String() {
+		t.Errorf("host -> node 2 after repair: %q, %v", got, err)
+	}
+
+	for _, n := range s.Nodes {
+		if err := k.removeNode(n, s.Router.Netns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.removeRouter(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.removeExternal(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.removeBridge(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{s.Router.Netns, s.External.Netns, s.Nodes[0].Netns, s.Nodes[1].Netns} {
+		if _, err := os.Stat(NetnsPath(ns)); err == nil {
+			t.Errorf("netns %s still there", ns)
+		}
+	}
+	if links := testutil.RunIn(t, hostNS, "ip", "-o", "link"); strings.Contains(links, "fl-") || strings.Contains(links, "fr-") || strings.Contains(links, "fx-") {
+		t.Errorf("links left in the host namespace:\n%s", links)
+	}
+	if routes := testutil.RunIn(t, hostNS, "ip", "-4", "route"); strings.TrimSpace(routes) != "" {
+		t.Errorf("routes left in the host namespace:\n%s", routes)
+	}
+	// Removing again is fine.
+	if err := k.removeRouter(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.removeNode(s.Nodes[1], s.Router.Netns); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,7 +13,9 @@ const (
 	StepStateDir     StepKind = "state dir"
 	StepBin          StepKind = "binaries"
 	StepUnderlay     StepKind = "underlay"
+	StepRouter       StepKind = "router"
 	StepNode         StepKind = "node"
+	StepExternal     StepKind = "external"
 	StepControlPlane StepKind = "control plane"
 	StepController   StepKind = "controller"
 	StepAgent        StepKind = "agent"
@@ -27,8 +29,8 @@ type Step struct {
 	Node    string // for StepNode and StepAgent
 	What    string // for people: what this step makes
 	Present bool
-	// Restart: a process runs but must be restarted (its node namespace
-	// was rebuilt under it).
+	// Restart: a process runs but must be restarted (its namespace was
+	// rebuilt under it, or an agent runs another backend).
 	Restart bool
 }
 
@@ -52,32 +54,71 @@ type Observed struct {
 	ControlPlane bool
 	Controller   bool
 	Agents       map[string]bool // node name -> agent process running
+	// AgentBackends: node name -> the --backend a running agent was
+	// started with.
+	AgentBackends  map[string]string
+	Router         bool // the router is wired (two-subnet labs)
+	External       bool // the external host's namespace is wired
+	ExternalServer bool // its netexec runs
 }
 
 // Plan lists the steps that make spec from what is observed. It is pure.
 // The final StepReady is never Present: `up` always waits for the nodes
 // (a no-op wait on a ready lab).
 func Plan(s *Spec, o Observed) []Step {
+	underlay := fmt.Sprintf("bridge %s, host address %s/%d", s.Bridge, s.HostAddr, s.Underlay.Bits())
+	if r := s.Router; r != nil {
+		underlay += fmt.Sprintf(", route %s via %s", s.Underlay2, r.IP)
+	}
 	steps := []Step{
 		{Kind: StepStateDir, What: s.StateDir, Present: o.StateDir},
 		{Kind: StepBin, What: s.BinDir() + " (flatnet, flatnet-cni as " + strings.Join(cniPluginNames, ", ") + ")", Present: o.Bin},
-		{Kind: StepUnderlay, What: fmt.Sprintf("bridge %s, host address %s/%d", s.Bridge, s.HostAddr, s.Underlay.Bits()), Present: o.Underlay},
+		{Kind: StepUnderlay, What: underlay, Present: o.Underlay},
+	}
+	if r := s.Router; r != nil {
+		steps = append(steps, Step{Kind: StepRouter,
+			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s, bridge %s %s/%d, forwarding", r.Netns, r.IP, s.Underlay.Bits(), r.HostVeth,
+				r.Bridge, r.IP2, s.Underlay2.Bits()),
+			Present: o.Underlay && o.Router})
+	}
+	// wired: node n's namespace and its segment are in place.
+	wired := func(n Node) bool {
+		if n.Subnet == 1 {
+			return o.Nodes[n.Name]
+		}
+		return o.Underlay && o.Nodes[n.Name]
 	}
 	for _, n := range s.Nodes {
+		where := n.HostVeth
+		if n.Subnet == 1 {
+			where = fmt.Sprintf("%s on %s in %s", n.HostVeth, s.Router.Bridge, s.Router.Netns)
+		}
 		steps = append(steps, Step{Kind: StepNode, Node: n.Name,
-			What:    fmt.Sprintf("%s: netns %s, eth0 %s/%d <-> %s", n.Name, n.Netns, n.IP, s.Underlay.Bits(), n.HostVeth),
-			Present: o.Underlay && o.Nodes[n.Name]})
+			What:    fmt.Sprintf("%s: netns %s, eth0 %s/%d <-> %s", n.Name, n.Netns, n.IP, s.UnderlayOf(n.Subnet).Bits(), where),
+			Present: wired(n)})
+	}
+	if x := s.External; x != nil {
+		ready := o.Underlay && o.External
+		steps = append(steps, Step{Kind: StepExternal,
+			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s, netexec HTTP :%d, UDP :%d", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
+				ExternalHTTPPort, ExternalUDPPort),
+			Present: ready && o.ExternalServer,
+			Restart: o.ExternalServer && !ready})
 	}
 	steps = append(steps,
 		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s", s.HostAddr), Present: o.ControlPlane},
 		Step{Kind: StepController, What: "flatnet controller (node IPAM, pod binder)", Present: o.Controller},
 	)
 	for _, n := range s.Nodes {
-		wired := o.Underlay && o.Nodes[n.Name]
+		what := fmt.Sprintf("flatnet agent on %s (lab runtime, %s)", n.Name, s.Backend)
+		other := o.Agents[n.Name] && o.AgentBackends[n.Name] != "" && o.AgentBackends[n.Name] != s.Backend
+		if other {
+			what = fmt.Sprintf("flatnet agent on %s (lab runtime, %s; was %s)", n.Name, s.Backend, o.AgentBackends[n.Name])
+		}
 		steps = append(steps, Step{Kind: StepAgent, Node: n.Name,
-			What:    fmt.Sprintf("flatnet agent on %s (lab runtime, %s)", n.Name, s.Backend),
-			Present: o.Agents[n.Name] && wired,
-			Restart: o.Agents[n.Name] && !wired})
+			What:    what,
+			Present: o.Agents[n.Name] && wired(n) && !other,
+			Restart: o.Agents[n.Name] && (!wired(n) || other)})
 	}
 	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config", len(s.Nodes))})
 	return steps

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Request is what `lab up` was asked for: options plus which flags the
@@ -15,18 +16,18 @@ type Request struct {
 }
 
 // resolve returns the Spec `up` builds: the recorded lab's (grown by more
-// nodes if asked), or a new one with an underlay chosen to be free. host
-// are the machine's routed and local prefixes (without this lab's own
-// bridge), others the underlays other labs recorded. It is pure.
+// nodes or an external host, or with another backend, if asked), or a new
+// one with underlays chosen to be free. host are the machine's routed and
+// local prefixes (without this lab's own bridge), others the underlays
+// other labs recorded. It is pure.
 func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, error) {
 	o := req.Options
+	if o.Subnets == 0 {
+		o.Subnets = 1
+	}
 	if recorded != nil {
-		flagName := func(f string) string { return "--" + f }
 		mismatch := func(f, want, have string) error {
-			return fmt.Errorf("lab %s runs with %s %s, not %s; changing it needs a new lab: `flatnet lab down --name %s` first", o.Name, flagName(f), have, want, o.Name)
-		}
-		if req.Changed["backend"] && o.Backend != recorded.Backend {
-			return nil, mismatch("backend", o.Backend, recorded.Backend)
+			return fmt.Errorf("lab %s runs with --%s %s, not %s; changing it needs a new lab: `flatnet lab down --name %s` first", o.Name, f, have, want, o.Name)
 		}
 		for _, c := range []struct {
 			flag string
@@ -35,7 +36,6 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		}{
 			{"cluster-cidr", o.ClusterCIDR, recorded.ClusterCIDR},
 			{"service-cidr", o.ServiceCIDR, recorded.ServiceCIDR},
-			{"underlay-cidr", o.Underlay, recorded.Underlay},
 		} {
 			if !req.Changed[c.flag] {
 				continue
@@ -44,74 +44,135 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 				return nil, mismatch(c.flag, c.want, c.have.String())
 			}
 		}
+		if req.Changed["underlay-cidr"] {
+			have := recorded.Underlays()
+			given, err := parseUnderlays(o.Underlay)
+			if err != nil || len(given) > len(have) {
+				return nil, mismatch("underlay-cidr", o.Underlay, joinPrefixes(have))
+			}
+			for i, g := range given {
+				if g != have[i] {
+					return nil, mismatch("underlay-cidr", o.Underlay, joinPrefixes(have))
+				}
+			}
+		}
+		if req.Changed["subnets"] && o.Subnets != recorded.Subnets() {
+			return nil, mismatch("subnets", strconv.Itoa(o.Subnets), strconv.Itoa(recorded.Subnets()))
+		}
 		if req.Changed["node-cidr-mask-size"] && o.NodeCIDRMaskSize != recorded.NodeCIDRMaskSize {
 			return nil, mismatch("node-cidr-mask-size", strconv.Itoa(o.NodeCIDRMaskSize), strconv.Itoa(recorded.NodeCIDRMaskSize))
 		}
-		nodes := len(recorded.Nodes)
+		opts := recorded.Options()
 		if req.Changed["nodes"] {
-			if o.Nodes < nodes {
-				return nil, fmt.Errorf("lab %s has %d nodes; `up` adds nodes but never removes them (--nodes %d); `flatnet lab down --name %s` first", o.Name, nodes, o.Nodes, o.Name)
+			if o.Nodes < len(recorded.Nodes) {
+				return nil, fmt.Errorf("lab %s has %d nodes; `up` adds nodes but never removes them (--nodes %d); `flatnet lab down --name %s` first", o.Name, len(recorded.Nodes), o.Nodes, o.Name)
 			}
-			nodes = o.Nodes
+			opts.Nodes = o.Nodes
 		}
-		s, err := NewSpec(Options{
-			Name:             recorded.Name,
-			StateRoot:        filepath.Dir(recorded.StateDir),
-			Nodes:            nodes,
-			Backend:          recorded.Backend,
-			ClusterCIDR:      recorded.ClusterCIDR.String(),
-			ServiceCIDR:      recorded.ServiceCIDR.String(),
-			NodeCIDRMaskSize: recorded.NodeCIDRMaskSize,
-		}, recorded.Underlay)
+		if req.Changed["external"] {
+			if !o.External && recorded.External != nil {
+				return nil, fmt.Errorf("lab %s has an external host; `up` adds one but never removes it (--external=false); `flatnet lab down --name %s` first", o.Name, o.Name)
+			}
+			opts.External = opts.External || o.External
+		}
+		// Another backend is fine: up restarts the agents with it, and
+		// each agent removes the old backend's routes and devices.
+		if req.Changed["backend"] {
+			opts.Backend = o.Backend
+		}
+		s, err := NewSpec(opts, recorded.Underlays()...)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("lab %s: %w", o.Name, err)
 		}
 		return s, checkHost(s, host, others)
 	}
 
-	var underlay netip.Prefix
-	if o.Underlay != "" {
-		p, err := parseV4Prefix("--underlay-cidr", o.Underlay)
-		if err != nil {
-			return nil, err
-		}
-		underlay = p
-	} else {
-		p, err := ChooseUnderlay(o.Name, append(append([]netip.Prefix{}, host...), others...))
-		if err != nil {
-			return nil, err
-		}
-		underlay = p
+	given, err := parseUnderlays(o.Underlay)
+	if err != nil {
+		return nil, err
 	}
-	s, err := NewSpec(o, underlay)
+	if len(given) > o.Subnets {
+		return nil, fmt.Errorf("--underlay-cidr %s names %d networks for --subnets %d", o.Underlay, len(given), o.Subnets)
+	}
+	taken := append(append([]netip.Prefix{}, host...), others...)
+	underlays := given
+	if len(underlays) == 0 {
+		p, err := ChooseUnderlay(o.Name, taken)
+		if err != nil {
+			return nil, err
+		}
+		underlays = append(underlays, p)
+	}
+	if o.Subnets == 2 && len(underlays) == 1 {
+		p, err := ChooseUnderlay2(underlays[0], taken)
+		if err != nil {
+			return nil, err
+		}
+		underlays = append(underlays, p)
+	}
+	s, err := NewSpec(o, underlays...)
 	if err != nil {
 		return nil, err
 	}
 	return s, checkHost(s, host, others)
 }
 
+// parseUnderlays reads --underlay-cidr: "", "A" or "A,B".
+func parseUnderlays(v string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	fields := strings.Split(v, ",")
+	if len(fields) > 2 {
+		return nil, fmt.Errorf("--underlay-cidr %q: want one network, or two for --subnets 2", v)
+	}
+	var out []netip.Prefix
+	for _, f := range fields {
+		p, err := parseV4Prefix("--underlay-cidr", strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	var ss []string
+	for _, p := range ps {
+		ss = append(ss, p.String())
+	}
+	return strings.Join(ss, ",")
+}
+
 // checkHost refuses ranges that overlap the machine's networks or
 // another lab's underlay.
 func checkHost(s *Spec, host, others []netip.Prefix) error {
-	for _, r := range []struct {
+	type rng struct {
 		what, flag string
 		p          netip.Prefix
-	}{
-		{"underlay", "--underlay-cidr", s.Underlay},
-		{"cluster CIDR", "--cluster-cidr", s.ClusterCIDR},
-		{"service CIDR", "--service-cidr", s.ServiceCIDR},
-	} {
+		underlay   bool
+	}
+	rs := []rng{
+		{"underlay", "--underlay-cidr", s.Underlay, true},
+		{"cluster CIDR", "--cluster-cidr", s.ClusterCIDR, false},
+		{"service CIDR", "--service-cidr", s.ServiceCIDR, false},
+	}
+	if s.Router != nil {
+		rs = append(rs, rng{"second underlay", "--underlay-cidr A,B", s.Underlay2, true})
+	}
+	for _, r := range rs {
 		for _, h := range host {
 			if r.p.Overlaps(h) {
 				return fmt.Errorf("the lab's %s %s overlaps %s, which this machine already uses (see `ip route`); refusing: pick another range with %s", r.what, r.p, h, r.flag)
 			}
 		}
-		if r.what != "underlay" {
+		if !r.underlay {
 			continue
 		}
 		for _, h := range others {
 			if r.p.Overlaps(h) {
-				return fmt.Errorf("the lab's underlay %s overlaps %s, another lab's underlay (see `ls %s`); pick another range with --underlay-cidr", r.p, h, filepath.Dir(s.StateDir))
+				return fmt.Errorf("the lab's %s %s overlaps %s, another lab's underlay (see `ls %s`); pick another range with %s", r.what, r.p, h, filepath.Dir(s.StateDir), r.flag)
 			}
 		}
 	}

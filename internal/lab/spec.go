@@ -3,6 +3,14 @@
 // network namespaces on an underlay bridge, each running a flatnet agent
 // whose lab runtime starts pods as processes in their own namespaces.
 //
+// Layouts. One subnet (default): every node and the host on one underlay
+// bridge. Two subnets (--subnets 2): odd nodes on that first underlay,
+// even nodes on a second one, joined by a router namespace, so peers on
+// the other subnet are not on-link and only an overlay reaches their pods.
+// An optional external host (--external) sits on the first underlay with
+// an address outside every cluster range and answers with the client's
+// address, so egress masquerade can be seen.
+//
 // Design: the requested lab is plain data (Spec: every name, address and
 // path, computed from a few options), the running lab is read from the
 // kernel and the state dir (Observed), and Plan compares the two into a
@@ -20,6 +28,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // Defaults for a new lab.
@@ -40,7 +49,22 @@ const (
 var underlayBase = netip.MustParsePrefix("10.250.0.0/16")
 
 // Backends are the cross-node backends the agent implements.
-var Backends = []string{"host-gw"}
+var Backends = []string{"host-gw", "vxlan", "vxlan-direct"}
+
+// Host numbers on the first underlay: the host is .1, node i is .10+i
+// (up to .210), the external host .250 and the router .254. On the second
+// underlay the router is .1 and node i is .10+i.
+const (
+	externalHost = 250
+	routerHost   = 254
+	router2Host  = 1
+)
+
+// External host ports: netexec's HTTP and UDP servers.
+const (
+	ExternalHTTPPort = 8080
+	ExternalUDPPort  = 8081
+)
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 
@@ -53,7 +77,11 @@ type Options struct {
 	ClusterCIDR      string
 	ServiceCIDR      string
 	NodeCIDRMaskSize int
-	Underlay         string // a /24 (or larger) for the underlay; "" chooses one
+	// Underlay is "A" or "A,B" (one /24 or larger per subnet); "" or a
+	// missing B chooses free ones.
+	Underlay string
+	Subnets  int  // 1 (default) or 2: nodes on two underlay subnets joined by a router
+	External bool // an external host on the first underlay
 }
 
 // Spec is a lab as data: every name, address and path it uses.
@@ -69,6 +97,29 @@ type Spec struct {
 	Bridge           string       `json:"bridge"`   // underlay bridge in the root namespace
 	PodNetnsPrefix   string       `json:"podNetnsPrefix"`
 	Nodes            []Node       `json:"nodes"`
+	// Underlay2 is the second subnet (--subnets 2), behind Router.
+	Underlay2 netip.Prefix `json:"underlay2,omitzero"`
+	Router    *Router      `json:"router,omitempty"`
+	External  *External    `json:"external,omitempty"`
+}
+
+// Router joins the two underlays of a two-subnet lab: a namespace with
+// eth0 on the first underlay's bridge and, inside, the second underlay's
+// bridge, forwarding between them. No route in it leads anywhere else.
+type Router struct {
+	Netns    string     `json:"netns"`
+	HostVeth string     `json:"hostVeth"` // root-namespace end, on Spec.Bridge
+	IP       netip.Addr `json:"ip"`       // eth0, on Underlay
+	Bridge   string     `json:"bridge"`   // the second underlay, inside Netns
+	IP2      netip.Addr `json:"ip2"`      // on Bridge, on Underlay2
+}
+
+// External is a host outside the cluster on the first underlay, running
+// netexec (HTTP /clientip tells who connected).
+type External struct {
+	Netns    string     `json:"netns"`
+	HostVeth string     `json:"hostVeth"` // root-namespace end, on Spec.Bridge
+	IP       netip.Addr `json:"ip"`
 }
 
 // Node is one lab node.
@@ -78,11 +129,16 @@ type Node struct {
 	Netns    string     `json:"netns"`    // under /run/netns
 	HostVeth string     `json:"hostVeth"` // root-namespace end, on the bridge
 	IP       netip.Addr `json:"ip"`       // InternalIP, eth0 in the node namespace
+	// Subnet is 0 for the first underlay (HostVeth on Spec.Bridge in the
+	// root namespace), 1 for the second (HostVeth on Router.Bridge in the
+	// router's namespace).
+	Subnet int `json:"subnet,omitempty"`
 }
 
 // Process names (pid and log files in the state dir).
 const (
 	ProcController = "controller"
+	ProcExternal   = "external"
 )
 
 // AgentProc is the process name of a node's agent.
@@ -113,6 +169,20 @@ func BridgeName(name string) string { return ifName("fl-", name, "") }
 
 // NodeNetns is the network namespace of node i (1-based).
 func NodeNetns(name string, i int) string { return "fl-" + name + "-n" + strconv.Itoa(i) }
+
+// RouterNetns and ExternalNetns are the router's and the external host's
+// namespaces. Neither matches a node ("-n<digits>") or pod ("-<8 hex>")
+// namespace name of this or another lab.
+func RouterNetns(name string) string   { return "fl-" + name + "-rt" }
+func ExternalNetns(name string) string { return "fl-" + name + "-ext" }
+
+// RouterVeth and ExternalVeth are their veths' root-namespace ends. The
+// prefixes fr- and fx- keep them apart from every lab's fl- names.
+func RouterVeth(name string) string   { return ifName("fr-", name, "") }
+func ExternalVeth(name string) string { return ifName("fx-", name, "") }
+
+// router2Bridge is the second underlay's bridge inside the router.
+const router2Bridge = "underlay2"
 
 // NodeName is the Kubernetes name of node i.
 func NodeName(name string, i int) string { return name + "-node" + strconv.Itoa(i) }
@@ -184,9 +254,43 @@ func ChooseUnderlay(name string, taken []netip.Prefix) (netip.Prefix, error) {
 	return netip.Prefix{}, fmt.Errorf("every underlay in %s is taken by this machine or other labs; pick one with --underlay-cidr", underlayBase)
 }
 
-// NewSpec builds the Spec for opts. underlay must be chosen already
-// (opts.Underlay or ChooseUnderlay).
-func NewSpec(opts Options, underlay netip.Prefix) (*Spec, error) {
+// ChooseUnderlay2 picks the second underlay of a two-subnet lab: the first
+// /24 after first (within 10.250.1-254.0/24, wrapping) that overlaps
+// neither first nor taken.
+func ChooseUnderlay2(first netip.Prefix, taken []netip.Prefix) (netip.Prefix, error) {
+	start := 0
+	if underlayBase.Contains(first.Addr()) {
+		start = int(first.Addr().As4()[2])
+	}
+	for k := range 254 {
+		p := underlayN(1 + (start+k)%254)
+		if p.Overlaps(first) {
+			continue
+		}
+		free := true
+		for _, t := range taken {
+			if p.Overlaps(t) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("no free second underlay in %s; pick both with --underlay-cidr A,B", underlayBase)
+}
+
+// hostAddr is host number h of the underlay p (a /24 or larger: h < 256).
+func hostAddr(p netip.Prefix, h int) netip.Addr {
+	b := p.Addr().As4()
+	b[3] += byte(h)
+	return netip.AddrFrom4(b)
+}
+
+// NewSpec builds the Spec for opts. The underlays must be chosen already
+// (from opts.Underlay, ChooseUnderlay and ChooseUnderlay2): one per subnet.
+func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if err := ValidateName(opts.Name); err != nil {
 		return nil, err
 	}
@@ -196,6 +300,25 @@ func NewSpec(opts Options, underlay netip.Prefix) (*Spec, error) {
 	if !validBackend(opts.Backend) {
 		return nil, fmt.Errorf("--backend %q: this flatnet supports %v", opts.Backend, Backends)
 	}
+	subnets := opts.Subnets
+	if subnets == 0 {
+		subnets = 1
+	}
+	if subnets != 1 && subnets != 2 {
+		return nil, fmt.Errorf("--subnets %d: want 1 (every node on one underlay) or 2 (two underlays joined by a router)", opts.Subnets)
+	}
+	if subnets == 2 && opts.Backend == "host-gw" {
+		return nil, fmt.Errorf("--backend host-gw needs every node on one layer-2 segment (a route to a peer's pods goes via the peer's InternalIP, which must be on-link); " +
+			"with --subnets 2 half the peers are behind a router: use --backend vxlan or vxlan-direct")
+	}
+	if len(underlays) != subnets {
+		return nil, fmt.Errorf("%d underlays for %d subnets", len(underlays), subnets)
+	}
+	underlay := underlays[0]
+	var underlay2 netip.Prefix
+	if subnets == 2 {
+		underlay2 = underlays[1]
+	}
 	cluster, err := parseV4Prefix("--cluster-cidr", opts.ClusterCIDR)
 	if err != nil {
 		return nil, err
@@ -204,8 +327,10 @@ func NewSpec(opts Options, underlay netip.Prefix) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !underlay.IsValid() || !underlay.Addr().Is4() || underlay.Bits() > 24 || underlay.Masked() != underlay {
-		return nil, fmt.Errorf("underlay %s: want an IPv4 network of /24 or larger, such as 10.250.7.0/24", underlay)
+	for _, u := range underlays {
+		if !u.IsValid() || !u.Addr().Is4() || u.Bits() > 24 || u.Masked() != u {
+			return nil, fmt.Errorf("underlay %s: want an IPv4 network of /24 or larger, such as 10.250.7.0/24", u)
+		}
 	}
 	mask := opts.NodeCIDRMaskSize
 	if mask < cluster.Bits() || mask > 30 {
@@ -215,8 +340,13 @@ func NewSpec(opts Options, underlay netip.Prefix) (*Spec, error) {
 		return nil, fmt.Errorf("--cluster-cidr %s holds %d node subnets of /%d, fewer than --nodes %d", cluster, 1<<(mask-cluster.Bits()), mask, opts.Nodes)
 	}
 	named := map[string]netip.Prefix{"underlay": underlay, "cluster CIDR": cluster, "service CIDR": service}
-	for _, a := range []string{"underlay", "cluster CIDR", "service CIDR"} {
-		for _, b := range []string{"underlay", "cluster CIDR", "service CIDR"} {
+	nets := []string{"underlay", "cluster CIDR", "service CIDR"}
+	if subnets == 2 {
+		named["second underlay"] = underlay2
+		nets = append(nets, "second underlay")
+	}
+	for _, a := range nets {
+		for _, b := range nets {
 			if a < b && named[a].Overlaps(named[b]) {
 				return nil, fmt.Errorf("the %s %s overlaps the %s %s; they must be disjoint", a, named[a], b, named[b])
 			}
@@ -238,16 +368,38 @@ func NewSpec(opts Options, underlay netip.Prefix) (*Spec, error) {
 		Bridge:           BridgeName(opts.Name),
 		PodNetnsPrefix:   PodNetnsPrefix(opts.Name),
 	}
-	base := underlay.Addr().As4()
+	if subnets == 2 {
+		s.Underlay2 = underlay2
+		s.Router = &Router{
+			Netns:    RouterNetns(opts.Name),
+			HostVeth: RouterVeth(opts.Name),
+			IP:       hostAddr(underlay, routerHost),
+			Bridge:   router2Bridge,
+			IP2:      hostAddr(underlay2, router2Host),
+		}
+	}
+	if opts.External {
+		s.External = &External{
+			Netns:    ExternalNetns(opts.Name),
+			HostVeth: ExternalVeth(opts.Name),
+			IP:       hostAddr(underlay, externalHost),
+		}
+	}
 	for i := 1; i <= opts.Nodes; i++ {
-		ip := base
-		ip[3] += byte(10 + i)
+		// Two subnets: odd nodes on the first, even ones on the second,
+		// so any three nodes include same-subnet and cross-subnet peers
+		// and a grown lab keeps every node where it was.
+		sub := 0
+		if subnets == 2 && i%2 == 0 {
+			sub = 1
+		}
 		s.Nodes = append(s.Nodes, Node{
 			Index:    i,
 			Name:     NodeName(opts.Name, i),
 			Netns:    NodeNetns(opts.Name, i),
 			HostVeth: ifName("fl-", opts.Name, "-n"+strconv.Itoa(i)),
-			IP:       netip.AddrFrom4(ip),
+			IP:       hostAddr(s.UnderlayOf(sub), 10+i),
+			Subnet:   sub,
 		})
 	}
 	return s, nil
@@ -274,6 +426,45 @@ func parseV4Prefix(flag, s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%s %s: host bits set; did you mean %s?", flag, s, p.Masked())
 	}
 	return p, nil
+}
+
+// UnderlayOf is the underlay of subnet 0 or 1.
+func (s *Spec) UnderlayOf(subnet int) netip.Prefix {
+	if subnet == 1 {
+		return s.Underlay2
+	}
+	return s.Underlay
+}
+
+// Subnets is 1 or 2.
+func (s *Spec) Subnets() int {
+	if s.Router != nil {
+		return 2
+	}
+	return 1
+}
+
+// Underlays lists the lab's underlay subnets.
+func (s *Spec) Underlays() []netip.Prefix {
+	if s.Router != nil {
+		return []netip.Prefix{s.Underlay, s.Underlay2}
+	}
+	return []netip.Prefix{s.Underlay}
+}
+
+// Options returns the options s was made from (StateRoot, Name, Nodes,
+// Backend, ranges, layout); NewSpec(s.Options(), s.Underlays()...)
+// rebuilds s.
+func (s *Spec) Options() Options {
+	us := make([]string, 0, 2)
+	for _, u := range s.Underlays() {
+		us = append(us, u.String())
+	}
+	return Options{
+		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend,
+		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
+		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
+	}
 }
 
 // Paths in the state dir.

@@ -26,9 +26,9 @@ func TestNewSpecDefaultLab(t *testing.T) {
 		t.Errorf("underlay %s host %s bridge %s", s.Underlay, s.HostAddr, s.Bridge)
 	}
 	want := []Node{
-		{1, "flatnet-node1", "fl-flatnet-n1", "fl-flatnet-n1", netip.MustParseAddr("10.250.0.11")},
-		{2, "flatnet-node2", "fl-flatnet-n2", "fl-flatnet-n2", netip.MustParseAddr("10.250.0.12")},
-		{3, "flatnet-node3", "fl-flatnet-n3", "fl-flatnet-n3", netip.MustParseAddr("10.250.0.13")},
+		{1, "flatnet-node1", "fl-flatnet-n1", "fl-flatnet-n1", netip.MustParseAddr("10.250.0.11"), 0},
+		{2, "flatnet-node2", "fl-flatnet-n2", "fl-flatnet-n2", netip.MustParseAddr("10.250.0.12"), 0},
+		{3, "flatnet-node3", "fl-flatnet-n3", "fl-flatnet-n3", netip.MustParseAddr("10.250.0.13"), 0},
 	}
 	if d := cmp.Diff(want, s.Nodes, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 		t.Errorf("nodes (-want +got):\n%s", d)
@@ -55,6 +55,12 @@ func TestNamesFitInterfaceNames(t *testing.T) {
 		if len(s.Bridge) > 15 {
 			t.Errorf("%s: bridge %q too long", name, s.Bridge)
 		}
+		for _, v := range []string{RouterVeth(name), ExternalVeth(name)} {
+			if len(v) > 15 || names[v] {
+				t.Errorf("%s: veth %q too long or not unique", name, v)
+			}
+			names[v] = true
+		}
 	}
 	// Long names that share a prefix get different interfaces.
 	if BridgeName(long) == BridgeName(long[:31]+"b") {
@@ -72,7 +78,7 @@ func TestNewSpecErrors(t *testing.T) {
 	}{
 		{"bad name", func(o *Options) { o.Name = "Bad_Name" }, u, "invalid lab name"},
 		{"zero nodes", func(o *Options) { o.Nodes = 0 }, u, "--nodes 0"},
-		{"backend", func(o *Options) { o.Backend = "vxlan" }, u, "--backend"},
+		{"backend", func(o *Options) { o.Backend = "geneve" }, u, "--backend"},
 		{"cluster v6", func(o *Options) { o.ClusterCIDR = "fd00::/64" }, u, "IPv4 only"},
 		{"host bits", func(o *Options) { o.ClusterCIDR = "10.244.1.0/16" }, u, "did you mean 10.244.0.0/16"},
 		{"overlap", func(o *Options) { o.ServiceCIDR = "10.244.128.0/20" }, u, "overlaps"},
@@ -326,6 +332,9 @@ func FuzzParseRecord(f *testing.F) {
 	s, _ := NewSpec(opts("fz", 2), netip.MustParsePrefix("10.250.5.0/24"))
 	b, _ := json.Marshal(record{Spec: *s})
 	f.Add(b, "fz")
+	s2, _ := NewSpec(twoSubnetOpts("fz", 3), netip.MustParsePrefix("10.250.5.0/24"), netip.MustParsePrefix("10.250.6.0/24"))
+	b2, _ := json.Marshal(record{Spec: *s2})
+	f.Add(b2, "fz")
 	f.Add([]byte(`{"name":"fz","nodes":[{}]}`), "fz")
 	f.Add([]byte(`{`), "x")
 	f.Fuzz(func(t *testing.T, b []byte, name string) {
@@ -338,9 +347,338 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("bridge %q for lab %q", r.Bridge, name)
 		}
 		for _, n := range r.Nodes {
-			if !nodeNetnsPattern(name).MatchString(n.Netns) || len(n.HostVeth) > 15 {
+			if !nodeNetnsPattern(name).MatchString(n.Netns) || len(n.HostVeth) > 15 || n.Subnet < 0 || n.Subnet >= r.Subnets() {
 				t.Fatalf("node %+v of lab %q", n, name)
 			}
 		}
+		if r.Router != nil && (r.Router.Netns != RouterNetns(name) || r.Router.HostVeth != RouterVeth(name) || len(r.Router.HostVeth) > 15) {
+			t.Fatalf("router %+v of lab %q", r.Router, name)
+		}
+		if r.External != nil && (r.External.Netns != ExternalNetns(name) || r.External.HostVeth != ExternalVeth(name) || len(r.External.HostVeth) > 15) {
+			t.Fatalf("external %+v of lab %q", r.External, name)
+		}
 	})
+}
+
+func twoSubnetOpts(name string, nodes int) Options {
+	o := opts(name, nodes)
+	o.Backend, o.Subnets, o.External = "vxlan", 2, true
+	return o
+}
+
+func TestNewSpecTwoSubnets(t *testing.T) {
+	p := netip.MustParsePrefix
+	s, err := NewSpec(twoSubnetOpts("flatnet", 4), p("10.250.0.0/24"), p("10.250.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr
+	wantNodes := []Node{
+		{1, "flatnet-node1", "fl-flatnet-n1", "fl-flatnet-n1", a("10.250.0.11"), 0},
+		{2, "flatnet-node2", "fl-flatnet-n2", "fl-flatnet-n2", a("10.250.1.12"), 1},
+		{3, "flatnet-node3", "fl-flatnet-n3", "fl-flatnet-n3", a("10.250.0.13"), 0},
+		{4, "flatnet-node4", "fl-flatnet-n4", "fl-flatnet-n4", a("10.250.1.14"), 1},
+	}
+	cmpAddr := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
+	if d := cmp.Diff(wantNodes, s.Nodes, cmpAddr); d != "" {
+		t.Errorf("nodes (-want +got):\n%s", d)
+	}
+	wantRouter := &Router{Netns: "fl-flatnet-rt", HostVeth: "fr-flatnet", IP: a("10.250.0.254"), Bridge: "underlay2", IP2: a("10.250.1.1")}
+	if d := cmp.Diff(wantRouter, s.Router, cmpAddr); d != "" {
+		t.Errorf("router (-want +got):\n%s", d)
+	}
+	wantExt := &External{Netns: "fl-flatnet-ext", HostVeth: "fx-flatnet", IP: a("10.250.0.250")}
+	if d := cmp.Diff(wantExt, s.External, cmpAddr); d != "" {
+		t.Errorf("external (-want +got):\n%s", d)
+	}
+	if s.Underlay2 != p("10.250.1.0/24") || s.Subnets() != 2 || len(s.Underlays()) != 2 {
+		t.Errorf("underlay2 %s subnets %d", s.Underlay2, s.Subnets())
+	}
+	// Routes: nodes reach the other subnet via the router, the host and
+	// the external host reach the second subnet via it; nobody has a
+	// default route.
+	if got := s.nodeEndpoint(s.Nodes[1]).routes; len(got) != 1 || got[0] != (route{p("10.250.0.0/24"), a("10.250.1.1")}) {
+		t.Errorf("node 2 routes %v", got)
+	}
+	if got := s.nodeEndpoint(s.Nodes[0]).routes; len(got) != 1 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) {
+		t.Errorf("node 1 routes %v", got)
+	}
+	if got := s.hostRoutes(); len(got) != 1 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) {
+		t.Errorf("host routes %v", got)
+	}
+	if got := s.externalEndpoint(); got.forward || len(got.routes) != 1 {
+		t.Errorf("external endpoint %+v", got)
+	}
+	// Options rebuild the same Spec.
+	again, err := NewSpec(s.Options(), s.Underlays()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(s, again, cmpAddr, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
+		t.Errorf("rebuilt from Options (-want +got):\n%s", d)
+	}
+
+	one, err := NewSpec(opts("flatnet", 2), p("10.250.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Router != nil || one.External != nil || one.Underlay2.IsValid() || len(one.hostRoutes()) != 0 || len(one.nodeEndpoint(one.Nodes[1]).routes) != 0 {
+		t.Errorf("one subnet: %+v", one)
+	}
+}
+
+func TestNewSpecTwoSubnetsErrors(t *testing.T) {
+	p := netip.MustParsePrefix
+	u, u2 := p("10.250.0.0/24"), p("10.250.1.0/24")
+	cases := []struct {
+		name      string
+		mod       func(*Options)
+		underlays []netip.Prefix
+		substr    string
+	}{
+		{"host-gw across subnets", func(o *Options) { o.Backend = "host-gw" }, []netip.Prefix{u, u2}, "use --backend vxlan or vxlan-direct"},
+		{"three subnets", func(o *Options) { o.Subnets = 3 }, []netip.Prefix{u, u2}, "--subnets 3"},
+		{"one underlay for two", func(o *Options) {}, []netip.Prefix{u}, "1 underlays for 2 subnets"},
+		{"same underlay twice", func(o *Options) {}, []netip.Prefix{u, u}, "overlaps"},
+		{"second overlaps the pods", func(o *Options) {}, []netip.Prefix{u, p("10.244.0.0/24")}, "overlaps"},
+		{"second too small", func(o *Options) {}, []netip.Prefix{u, p("10.250.1.0/25")}, "/24 or larger"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := twoSubnetOpts("flatnet", 3)
+			c.mod(&o)
+			_, err := NewSpec(o, c.underlays...)
+			if err == nil || !strings.Contains(err.Error(), c.substr) {
+				t.Fatalf("got %v, want an error containing %q", err, c.substr)
+			}
+		})
+	}
+}
+
+func TestChooseUnderlay2(t *testing.T) {
+	p := netip.MustParsePrefix
+	if got, err := ChooseUnderlay2(p("10.250.0.0/24"), nil); err != nil || got != p("10.250.1.0/24") {
+		t.Errorf("after the default: %s %v", got, err)
+	}
+	if got, err := ChooseUnderlay2(p("10.250.7.0/24"), []netip.Prefix{p("10.250.8.0/24")}); err != nil || got != p("10.250.9.0/24") {
+		t.Errorf("skipping a taken one: %s %v", got, err)
+	}
+	if got, err := ChooseUnderlay2(p("10.250.254.0/24"), nil); err != nil || got != p("10.250.1.0/24") {
+		t.Errorf("wrapping: %s %v", got, err)
+	}
+	if _, err := ChooseUnderlay2(p("10.250.3.0/24"), []netip.Prefix{p("10.250.0.0/16")}); err == nil || !strings.Contains(err.Error(), "A,B") {
+		t.Errorf("all taken: %v", err)
+	}
+}
+
+func TestResolveTwoSubnetsAndBackends(t *testing.T) {
+	p := netip.MustParsePrefix
+	req := func(o Options, changed ...string) Request {
+		r := Request{Options: o, Changed: map[string]bool{}}
+		for _, c := range changed {
+			r.Changed[c] = true
+		}
+		return r
+	}
+	o := twoSubnetOpts("lab2", 3)
+	// New: the second underlay is chosen free, after the first.
+	first := DefaultUnderlay("lab2")
+	s, err := resolve(req(o), nil, nil, []netip.Prefix{ChooseUnderlayMust(t, first)})
+	if err != nil || s.Underlay != first || s.Underlay2 == ChooseUnderlayMust(t, first) || s.Router == nil || s.External == nil {
+		t.Fatalf("new: %+v %v", s, err)
+	}
+	// Both given.
+	o.Underlay = "10.250.40.0/24,10.250.41.0/24"
+	s, err = resolve(req(o, "underlay-cidr"), nil, nil, nil)
+	if err != nil || s.Underlay != p("10.250.40.0/24") || s.Underlay2 != p("10.250.41.0/24") {
+		t.Fatalf("given: %+v %v", s, err)
+	}
+	// The host's networks and other labs' second underlays are refused.
+	if _, err := resolve(req(o, "underlay-cidr"), nil, []netip.Prefix{p("10.250.41.128/25")}, nil); err == nil || !strings.Contains(err.Error(), "second underlay") {
+		t.Fatalf("host overlap: %v", err)
+	}
+	if _, err := resolve(req(o, "underlay-cidr"), nil, nil, []netip.Prefix{p("10.250.41.0/24")}); err == nil || !strings.Contains(err.Error(), "another lab's underlay") {
+		t.Fatalf("lab overlap: %v", err)
+	}
+	one := opts("lab2", 3)
+	one.Underlay = "10.250.40.0/24,10.250.41.0/24"
+	if _, err := resolve(req(one, "underlay-cidr"), nil, nil, nil); err == nil || !strings.Contains(err.Error(), "for --subnets 1") {
+		t.Fatalf("two underlays for one subnet: %v", err)
+	}
+	o.Underlay = "10.250.40.0/24"
+	o.Backend = "host-gw"
+	if _, err := resolve(req(o, "backend"), nil, nil, nil); err == nil || !strings.Contains(err.Error(), "vxlan") {
+		t.Fatalf("host-gw across subnets: %v", err)
+	}
+
+	// Running lab: the backend may change (agents restart), but not to
+	// host-gw across subnets; the layout may not change; an external host
+	// may be added, never removed.
+	rec, err := NewSpec(twoSubnetOpts("lab2", 3), p("10.250.40.0/24"), p("10.250.41.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = opts("lab2", 3)
+	o.Backend = "vxlan-direct"
+	s, err = resolve(req(o, "backend"), rec, nil, nil)
+	if err != nil || s.Backend != "vxlan-direct" || s.Router == nil || s.External == nil || s.Underlay2 != rec.Underlay2 {
+		t.Fatalf("backend change: %+v %v", s, err)
+	}
+	o.Backend = "host-gw"
+	if _, err := resolve(req(o, "backend"), rec, nil, nil); err == nil || !strings.Contains(err.Error(), "use --backend vxlan or vxlan-direct") {
+		t.Fatalf("host-gw on a two-subnet lab: %v", err)
+	}
+	o.Subnets = 1
+	if _, err := resolve(req(o, "subnets"), rec, nil, nil); err == nil || !strings.Contains(err.Error(), "runs with --subnets 2") {
+		t.Fatalf("subnets change: %v", err)
+	}
+	o = opts("lab2", 3)
+	o.Underlay = "10.250.40.0/24,10.250.42.0/24"
+	if _, err := resolve(req(o, "underlay-cidr"), rec, nil, nil); err == nil || !strings.Contains(err.Error(), "runs with --underlay-cidr 10.250.40.0/24,10.250.41.0/24") {
+		t.Fatalf("underlay change: %v", err)
+	}
+	o.Underlay = "10.250.40.0/24"
+	if _, err := resolve(req(o, "underlay-cidr"), rec, nil, nil); err != nil {
+		t.Fatalf("the first underlay named again: %v", err)
+	}
+	if _, err := resolve(req(o, "external"), rec, nil, nil); err == nil || !strings.Contains(err.Error(), "never removes") {
+		t.Fatalf("external removed: %v", err)
+	}
+	plain, err := NewSpec(opts("lab2", 3), p("10.250.40.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = opts("lab2", 3)
+	o.External = true
+	if s, err := resolve(req(o, "external"), plain, nil, nil); err != nil || s.External == nil || s.Backend != "host-gw" {
+		t.Fatalf("external added: %+v %v", s, err)
+	}
+	o.Backend = "vxlan"
+	if s, err := resolve(req(o, "backend"), plain, nil, nil); err != nil || s.Backend != "vxlan" || s.External != nil {
+		t.Fatalf("host-gw to vxlan: %+v %v", s, err)
+	}
+}
+
+// ChooseUnderlayMust is the second underlay after first, for tests.
+func ChooseUnderlayMust(t *testing.T, first netip.Prefix) netip.Prefix {
+	t.Helper()
+	p, err := ChooseUnderlay2(first, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPlanTwoSubnets(t *testing.T) {
+	s, err := NewSpec(twoSubnetOpts("x", 2), netip.MustParsePrefix("10.250.0.0/24"), netip.MustParsePrefix("10.250.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary := func(steps []Step) string {
+		var b strings.Builder
+		for _, st := range steps {
+			mark := "+"
+			if st.Present {
+				mark = "="
+			} else if st.Restart {
+				mark = "r"
+			}
+			b.WriteString(mark + string(st.Kind))
+			if st.Node != "" {
+				b.WriteString("(" + st.Node + ")")
+			}
+			b.WriteString(" ")
+		}
+		return strings.TrimSpace(b.String())
+	}
+	all := func() Observed {
+		return Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
+			Router: true, External: true, ExternalServer: true,
+			Nodes:         map[string]bool{"x-node1": true, "x-node2": true},
+			Agents:        map[string]bool{"x-node1": true, "x-node2": true},
+			AgentBackends: map[string]string{"x-node1": "vxlan", "x-node2": "vxlan"}}
+	}
+	cases := []struct {
+		name string
+		obs  func() Observed
+		want string
+	}{
+		{"new", func() Observed { return Observed{} }, "+state dir +binaries +underlay +router +node(x-node1) +node(x-node2) +external +control plane +controller +agent(x-node1) +agent(x-node2) +ready"},
+		{"running", all, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
+		{"router rebuilt under node 2", func() Observed {
+			o := all()
+			o.Router, o.Nodes["x-node2"] = false, false
+			return o
+		}, "=state dir =binaries =underlay +router =node(x-node1) +node(x-node2) =external =control plane =controller =agent(x-node1) ragent(x-node2) +ready"},
+		{"external server died", func() Observed {
+			o := all()
+			o.ExternalServer = false
+			return o
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) +external =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
+		{"external netns gone under its server", func() Observed {
+			o := all()
+			o.External = false
+			return o
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) rexternal =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
+		{"agents run another backend", func() Observed {
+			o := all()
+			o.AgentBackends["x-node1"] = "host-gw"
+			return o
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller ragent(x-node1) =agent(x-node2) +ready"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := summary(Plan(s, c.obs())); got != c.want {
+				t.Errorf("plan:\n got %s\nwant %s", got, c.want)
+			}
+		})
+	}
+	for _, st := range Plan(s, func() Observed { o := all(); o.AgentBackends["x-node1"] = "host-gw"; return o }()) {
+		if st.Kind == StepAgent && st.Node == "x-node1" && !strings.Contains(st.What, "vxlan; was host-gw") {
+			t.Errorf("restart for the backend does not say so: %s", st.What)
+		}
+	}
+}
+
+func TestExternalArgv(t *testing.T) {
+	s, err := NewSpec(twoSubnetOpts("flatnet", 1), netip.MustParsePrefix("10.250.0.0/24"), netip.MustParsePrefix("10.250.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(externalArgv(s), " "), "/var/lib/flatnet/lab/flatnet/bin/flatnet netexec --http-port 8080 --udp-port 8081"; got != want {
+		t.Errorf("external argv %q, want %q", got, want)
+	}
+	if got := strings.Join(agentArgv(s, s.Nodes[0]), " "); !strings.Contains(got, "--backend vxlan ") {
+		t.Errorf("agent argv lacks the backend: %s", got)
+	}
+}
+
+func TestRecordRoundTripTwoSubnets(t *testing.T) {
+	s, err := NewSpec(twoSubnetOpts("rt2", 3), netip.MustParsePrefix("10.250.5.0/24"), netip.MustParsePrefix("10.250.6.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s.StateDir = filepath.Join(dir, "rt2")
+	if err := saveRecord(&record{Spec: *s}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadRecord(dir, "rt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(*s, r.Spec, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
+		t.Errorf("round trip (-want +got):\n%s", d)
+	}
+	if got := otherUnderlays(dir, "other"); len(got) != 2 {
+		t.Errorf("other labs' underlays: %v", got)
+	}
+	// A record whose router names another namespace is refused.
+	b, _ := os.ReadFile(s.SpecFile())
+	if err := os.WriteFile(s.SpecFile(), []byte(strings.Replace(string(b), `"netns": "fl-rt2-rt"`, `"netns": "fl-other-rt"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadRecord(dir, "rt2"); err == nil || !strings.Contains(err.Error(), "do not follow") {
+		t.Errorf("edited record: %v", err)
+	}
 }

@@ -55,10 +55,7 @@ func parseRecord(b []byte, name string) (*record, error) {
 	}
 	// Rebuild the Spec from its options: a record edited by hand (or
 	// corrupted) cannot name interfaces, namespaces or paths of another lab.
-	want, err := NewSpec(Options{
-		Name: r.Name, StateRoot: filepath.Dir(r.StateDir), Nodes: len(r.Nodes), Backend: r.Backend,
-		ClusterCIDR: r.ClusterCIDR.String(), ServiceCIDR: r.ServiceCIDR.String(), NodeCIDRMaskSize: r.NodeCIDRMaskSize,
-	}, r.Underlay)
+	want, err := NewSpec(r.Spec.Options(), r.Underlays()...)
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +100,8 @@ func otherUnderlays(root, name string) []netip.Prefix {
 		if !e.IsDir() || e.Name() == name {
 			continue
 		}
-		if r, err := loadRecord(root, e.Name()); err == nil && r.Underlay.IsValid() {
-			out = append(out, r.Underlay)
+		if r, err := loadRecord(root, e.Name()); err == nil {
+			out = append(out, r.Underlays()...)
 		}
 	}
 	return out

@@ -122,6 +122,9 @@ type Status struct {
 	Spec         *Spec
 	K8sBinDir    string
 	Underlay     bool
+	Router       bool // wired (two-subnet labs)
+	External     bool // wired (labs with an external host)
+	ExternalPID  int  // its netexec; 0 when not running
 	Server       string
 	APIServerPID int
 	EtcdPID      int
@@ -158,6 +161,19 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 	k := kernel{}
 	if st.Underlay, err = k.bridgeReady(s); err != nil {
 		return nil, err
+	}
+	if s.Router != nil {
+		if st.Router, err = k.routerReady(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.External != nil {
+		if st.External, err = k.externalReady(s); err != nil {
+			return nil, err
+		}
+		if pid, ok := proc.Running(s.StateDir, ProcExternal); ok {
+			st.ExternalPID = pid
+		}
 	}
 	st.APIServerPID, st.EtcdPID, st.ControlPlane = controlplane.Running(s.StateDir)
 	if pid, ok := proc.Running(s.StateDir, ProcController); ok {
@@ -253,6 +269,20 @@ func (st *Status) Print(w io.Writer) {
 		under = "MISSING"
 	}
 	fmt.Fprintf(w, "underlay:      %s on bridge %s, host %s (%s)\n", s.Underlay, s.Bridge, s.HostAddr, under)
+	upOrMissing := func(ok bool) string {
+		if ok {
+			return "up"
+		}
+		return "MISSING"
+	}
+	if r := s.Router; r != nil {
+		fmt.Fprintf(w, "underlay 2:    %s on bridge %s in netns %s, router %s <-> %s (%s)\n",
+			s.Underlay2, r.Bridge, r.Netns, r.IP, r.IP2, upOrMissing(st.Router))
+	}
+	if x := s.External; x != nil {
+		fmt.Fprintf(w, "external host: %s in netns %s (%s), netexec HTTP :%d, UDP :%d, %s\n",
+			x.IP, x.Netns, upOrMissing(st.External), ExternalHTTPPort, ExternalUDPPort, pidOrDown(st.ExternalPID))
+	}
 	cp := fmt.Sprintf("kube-apiserver %s, etcd %s", pidOrDown(st.APIServerPID), pidOrDown(st.EtcdPID))
 	if !st.ControlPlane {
 		cp = "not running (" + cp + ")"

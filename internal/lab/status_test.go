@@ -3,6 +3,8 @@ package lab
 import (
 	"bytes"
 	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +48,26 @@ default    netexec-1  flatnet-node1  10.244.0.2  Running  1/1
 	if !bytes.Contains(b.Bytes(), []byte("control plane: not running (kube-apiserver pid 20, etcd pid 10)")) ||
 		!bytes.Contains(b.Bytes(), []byte("pods: cannot read the API: the control plane is not running")) {
 		t.Errorf("control plane down:\n%s", b.String())
+	}
+}
+
+func TestStatusPrintTwoSubnets(t *testing.T) {
+	s, err := NewSpec(twoSubnetOpts("flatnet", 2), netip.MustParsePrefix("10.250.0.0/24"), netip.MustParsePrefix("10.250.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &Status{Spec: s, Underlay: true, Router: true, External: true, ExternalPID: 50, APIError: errors.New("down"),
+		Nodes: []NodeStatus{{Node: s.Nodes[0], Wired: true, Ready: "-"}, {Node: s.Nodes[1], Wired: true, Ready: "-"}}}
+	var b bytes.Buffer
+	st.Print(&b)
+	for _, want := range []string{
+		"underlay 2:    10.250.1.0/24 on bridge underlay2 in netns fl-flatnet-rt, router 10.250.0.254 <-> 10.250.1.1 (up)\n",
+		"external host: 10.250.0.250 in netns fl-flatnet-ext (up), netexec HTTP :8080, UDP :8081, pid 50\n",
+		"backend vxlan\n",
+		"flatnet-node2  10.250.1.12",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
 	}
 }

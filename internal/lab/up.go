@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flatnet/flatnet/internal/hostroutes"
@@ -102,8 +103,15 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 
 	warnBridgeFirewall(out, s.Bridge)
 	steps := Plan(s, obs)
-	fmt.Fprintf(out, "lab %s: %d nodes, backend %s, underlay %s, cluster CIDR %s (/%d per node), service CIDR %s\n",
-		s.Name, len(s.Nodes), s.Backend, s.Underlay, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)
+	layout := fmt.Sprintf("underlay %s", s.Underlay)
+	if s.Router != nil {
+		layout = fmt.Sprintf("underlays %s and %s (router %s)", s.Underlay, s.Underlay2, s.Router.IP)
+	}
+	if s.External != nil {
+		layout += fmt.Sprintf(", external host %s", s.External.IP)
+	}
+	fmt.Fprintf(out, "lab %s: %d nodes, backend %s, %s, cluster CIDR %s (/%d per node), service CIDR %s\n",
+		s.Name, len(s.Nodes), s.Backend, layout, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)
 	start := time.Now()
 	var kubeconfig string
 	for i, st := range steps {
@@ -122,9 +130,23 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			err = installBinaries(s.BinDir(), flatnetBin, cniBin)
 		case StepUnderlay:
 			err = k.ensureBridge(s)
+		case StepRouter:
+			err = k.ensureRouter(s)
 		case StepNode:
 			n, _ := s.Node(st.Node)
 			err = k.ensureNode(s, n)
+		case StepExternal:
+			if st.Restart {
+				if err = proc.Stop(s.StateDir, ProcExternal, 5*time.Second); err != nil {
+					break
+				}
+			}
+			if err = k.ensureExternal(s); err != nil {
+				break
+			}
+			if _, running := proc.Running(s.StateDir, ProcExternal); !running {
+				_, err = proc.Start(ProcExternal, externalArgv(s), nil, s.StateDir, NetnsPath(s.External.Netns))
+			}
 		case StepControlPlane:
 			var info *controlplane.Info
 			info, err = controlplane.Up(ctx, controlplane.Config{
@@ -186,7 +208,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs.
 func observe(k kernel, s *Spec) (Observed, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -201,7 +223,22 @@ func observe(k kernel, s *Spec) (Observed, error) {
 			return o, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		o.Nodes[n.Name] = ok
-		_, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
+		var pid int
+		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
+		if o.Agents[n.Name] {
+			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
+		}
+	}
+	if s.Router != nil {
+		if o.Router, err = k.routerReady(s); err != nil {
+			return o, fmt.Errorf("router: %w", err)
+		}
+	}
+	if s.External != nil {
+		if o.External, err = k.externalReady(s); err != nil {
+			return o, fmt.Errorf("external host: %w", err)
+		}
+		_, o.ExternalServer = proc.Running(s.StateDir, ProcExternal)
 	}
 	_, _, o.ControlPlane = controlplane.Running(s.StateDir)
 	_, o.Controller = proc.Running(s.StateDir, ProcController)
@@ -226,6 +263,41 @@ func controllerArgv(s *Spec) []string {
 		"--node-cidr-mask-size", strconv.Itoa(s.NodeCIDRMaskSize),
 		"--allocate-node-cidrs=true",
 		"--bind-pods",
+	}
+}
+
+// flagOf returns the value of flag in process pid's command line ("" when
+// absent or unreadable).
+func flagOf(pid int, flag string) string {
+	argv, err := readArgv(pid)
+	if err != nil {
+		return ""
+	}
+	for i, a := range argv {
+		if a == flag && i+1 < len(argv) {
+			return argv[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func readArgv(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+}
+
+// externalArgv is the command line of the external host's server.
+func externalArgv(s *Spec) []string {
+	return []string{
+		filepath.Join(s.BinDir(), "flatnet"), "netexec",
+		"--http-port", strconv.Itoa(ExternalHTTPPort),
+		"--udp-port", strconv.Itoa(ExternalUDPPort),
 	}
 }
 
