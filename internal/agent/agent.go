@@ -4,8 +4,10 @@
 //
 //   - writes the node's CNI conflist (subnet/) once the controller, or
 //     kube-controller-manager, has given the Node a spec.podCIDR;
-//   - programs the host-gw routes to every peer node's pod subnet
-//     (routes/);
+//   - programs the cross-node data plane of its backend (backend/):
+//     host-gw routes to every peer's pod subnet (routes/), a VXLAN
+//     overlay (vxlan/), or both (vxlan-direct), and publishes on its Node
+//     what peers need to reach it (flatnet.io/ annotations);
 //   - masquerades pod traffic that leaves the cluster CIDR (masq/) and
 //     turns on IP forwarding;
 //   - in lab mode (--lab-runtime), also runs the lab's kubelet
@@ -14,7 +16,8 @@
 // Design. Everything the agent programs is a function of the Node list, so
 // there is one reconcile: read the cached Nodes, compute, apply what
 // differs. It runs when a Node's podCIDR or addresses change (heartbeats
-// do not trigger it), periodically to repair what someone else changed,
+// do not trigger it; a peer's flatnet.io/ annotations do), periodically to
+// repair what someone else changed,
 // and with backoff after a failure. Reconcile twice and the second run
 // changes nothing. On exit the agent leaves its conflist, routes and rules
 // in place, so pods keep working while it restarts.
@@ -22,8 +25,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -34,15 +39,19 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/flatnet/flatnet/internal/agent/backend"
 	"github.com/flatnet/flatnet/internal/agent/masq"
 	"github.com/flatnet/flatnet/internal/agent/routes"
 	"github.com/flatnet/flatnet/internal/agent/runtime"
+	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/kube"
 )
 
@@ -53,12 +62,17 @@ type Options struct {
 	NodeIP      string
 	ClusterCIDR string
 	Backend     string
-	CNIConfDir  string
-	CNIBinDir   string
-	CNIDataDir  string
-	CNICacheDir string
-	Masquerade  bool
-	Resync      time.Duration
+	// VXLAN device and pod MTU (vxlan backends; MTU for all).
+	VXLANVNI               uint32
+	VXLANPort              uint16
+	VXLANTxChecksumOffload bool
+	MTU                    int
+	CNIConfDir             string
+	CNIBinDir              string
+	CNIDataDir             string
+	CNICacheDir            string
+	Masquerade             bool
+	Resync                 time.Duration
 
 	LabRuntime      bool
 	RuntimeStateDir string
@@ -71,13 +85,24 @@ func NewCommand() *cobra.Command {
 	o := Options{}
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Run flatnet's node agent: CNI config, host-gw routes, masquerade (and, in the lab, the pod runtime)",
+		Short: "Run flatnet's node agent: CNI config, cross-node routes or VXLAN overlay, masquerade (and, in the lab, the pod runtime)",
 		Long: `flatnet agent runs on every node. Once its Node has a spec.podCIDR it writes
 the node's CNI config (<cni-conf-dir>/10-flatnet.conflist: bridge cni0 with
-host-local IPAM over the podCIDR, bandwidth, portmap), keeps one route per
-peer node (peer podCIDR via peer InternalIP, "host-gw"; all nodes must share
-one layer-2 network), masquerades pod traffic that leaves the cluster CIDR,
-and enables IP forwarding.
+host-local IPAM over the podCIDR and the pod MTU, bandwidth, portmap),
+programs how pod traffic reaches the other nodes (--backend), masquerades pod
+traffic that leaves the cluster CIDR, and enables IP forwarding.
+
+Backends (docs/overlay.md):
+  host-gw       one route per peer node: peer podCIDR via peer InternalIP. All
+                nodes must share one layer-2 network. Pod MTU = underlay MTU.
+  vxlan         a VXLAN device (flatnet.1) and per peer one route, one static
+                neighbour and one static FDB entry. Works across any IP
+                network (UDP --vxlan-port between nodes). Pod MTU = underlay
+                MTU - 50.
+  vxlan-direct  host-gw to peers on this node's underlay subnet, vxlan to the
+                others. Pod MTU as vxlan.
+Switching the backend and restarting the agent removes the old backend's
+routes and device.
 
 With --lab-runtime it also runs the lab's pod runtime in-process: it
 registers the Node and runs the pods bound to it.`,
@@ -91,9 +116,13 @@ registers the Node and runs the pods bound to it.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	fs.StringVar(&o.NodeIP, "node-ip", "", "this node's InternalIP (lab runtime: registered on the Node)")
+	fs.StringVar(&o.NodeIP, "node-ip", "", "this node's InternalIP and underlay address (default: the Node's InternalIP; lab runtime: registered on the Node)")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", "10.244.0.0/16", "the cluster's pod CIDR(s), comma-separated for dual-stack: traffic leaving it is masqueraded")
-	fs.StringVar(&o.Backend, "backend", "host-gw", "how pod traffic crosses nodes (host-gw)")
+	fs.StringVar(&o.Backend, "backend", backend.HostGW, "how pod traffic crosses nodes: "+strings.Join(backend.Names, ", "))
+	fs.Uint32Var(&o.VXLANVNI, "vxlan-vni", vxlan.DefaultVNI, "VXLAN network identifier (vxlan backends; the same on every node)")
+	fs.Uint16Var(&o.VXLANPort, "vxlan-port", vxlan.DefaultPort, "VXLAN UDP port (vxlan backends; the same on every node; 4789 is IANA's, 8472 the Linux and flannel default)")
+	fs.BoolVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", false, "keep transmit checksum offload on the VXLAN device (off by default: flannel#1279)")
+	fs.IntVar(&o.MTU, "mtu", 0, "pod MTU written into the CNI config (0: the underlay interface's MTU, minus 50 for vxlan backends)")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the CNI conflist is written")
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "where the CNI plugins are")
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", "", "host-local's dataDir (default: the plugin's, /var/lib/cni/networks)")
@@ -133,8 +162,33 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--cluster-cidr %q: %w", o.ClusterCIDR, err))
 	}
-	if o.Backend != "host-gw" {
-		errs = append(errs, fmt.Errorf("--backend %q is not supported: flatnet has the host-gw backend", o.Backend))
+	if !slices.Contains(backend.Names, o.Backend) {
+		errs = append(errs, fmt.Errorf("--backend %q is not supported: want one of %s", o.Backend, strings.Join(backend.Names, ", ")))
+	}
+	if o.Backend == backend.VXLAN || o.Backend == backend.VXLANDirect {
+		for _, c := range cidrs {
+			if c.Addr().Is6() {
+				errs = append(errs, fmt.Errorf("--backend %s carries IPv4 pod traffic only; --cluster-cidr has %s (use --backend host-gw for IPv6 and dual-stack clusters)", o.Backend, c))
+			}
+		}
+	}
+	if o.VXLANVNI == 0 || o.VXLANVNI >= 1<<24 {
+		errs = append(errs, fmt.Errorf("--vxlan-vni %d: want 1 to %d", o.VXLANVNI, 1<<24-1))
+	}
+	if o.VXLANPort == 0 {
+		errs = append(errs, errors.New("--vxlan-port must not be 0"))
+	}
+	minMTU := 68
+	if slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		minMTU = 1280 // IPv6's minimum link MTU
+	}
+	if o.MTU != 0 && (o.MTU < minMTU || o.MTU > 65535) {
+		errs = append(errs, fmt.Errorf("--mtu %d: want 0 (from the underlay) or %d to 65535", o.MTU, minMTU))
+	}
+	if o.NodeIP != "" {
+		if _, err := netip.ParseAddr(o.NodeIP); err != nil {
+			errs = append(errs, fmt.Errorf("--node-ip %q: %w", o.NodeIP, err))
+		}
 	}
 	if o.CNIConfDir == "" {
 		errs = append(errs, errors.New("--cni-conf-dir is required"))
@@ -163,13 +217,22 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	be, err := backend.New(o.Backend, backend.Config{VNI: o.VXLANVNI, Port: o.VXLANPort, MTU: o.MTU, TxChecksumOffload: o.VXLANTxChecksumOffload})
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
 		NodeName:     o.NodeName,
 		ClusterCIDRs: cidrs,
 		CNIConfDir:   o.CNIConfDir,
 		CNIDataDir:   o.CNIDataDir,
-		Routes:       routes.Netlink{},
+		Backend:      be,
+		Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
+		Annotate:     annotator(client, o.NodeName),
 		Masquerade:   o.Masquerade,
+	}
+	if o.NodeIP != "" {
+		r.NodeIP = netip.MustParseAddr(o.NodeIP).Unmap() // validated
 	}
 	r.Masq, err = masq.NewDefault()
 	if err != nil {
@@ -239,7 +302,7 @@ func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, re
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, reg.HasSynced) {
 		return nil // ctx ended
 	}
-	logger.Info("Started", "node", r.NodeName, "clusterCIDRs", r.ClusterCIDRs, "backend", "host-gw", "masquerade", r.Masquerade)
+	logger.Info("Started", "node", r.NodeName, "clusterCIDRs", r.ClusterCIDRs, "backend", r.Backend.Name(), "masquerade", r.Masquerade)
 
 	const minBackoff, maxBackoff = time.Second, 30 * time.Second
 	backoff := minBackoff
@@ -277,7 +340,34 @@ func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, re
 // a heartbeat).
 func relevantChange(old, cur *corev1.Node) bool {
 	return old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) ||
-		!slices.Equal(internalIPs(old), internalIPs(cur))
+		!slices.Equal(internalIPs(old), internalIPs(cur)) ||
+		!maps.Equal(ourAnnotations(old), ourAnnotations(cur))
+}
+
+// ourAnnotations are n's flatnet.io/ annotations.
+func ourAnnotations(n *corev1.Node) map[string]string {
+	var out map[string]string
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, backend.AnnotationPrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// annotator patches node's annotations (a nil value removes one).
+func annotator(client kubernetes.Interface, node string) func(context.Context, map[string]*string) error {
+	return func(ctx context.Context, set map[string]*string) error {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
+		if err != nil {
+			return err
+		}
+		_, err = client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	}
 }
 
 func internalIPs(n *corev1.Node) []string {
@@ -300,11 +390,11 @@ func podCIDRs(n *corev1.Node) []string {
 	return nil
 }
 
-// Peers turns Nodes into the routes backend's plain data.
-func Peers(nodes []*corev1.Node) []routes.Peer {
-	out := make([]routes.Peer, 0, len(nodes))
+// backendNodes turns Nodes into the backends' plain data.
+func backendNodes(nodes []*corev1.Node) []backend.Node {
+	out := make([]backend.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, routes.Peer{Name: n.Name, PodCIDRs: podCIDRs(n), InternalIPs: internalIPs(n)})
+		out = append(out, backend.Node{Name: n.Name, PodCIDRs: podCIDRs(n), InternalIPs: internalIPs(n), Annotations: ourAnnotations(n)})
 	}
 	return out
 }

@@ -23,6 +23,16 @@ func TestRelevantChange(t *testing.T) {
 	if !relevantChange(base, k8sNode("n", "10.244.2.0/24", "10.250.0.11")) || !relevantChange(base, k8sNode("n", "10.244.1.0/24", "10.250.0.99")) {
 		t.Error("podCIDR or InternalIP change missed")
 	}
+	ann := base.DeepCopy()
+	ann.Annotations = map[string]string{"flatnet.io/vtep-mac": "02:00:00:00:00:01"}
+	if !relevantChange(base, ann) {
+		t.Error("a flatnet.io/ annotation change missed")
+	}
+	other := base.DeepCopy()
+	other.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0"}
+	if relevantChange(base, other) {
+		t.Error("another annotation counts as a change")
+	}
 }
 
 // TestRunLoop: the loop reconciles at start, and again when this Node gets

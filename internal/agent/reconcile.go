@@ -10,9 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/flatnet/flatnet/internal/agent/backend"
 	"github.com/flatnet/flatnet/internal/agent/masq"
-	"github.com/flatnet/flatnet/internal/agent/routes"
 	"github.com/flatnet/flatnet/internal/agent/subnet"
+	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/sysctl"
 )
 
@@ -24,8 +25,19 @@ type Reconciler struct {
 	ClusterCIDRs []netip.Prefix
 	CNIConfDir   string
 	CNIDataDir   string
-	// Routes is the routing table (routes.Netlink{} for real).
-	Routes routes.Kernel
+	// NodeIP is the node's underlay address (--node-ip); invalid: the
+	// Node's InternalIP (IPv4 first).
+	NodeIP netip.Addr
+	// Backend computes the cross-node data plane; Kernel is where it is
+	// programmed (routes.Netlink{} and vxlan.Netlink{} for real).
+	Backend backend.Backend
+	Kernel  backend.Kernel
+	// FindUnderlay finds the interface holding the node IP (nil:
+	// backend.FindUnderlay, in the calling thread's namespace).
+	FindUnderlay func(netip.Addr) (backend.Underlay, error)
+	// Annotate patches this node's annotations (a nil value removes
+	// one); nil: the annotations are not published.
+	Annotate func(ctx context.Context, set map[string]*string) error
 	// Masq writes the masquerade table; with Masquerade false the table
 	// is removed.
 	Masq       *masq.Masq
@@ -36,6 +48,8 @@ type Reconciler struct {
 
 	// last* remember what was logged, so a steady state logs nothing.
 	lastWaiting   bool
+	lastNoIP      bool
+	lastUnderlay  string
 	lastShadowing []string
 }
 
@@ -56,33 +70,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, nodes []*corev1.Node) error 
 			self = n
 		}
 	}
-	switch cidrs := r.ownSubnets(self); {
-	case len(cidrs) == 0:
-		if !r.lastWaiting {
-			logger.Info("Waiting for this Node to get a spec.podCIDR (from flatnet controller or kube-controller-manager --allocate-node-cidrs)",
-				"node", r.NodeName, "nodeExists", self != nil)
-			r.lastWaiting = true
+
+	st, ok, err := r.desired(ctx, self, nodes)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if ok {
+		switch cidrs := r.ownSubnets(self); {
+		case len(cidrs) == 0:
+			if !r.lastWaiting {
+				logger.Info("Waiting for this Node to get a spec.podCIDR (from flatnet controller or kube-controller-manager --allocate-node-cidrs)",
+					"node", r.NodeName, "nodeExists", self != nil)
+				r.lastWaiting = true
+			}
+		default:
+			r.lastWaiting = false
+			if err := r.writeConflist(ctx, cidrs, st.PodMTU); err != nil {
+				errs = append(errs, err)
+			}
 		}
-	default:
-		r.lastWaiting = false
-		if err := r.writeConflist(ctx, cidrs); err != nil {
+		res, err := backend.Apply(r.Kernel, st)
+		logApply(logger, res)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s backend: %w", r.Backend.Name(), err))
+		}
+		// Published after the device exists: peers send to it once they
+		// see the annotations.
+		if err := r.publish(ctx, self, st.Annotations); err != nil {
 			errs = append(errs, err)
 		}
-	}
-
-	desired, problems := routes.Desired(r.NodeName, Peers(nodes))
-	for _, p := range problems {
-		logger.Info("Cannot route to a peer node", "problem", p.Error())
-	}
-	plan, err := routes.Sync(r.Routes, desired)
-	for _, rt := range plan.Delete {
-		logger.Info("Removed route", "route", rt.String())
-	}
-	for _, rt := range plan.Replace {
-		logger.Info("Route to peer", "node", rt.Node, "route", rt.String())
-	}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("host-gw routes: %w", err))
 	}
 
 	if r.Masq != nil {
@@ -98,6 +114,136 @@ func (r *Reconciler) Reconcile(ctx context.Context, nodes []*corev1.Node) error 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// desired computes the backend's State. ok false means the backend cannot
+// compute one yet: nothing of the data plane (nor the conflist, whose MTU
+// depends on it) is touched.
+func (r *Reconciler) desired(ctx context.Context, self *corev1.Node, nodes []*corev1.Node) (backend.State, bool, error) {
+	logger := klog.FromContext(ctx)
+	ip := r.NodeIP
+	if !ip.IsValid() && self != nil {
+		ip = nodeIP(self)
+	}
+	u := backend.Underlay{IP: ip}
+	var uerr error
+	if ip.IsValid() {
+		r.lastNoIP = false
+		find := r.FindUnderlay
+		if find == nil {
+			find = backend.FindUnderlay
+		}
+		u, uerr = find(ip)
+		u.IP = ip
+		key := fmt.Sprint(uerr)
+		if uerr == nil {
+			key = fmt.Sprint(u.Link, u.MTU, u.Prefixes)
+		}
+		if key != r.lastUnderlay {
+			r.lastUnderlay = key
+			if uerr != nil {
+				logger.Info("WARNING: cannot find the node's underlay interface", "nodeIP", ip, "err", uerr.Error())
+			} else {
+				logger.Info("Underlay", "nodeIP", ip, "interface", u.Link, "mtu", u.MTU, "networks", u.Prefixes)
+			}
+		}
+	}
+	st, problems, err := r.Backend.Desired(backend.Input{Self: r.NodeName, Nodes: backendNodes(nodes), Underlay: u})
+	if err != nil {
+		if !ip.IsValid() {
+			// Not an error: the Node has no address yet.
+			if !r.lastNoIP {
+				logger.Info("Waiting for this Node's InternalIP (or --node-ip): the backend needs the node's underlay address", "backend", r.Backend.Name())
+				r.lastNoIP = true
+			}
+			return st, false, nil
+		}
+		if uerr != nil {
+			err = fmt.Errorf("%w: %w", err, uerr)
+		}
+		return st, false, err
+	}
+	for _, p := range problems {
+		logger.Info("Cannot reach a peer node", "backend", r.Backend.Name(), "problem", p.Error())
+	}
+	return st, true, nil
+}
+
+// nodeIP is the Node's first IPv4 InternalIP, else its first InternalIP.
+func nodeIP(n *corev1.Node) netip.Addr {
+	var first netip.Addr
+	for _, s := range internalIPs(n) {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		a = a.Unmap()
+		if a.Is4() {
+			return a
+		}
+		if !first.IsValid() {
+			first = a
+		}
+	}
+	return first
+}
+
+// publish patches self's flatnet.io/ annotations to want ("" = absent)
+// when they differ.
+func (r *Reconciler) publish(ctx context.Context, self *corev1.Node, want map[string]string) error {
+	if self == nil || r.Annotate == nil {
+		return nil // not registered yet: the next reconcile publishes
+	}
+	set := map[string]*string{}
+	for k, v := range want {
+		cur, ok := self.Annotations[k]
+		switch {
+		case v == "" && ok:
+			set[k] = nil
+		case v != "" && cur != v:
+			set[k] = &v
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	if err := r.Annotate(ctx, set); err != nil {
+		return fmt.Errorf("publishing node %s annotations: %w", r.NodeName, err)
+	}
+	klog.FromContext(ctx).Info("Published node annotations", "annotations", want)
+	return nil
+}
+
+func logApply(logger klog.Logger, res backend.Result) {
+	if v := res.VXLAN; v != nil {
+		switch d := v.Device; {
+		case d.Delete:
+			logger.Info("Re-created the VXLAN device", "device", vxlan.DeviceName, "reason", d.Reason)
+		case d.Create:
+			logger.Info("Created the VXLAN device", "device", vxlan.DeviceName)
+		}
+		for _, n := range v.Entries.DelNeighs {
+			logger.Info("Removed neighbour entry", "entry", n.String())
+		}
+		for _, f := range v.Entries.DelFDB {
+			logger.Info("Removed FDB entry", "entry", f.String())
+		}
+		for _, n := range v.Entries.SetNeighs {
+			logger.Info("Neighbour entry to peer", "node", n.Node, "entry", n.String())
+		}
+		for _, f := range v.Entries.SetFDB {
+			logger.Info("FDB entry to peer", "node", f.Node, "entry", f.String())
+		}
+	}
+	if res.RemovedDevice {
+		logger.Info("Removed the VXLAN device (the backend needs none)", "device", vxlan.DeviceName)
+	}
+	for _, rt := range res.Routes.Delete {
+		logger.Info("Removed route", "route", rt.String())
+	}
+	for _, rt := range res.Routes.Replace {
+		logger.Info("Route to peer", "node", rt.Node, "route", rt.String())
+	}
 }
 
 // forwarding turns on IP forwarding for the cluster's families: the node
@@ -138,7 +284,7 @@ func (r *Reconciler) ownSubnets(self *corev1.Node) []netip.Prefix {
 	return out
 }
 
-func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix) error {
+func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix, mtu int) error {
 	logger := klog.FromContext(ctx)
 	for _, p := range cidrs {
 		if !slices.ContainsFunc(r.ClusterCIDRs, func(c netip.Prefix) bool { return c.Contains(p.Addr()) && c.Bits() <= p.Bits() }) {
@@ -147,7 +293,7 @@ func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix) er
 			logger.Info("WARNING: this node's podCIDR is outside --cluster-cidr; traffic between its pods and other nodes' pods will be masqueraded", "podCIDR", p, "clusterCIDRs", r.ClusterCIDRs)
 		}
 	}
-	data, err := subnet.Render(subnet.Config{PodCIDRs: cidrs, DataDir: r.CNIDataDir})
+	data, err := subnet.Render(subnet.Config{PodCIDRs: cidrs, DataDir: r.CNIDataDir, MTU: mtu})
 	if err != nil {
 		return fmt.Errorf("node %s podCIDRs %v: %w", r.NodeName, cidrs, err)
 	}
@@ -156,7 +302,7 @@ func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix) er
 		return err
 	}
 	if changed {
-		logger.Info("Wrote CNI config", "path", r.CNIConfDir+"/"+subnet.FileName, "podCIDRs", cidrs)
+		logger.Info("Wrote CNI config", "path", r.CNIConfDir+"/"+subnet.FileName, "podCIDRs", cidrs, "mtu", mtu)
 	}
 	if sh, err := subnet.Shadowing(r.CNIConfDir, subnet.FileName); err == nil && !slices.Equal(sh, r.lastShadowing) {
 		r.lastShadowing = sh

@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/flatnet/flatnet/internal/agent/backend"
 	"github.com/flatnet/flatnet/internal/agent/masq"
 	"github.com/flatnet/flatnet/internal/agent/routes"
+	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/sysctl"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -36,6 +38,7 @@ const (
 func newRootCluster(t *testing.T) []*rootNode {
 	testutil.RequireRoot(t)
 	testutil.RequireFreeRange(t, underlay, cluster)
+	hostGW, _ := backend.New(backend.HostGW, backend.Config{})
 	var nodes []*rootNode
 	for i := 1; i <= 2; i++ {
 		n := &rootNode{name: "n" + string(rune('0'+i)), ns: testutil.NewNetNS(t), pod: testutil.NewNetNS(t)}
@@ -55,7 +58,8 @@ func newRootCluster(t *testing.T) []*rootNode {
 			NodeName:     n.name,
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(cluster)},
 			CNIConfDir:   filepath.Join(t.TempDir(), "net.d"),
-			Routes:       routes.Netlink{},
+			Backend:      hostGW,
+			Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
 			Masq:         m,
 			Masquerade:   true,
 		}
