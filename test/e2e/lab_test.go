@@ -37,6 +37,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/netexec"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/proc"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -361,7 +362,7 @@ func retry(timeout time.Duration, fn func() error) error {
 func TestLab(t *testing.T) {
 	l := newLab(t)
 	before := snapshotHost(t, l.name, l.root)
-	upTime := l.up(t, 3, "--node-cidr-mask-size", "27")
+	upTime := l.up(t, 3, "--node-cidr-mask-size", "27", "--external")
 	t.Logf("lab up for 3 nodes: %s", upTime)
 	s := l.spec
 
@@ -480,6 +481,33 @@ func TestLab(t *testing.T) {
 					t.Errorf("%s -> %s: clientip %q (%v), want the client pod's IP %s", a.name, b.name, got, err, a.ip)
 				}
 			}
+		}
+	})
+
+	var labPods []labPod
+	for _, p := range pods {
+		labPods = append(labPods, labPod{p.name, p.ip, p.node})
+	}
+
+	t.Run("EgressFromNodeAddress", func(t *testing.T) { checkEgress(t, s, labPods) })
+
+	t.Run("FullSizePacket", func(t *testing.T) {
+		// host-gw adds no header: pods get the underlay's MTU, and a
+		// packet of that size with DF set crosses to another node.
+		for _, n := range s.Nodes {
+			if got := conflistMTU(t, s, n); got != 1500 {
+				t.Errorf("node %s: conflist mtu %d, want the underlay's 1500", n.Name, got)
+			}
+		}
+		if got := l.podMTU(t, pods[0].name); got != 1500 {
+			t.Errorf("pod eth0 MTU %d, want 1500", got)
+		}
+		to := netip.AddrPortFrom(netip.MustParseAddr(pods[1].ip), 8081)
+		if got := l.dfProbe(t, pods[0].name, to, 1500); got.Result != netexec.ProbeDelivered {
+			t.Errorf("1500 bytes with DF to a pod on another node: %+v", got)
+		}
+		if got := l.dfProbe(t, pods[0].name, to, 1501); got.Result != netexec.ProbeLocalTooBig || got.MTU != 1500 {
+			t.Errorf("1501 bytes with DF: %+v; want refused by the pod's eth0 (1500)", got)
 		}
 	})
 
@@ -771,6 +799,35 @@ func TestLab(t *testing.T) {
 			t.Errorf("a refused up left a state dir")
 		}
 		l3.down = true
+	})
+
+	t.Run("SwitchBackendToVXLAN", func(t *testing.T) {
+		// Another backend on a running lab: up restarts the agents with
+		// it; each removes the host-gw routes and programs VXLAN. Pods
+		// made from now on get the overlay's MTU; the old ones keep
+		// theirs (and still talk: small packets).
+		out := l.mustCLI(t, "up", "--backend", "vxlan")
+		if n := strings.Count(out, "(lab runtime, vxlan; was host-gw) ... done"); n != 3 {
+			t.Errorf("up --backend vxlan restarted %d agents, want 3:\n%s", n, out)
+		}
+		l.waitBackend(t, "vxlan")
+		vx := l.netexecPods(t, "vx")
+		if got := l.podMTU(t, vx[0].name); got != 1450 {
+			t.Errorf("a new pod's MTU under vxlan: %d, want 1450", got)
+		}
+		checkPodToPod(t, vx)
+		checkPaths(t, s, "vxlan", l.podCIDRs(t))
+		checkPodToPod(t, []labPod{labPods[0], vx[1], labPods[2]})
+		for _, n := range s.Nodes {
+			// No host-gw route is left: every route to a pod subnet goes
+			// through the VXLAN device.
+			for _, r := range nonEmptyLines(testutil.RunIn(t, lab.NetnsPath(n.Netns), "ip", "-4", "route", "show", "proto", "0x66")) {
+				if !strings.Contains(r, "dev flatnet.1") {
+					t.Errorf("%s: route left from host-gw: %s", n.Name, r)
+				}
+			}
+		}
+		l.deleteAndWait(t, vx[0].name, vx[1].name, vx[2].name)
 	})
 
 	t.Run("UpRestartsWhatDied", func(t *testing.T) {
