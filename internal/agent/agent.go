@@ -121,7 +121,7 @@ registers the Node and runs the pods bound to it.`,
 	fs.StringVar(&o.Backend, "backend", backend.HostGW, "how pod traffic crosses nodes: "+strings.Join(backend.Names, ", "))
 	fs.Uint32Var(&o.VXLANVNI, "vxlan-vni", vxlan.DefaultVNI, "VXLAN network identifier (vxlan backends; the same on every node)")
 	fs.Uint16Var(&o.VXLANPort, "vxlan-port", vxlan.DefaultPort, "VXLAN UDP port (vxlan backends; the same on every node; 4789 is IANA's, 8472 the Linux and flannel default)")
-	fs.BoolVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", false, "keep transmit checksum offload on the VXLAN device (off by default: flannel#1279)")
+	fs.BoolVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", true, "transmit checksum offload on the VXLAN device; false works around kernels that corrupt NATed VXLAN packets (flannel#1279) at a large throughput cost")
 	fs.IntVar(&o.MTU, "mtu", 0, "pod MTU written into the CNI config (0: the underlay interface's MTU, minus 50 for vxlan backends)")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the CNI conflist is written")
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "where the CNI plugins are")

@@ -93,8 +93,9 @@ type Config struct {
 	Port uint16
 	// MTU overrides the computed pod MTU when > 0.
 	MTU int
-	// TxChecksumOffload keeps the VXLAN device's transmit checksum
-	// offload on (off by default; see docs/overlay.md).
+	// TxChecksumOffload is the VXLAN device's transmit checksum offload
+	// (the agent's default: on; off is the flannel#1279 workaround, see
+	// docs/overlay.md).
 	TxChecksumOffload bool
 }
 

@@ -1,21 +1,24 @@
-// Package routes is the host-gw backend: on every node, one kernel route
-// per peer node,
+// Package routes keeps the node's routes to its peers' pod subnets, for
+// every backend (package backend decides which):
 //
-//	<peer podCIDR> via <peer InternalIP>   proto flatnet (0x66)
+//	<peer podCIDR> via <peer InternalIP>                         host-gw
+//	<peer podCIDR> via <peer VTEP address> dev flatnet.1 onlink  vxlan
 //
-// so pod traffic goes straight to the node that holds the destination pod,
-// with no encapsulation and no NAT. It needs every node on one layer-2
-// segment (the gateway must be directly reachable), as flannel's host-gw
-// does.
+// all with protocol flatnet (0x66). A host-gw route sends pod traffic
+// straight to the node that holds the destination pod, with no
+// encapsulation and no NAT; it needs the gateway on a directly connected
+// network (one layer-2 segment), as flannel's host-gw does. An overlay
+// route hands the packet to the VXLAN device (package vxlan).
 //
-// Design. Desired computes the routes as plain data from the Node list;
-// MakePlan diffs them against the routes the kernel holds with our
-// protocol number (the marker that says "flatnet owns this route": we
-// never touch a route without it); Sync applies the plan through the small
-// Kernel interface, which Netlink implements for real and Fake for unit
-// tests. A changed peer IP is one RouteReplace (no window without a
-// route); a departed peer's route is deleted; running Sync twice changes
-// nothing the second time.
+// Design. Desired computes the host-gw routes as plain data from the Node
+// list (the overlay's come from package backend); MakePlan diffs routes
+// against the ones the kernel holds with our protocol number (the marker
+// that says "flatnet owns this route": we never touch a route without it);
+// Sync applies the plan through the small Kernel interface, which Netlink
+// implements for real and Fake for unit tests. A changed peer IP, or a
+// peer moving between host-gw and the overlay, is one RouteReplace (no
+// window without a route); a departed peer's route is deleted; running
+// Sync twice changes nothing the second time.
 package routes
 
 import (

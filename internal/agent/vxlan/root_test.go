@@ -128,6 +128,19 @@ func TestRootNetlink(t *testing.T) {
 		t.Errorf("bridge under our name: %+v", res)
 	}
 
+	// Offload back on (the agent's default) in place.
+	on := vni
+	on.Device.TxChecksumOffload = true
+	if res := sync(on); res.Device.Create || res.Device.Update.TxChecksumOffload == nil {
+		t.Errorf("offload on: %+v", res)
+	}
+	if k := testutil.Run(t, "ip", "netns", "exec", nsn, "ethtool", "-k", DeviceName); !strings.Contains(k, "tx-checksumming: on") {
+		t.Errorf("tx checksum offload still off:\n%s", k)
+	}
+	if res := sync(on); res.Changed() {
+		t.Errorf("offload on, second sync: %+v", res)
+	}
+
 	err := netns.Do(node, func() error {
 		ok, err := Remove(Netlink{}, DeviceName)
 		if !ok {

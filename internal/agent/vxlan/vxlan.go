@@ -103,8 +103,8 @@ type Device struct {
 	UnderlayIndex int
 	MAC           MAC
 	MTU           int
-	// TxChecksumOffload keeps the device's transmit checksum offload on;
-	// off by default (flannel#1279).
+	// TxChecksumOffload is the device's transmit checksum offload (the
+	// kernel's default is on; off works around flannel#1279).
 	TxChecksumOffload bool
 }
 
@@ -207,8 +207,8 @@ func PlanDevice(want Device, have *Link) DevicePlan {
 	if p.Create {
 		// A new device comes with MTU and MAC; it still needs up and the
 		// offload setting, which only exist once it does.
-		off := want.TxChecksumOffload
-		p.Update = LinkUpdate{Up: true, TxChecksumOffload: &off}
+		on := want.TxChecksumOffload
+		p.Update = LinkUpdate{Up: true, TxChecksumOffload: &on}
 		return p
 	}
 	if have.MTU != want.MTU {
@@ -219,8 +219,8 @@ func PlanDevice(want Device, have *Link) DevicePlan {
 	}
 	p.Update.Up = !have.Up
 	if have.TxChecksumOffload != want.TxChecksumOffload {
-		off := want.TxChecksumOffload
-		p.Update.TxChecksumOffload = &off
+		on := want.TxChecksumOffload
+		p.Update.TxChecksumOffload = &on
 	}
 	return p
 }
