@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -20,16 +21,32 @@ import (
 // out interfaces whose names start with one of ignorePrefixes (the caller's
 // own interfaces).
 func HostPrefixes(ignorePrefixes ...string) ([]netip.Prefix, error) {
+	return prefixesExcept(func(name string) bool {
+		for _, p := range ignorePrefixes {
+			if p != "" && strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// HostPrefixesExcept is HostPrefixes leaving out only the interfaces whose
+// names are exactly one of ifnames (a running lab re-checking its ranges
+// must skip its own bridge, but not another lab whose name starts alike).
+func HostPrefixesExcept(ifnames ...string) ([]netip.Prefix, error) {
+	return prefixesExcept(func(name string) bool { return slices.Contains(ifnames, name) })
+}
+
+func prefixesExcept(ignore func(ifname string) bool) ([]netip.Prefix, error) {
 	links, err := netlinkx.LinkList()
 	if err != nil {
 		return nil, err
 	}
 	ignored := map[int]bool{}
 	for _, l := range links {
-		for _, p := range ignorePrefixes {
-			if p != "" && strings.HasPrefix(l.Attrs().Name, p) {
-				ignored[l.Attrs().Index] = true
-			}
+		if ignore(l.Attrs().Name) {
+			ignored[l.Attrs().Index] = true
 		}
 	}
 	var out []netip.Prefix
