@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/proc"
 )
 
 // netnsInode returns the inode of a named namespace's bind mount, the
@@ -46,22 +48,10 @@ func pidsInNetns(inodes map[uint64]bool) []int {
 	if len(inodes) == 0 {
 		return nil
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		if ino, ok := pidNetns(pid); ok && inodes[ino] {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return proc.Scan(func(pid int) bool {
+		ino, ok := pidNetns(pid)
+		return ok && inodes[ino]
+	})
 }
 
 // cmdline returns a process's command line for messages.

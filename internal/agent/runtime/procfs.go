@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/proc"
 )
 
 // Process identity through /proc: a PID counts as ours only while its
@@ -128,34 +130,13 @@ func waitGone(p procID, stop <-chan struct{}) {
 	}
 }
 
-// scanProcs returns the PIDs (other than this process) that match keep,
-// which gets the PID; it is the caller's job to check identity.
-func scanProcs(keep func(pid int) bool) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		if keep(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // killMembers sends SIGKILL to every process in the mount namespace mntNS
 // (a container's) and, when leaderGone, only to those that are also in the
 // process group pgid: once the container's first process is gone its
 // namespace inode is no longer pinned, so a second fact is required.
 func killMembers(mntNS uint64, pgid int, leaderGone bool) int {
 	var victims []procID
-	scanProcs(func(pid int) bool {
+	proc.Scan(func(pid int) bool {
 		ino, err := nsInode(pid, "mnt")
 		if err != nil || ino != mntNS {
 			return false
@@ -185,7 +166,7 @@ func killNetnsMembers(nsPath string, wait time.Duration) {
 	deadline := time.Now().Add(wait)
 	for {
 		var victims []procID
-		scanProcs(func(pid int) bool {
+		proc.Scan(func(pid int) bool {
 			n, err := nsInode(pid, "net")
 			if err != nil || n != ino {
 				return false
