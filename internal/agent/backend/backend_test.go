@@ -301,7 +301,7 @@ fdb 02:00:00:00:00:33 dst 10.250.1.23
 func TestApplyDeviceFailure(t *testing.T) {
 	k := newFakeKernel()
 	k.routes.Devices = []string{"eth0"} // flatnet.1 never appears
-	k.vxlan.Links[vxlan.DeviceName] = &vxlan.FakeLink{Link: vxlan.Link{Name: vxlan.DeviceName, IsVXLAN: true, VNI: 1, Port: 4789, Local: underlay.IP, UnderlayIndex: 2, MTU: 1450, Up: true}}
+	k.vxlan.Links[vxlan.DeviceName] = &vxlan.FakeLink{Link: vxlan.Link{Name: vxlan.DeviceName, IsVXLAN: true, VNI: 1, Port: 4789, Local: underlay.IP, UnderlayIndex: 2, UDPCSum: true, MTU: 1450, Up: true}}
 	st, _ := desired(t, VXLANDirect, cfg, Input{Self: "n1", Underlay: underlay, Nodes: []Node{
 		node("n2", "10.244.2.0/24", "10.250.0.12", "02:00:00:00:00:02"),
 		node("n3", "10.244.3.0/24", "10.250.1.13", "02:00:00:00:00:03"),

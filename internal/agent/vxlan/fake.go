@@ -62,7 +62,7 @@ func (f *Fake) CreateLink(d Device) error {
 	f.nextIndex++
 	f.Links[d.Name] = &FakeLink{Link: Link{
 		Name: d.Name, Index: f.nextIndex, IsVXLAN: true, VNI: d.VNI, Port: d.Port, Local: d.Local,
-		UnderlayIndex: d.UnderlayIndex, MAC: d.MAC, MTU: d.MTU, TxChecksumOffload: true,
+		UnderlayIndex: d.UnderlayIndex, UDPCSum: true, MAC: d.MAC, MTU: d.MTU, TxChecksumOffload: true,
 	}}
 	return nil
 }

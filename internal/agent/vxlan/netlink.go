@@ -47,7 +47,7 @@ func (n Netlink) Link(name string) (*Link, error) {
 			out.Local = ip.Unmap()
 		}
 		out.UnderlayIndex = v.VtepDevIndex
-		out.Learning, out.L2Miss, out.L3Miss, out.FlowBased = v.Learning, v.L2miss, v.L3miss, v.FlowBased
+		out.Learning, out.UDPCSum, out.L2Miss, out.L3Miss, out.FlowBased = v.Learning, v.UDPCSum, v.L2miss, v.L3miss, v.FlowBased
 		on, err := txChecksum(name)
 		if err != nil {
 			return nil, err
@@ -70,6 +70,7 @@ func (n Netlink) CreateLink(d Device) error {
 		SrcAddr:      d.Local.AsSlice(),
 		Port:         int(d.Port),
 		Learning:     false,
+		UDPCSum:      true,
 	}
 	err := netlink.LinkAdd(v)
 	switch {

@@ -53,7 +53,7 @@ func TestRootNetlink(t *testing.T) {
 	sync(want)
 
 	link := testutil.Run(t, "ip", "-n", nsn, "-d", "link", "show", DeviceName)
-	for _, s := range []string{"mtu 1450", "state UNKNOWN", "link/ether 02:00:00:00:00:0a", "vxlan id 42 local 10.251.88.11 dev eth0", "dstport 4789", "nolearning"} {
+	for _, s := range []string{"mtu 1450", "state UNKNOWN", "link/ether 02:00:00:00:00:0a", "vxlan id 42 local 10.251.88.11 dev eth0", "dstport 4789", "nolearning", " udpcsum"} {
 		if !strings.Contains(link, s) {
 			t.Errorf("ip -d link lacks %q:\n%s", s, link)
 		}
@@ -126,6 +126,14 @@ func TestRootNetlink(t *testing.T) {
 	testutil.Run(t, "ip", "-n", nsn, "link", "add", DeviceName, "type", "bridge")
 	if res := sync(vni); res.Device.Reason != "not a VXLAN device" {
 		t.Errorf("bridge under our name: %+v", res)
+	}
+
+	// A hand-made device without outer UDP checksums is re-created.
+	testutil.Run(t, "ip", "-n", nsn, "link", "del", DeviceName)
+	testutil.Run(t, "ip", "-n", nsn, "link", "add", DeviceName, "address", "02:00:00:00:00:0c", "mtu", "1450", "type", "vxlan",
+		"id", "43", "local", "10.251.88.11", "dev", "eth0", "dstport", "4789", "nolearning", "noudpcsum")
+	if res := sync(vni); res.Device.Reason != "outer UDP checksums off" {
+		t.Errorf("noudpcsum device: %+v", res)
 	}
 
 	// Offload back on (the agent's default) in place.

@@ -119,6 +119,7 @@ type Link struct {
 	Local             netip.Addr
 	UnderlayIndex     int
 	Learning          bool
+	UDPCSum           bool
 	L2Miss, L3Miss    bool
 	FlowBased         bool
 	MAC               MAC
@@ -184,8 +185,11 @@ type DevicePlan struct {
 
 // PlanDevice compares want with the kernel's link of its name (nil: none).
 // What the kernel cannot change in place (type, VNI, port, local address,
-// underlay device, learning and miss flags) means delete and create; MTU,
-// MAC, state and checksum offload change in place.
+// underlay device, outer UDP checksums, learning and miss flags) means
+// delete and create; MTU, MAC, state and checksum offload change in place.
+// The device always computes outer UDP checksums (the kernel's default
+// differs between versions): a zero outer checksum is what NAT of VXLAN
+// packets corrupted in flannel#1279.
 func PlanDevice(want Device, have *Link) DevicePlan {
 	var p DevicePlan
 	switch {
@@ -201,6 +205,8 @@ func PlanDevice(want Device, have *Link) DevicePlan {
 		p.Delete, p.Create, p.Reason = true, true, fmt.Sprintf("local address %s, want %s", have.Local, want.Local)
 	case have.UnderlayIndex != want.UnderlayIndex:
 		p.Delete, p.Create, p.Reason = true, true, fmt.Sprintf("underlay device index %d, want %d (%s)", have.UnderlayIndex, want.UnderlayIndex, want.Underlay)
+	case !have.UDPCSum:
+		p.Delete, p.Create, p.Reason = true, true, "outer UDP checksums off"
 	case have.Learning || have.L2Miss || have.L3Miss || have.FlowBased:
 		p.Delete, p.Create, p.Reason = true, true, "learning, miss notifications or flow-based mode on"
 	}

@@ -57,7 +57,7 @@ func TestMAC(t *testing.T) {
 
 func TestPlanDevice(t *testing.T) {
 	want := device("10.250.0.11")
-	good := &Link{Name: DeviceName, IsVXLAN: true, VNI: 1, Port: 4789, Local: ip("10.250.0.11"), UnderlayIndex: 2, MAC: macA, MTU: 1450, Up: true}
+	good := &Link{Name: DeviceName, IsVXLAN: true, VNI: 1, Port: 4789, Local: ip("10.250.0.11"), UnderlayIndex: 2, UDPCSum: true, MAC: macA, MTU: 1450, Up: true}
 	off := false
 	on := true
 	mtu, mac := 1450, macA
@@ -73,6 +73,7 @@ func TestPlanDevice(t *testing.T) {
 		{"port", func(l *Link) *Link { l.Port = 8472; return l }, DevicePlan{Delete: true, Create: true, Reason: "UDP port 8472, want 4789", Update: LinkUpdate{Up: true, TxChecksumOffload: &off}}},
 		{"local", func(l *Link) *Link { l.Local = ip("10.250.0.99"); return l }, DevicePlan{Delete: true, Create: true, Reason: "local address 10.250.0.99, want 10.250.0.11", Update: LinkUpdate{Up: true, TxChecksumOffload: &off}}},
 		{"underlay", func(l *Link) *Link { l.UnderlayIndex = 9; return l }, DevicePlan{Delete: true, Create: true, Reason: "underlay device index 9, want 2 (eth0)", Update: LinkUpdate{Up: true, TxChecksumOffload: &off}}},
+		{"udpcsum", func(l *Link) *Link { l.UDPCSum = false; return l }, DevicePlan{Delete: true, Create: true, Reason: "outer UDP checksums off", Update: LinkUpdate{Up: true, TxChecksumOffload: &off}}},
 		{"learning", func(l *Link) *Link { l.Learning = true; return l }, DevicePlan{Delete: true, Create: true, Reason: "learning, miss notifications or flow-based mode on", Update: LinkUpdate{Up: true, TxChecksumOffload: &off}}},
 		{"l3miss", func(l *Link) *Link { l.L3Miss = true; return l }, DevicePlan{Delete: true, Create: true, Reason: "learning, miss notifications or flow-based mode on", Update: LinkUpdate{Up: true, TxChecksumOffload: &off}}},
 		{"in place", func(l *Link) *Link { l.MTU, l.MAC, l.Up, l.TxChecksumOffload = 1500, macB, false, true; return l }, DevicePlan{Update: LinkUpdate{MTU: &mtu, MAC: &mac, Up: true, TxChecksumOffload: &off}}},
