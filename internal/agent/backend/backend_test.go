@@ -314,3 +314,36 @@ func TestApplyDeviceFailure(t *testing.T) {
 		t.Errorf("routes:\n%s", got)
 	}
 }
+
+func TestPodMTU(t *testing.T) {
+	v6 := Underlay{IP: netip.MustParseAddr("fd00:250::11"), Link: "eth0", Index: 2, MTU: 1500}
+	jumbo := underlay
+	jumbo.MTU = 9000
+	for _, tc := range []struct {
+		backend  string
+		underlay Underlay
+		override int
+		want     int
+	}{
+		{HostGW, underlay, 0, 1500},
+		{HostGW, jumbo, 0, 9000},
+		{HostGW, Underlay{}, 0, 0}, // unknown: the plugin's default
+		{HostGW, underlay, 1400, 1400},
+		{VXLAN, underlay, 0, 1450},
+		{VXLAN, jumbo, 0, 8950},
+		{VXLAN, v6, 0, 1430}, // IPv6 outer header: 70 bytes
+		{VXLAN, underlay, 1300, 1300},
+		{VXLANDirect, underlay, 0, 1450}, // overlay MTU even towards direct peers
+		{VXLANDirect, jumbo, 0, 8950},
+	} {
+		c := cfg
+		c.MTU = tc.override
+		st, _ := desired(t, tc.backend, c, Input{Self: "n1", Underlay: tc.underlay})
+		if st.PodMTU != tc.want {
+			t.Errorf("%s, underlay %s MTU %d, --mtu %d: pod MTU %d, want %d", tc.backend, tc.underlay.IP, tc.underlay.MTU, tc.override, st.PodMTU, tc.want)
+		}
+		if st.VXLAN != nil && st.VXLAN.Device.MTU != tc.underlay.MTU-vxlan.Overhead(tc.underlay.IP) {
+			t.Errorf("%s: device MTU %d", tc.backend, st.VXLAN.Device.MTU)
+		}
+	}
+}
