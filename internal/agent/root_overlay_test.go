@@ -386,6 +386,13 @@ func TestRootBackendSwitch(t *testing.T) {
 		}
 	}
 
+	ext := testutil.EchoServer(t, w.router, "10.251.79.1:0", "ext")
+	for _, n := range w.nodes {
+		if got, err := testutil.Ask(n.pod, ext); err != nil || got != "ext "+n.ip {
+			t.Errorf("vxlan-direct: %s's pod -> outside: %q, %v (want the node's address)", n.name, got, err)
+		}
+	}
+
 	w.setBackend(t, backend.HostGW, w.nodes...)
 	err := n1.reconcile(w.list())
 	if err == nil || !strings.Contains(err.Error(), "10.251.79.13 is not on a directly connected network") {
