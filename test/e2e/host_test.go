@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,16 +23,58 @@ import (
 
 // hostSnapshot is what a lab may leave on the machine: the root
 // namespace's links, addresses, routes and nft tables (compared whole:
-// nothing else should change them while the tests run), and the lab's
-// namespaces, mounts and processes (picked out by its name and state dir).
+// nothing else should change them while the tests run, except other test
+// labs, whose interfaces are left out by name), and the lab's namespaces,
+// mounts and processes (picked out by its name and state dir).
 type hostSnapshot map[string][]string
+
+// labIf matches the names of lab interfaces in the root namespace: every
+// lab's bridge and node veths start with fl-, router and external host
+// veths with fr- and fx-.
+var labIf = regexp.MustCompile(`\bf[lrx]-[a-z0-9][a-z0-9-]*`)
+
+// otherLab reports whether line names a lab interface that is not lab
+// name's: another lab on the same machine (a test or benchmark run at the
+// same time), which comes and goes on its own.
+func otherLab(line, name string) bool {
+	ours := regexp.MustCompile(`^f[lrx]-` + regexp.QuoteMeta(name) + `(-|$)`)
+	for _, m := range labIf.FindAllString(line, -1) {
+		if !ours.MatchString(m) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestOtherLab(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want bool
+	}{
+		{"10.250.58.0/24 via 10.250.57.254 dev fl-e2eca0702 proto static", true},
+		{"fl-e2eca0702-n1@if2", true},
+		{"fr-e2eca0702 fe80::1/64", true},
+		{"fl-e2e047609 10.250.57.1/24", false}, // this lab's own: must show
+		{"fx-e2e047609", false},
+		{"fl-e2e047609-n3@if2", false},
+		{"fl-ov9826-hg-n1@if2", true},
+		{"route6: fe80::/64 dev fl-ov9826-vx proto kernel", true},
+		{"fl-e2e047609-rt", false}, // this lab's name: a leftover must show
+		{"fl-e2e047609a", true},
+		{"eth0 192.0.2.10/24", false},
+	} {
+		if got := otherLab(c.line, "e2e047609"); got != c.want {
+			t.Errorf("otherLab(%q) = %v, want %v", c.line, got, c.want)
+		}
+	}
+}
 
 func snapshotHost(t *testing.T, name, root string) hostSnapshot {
 	t.Helper()
 	lines := func(s string) []string {
 		var out []string
 		for _, l := range strings.Split(s, "\n") {
-			if l = strings.TrimSpace(l); l != "" {
+			if l = strings.TrimSpace(l); l != "" && !otherLab(l, name) {
 				out = append(out, l)
 			}
 		}
