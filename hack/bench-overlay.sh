@@ -149,6 +149,8 @@ wait_ready() {
     sleep 0.5
   done
 }
+# `ip link` names link-netnsids by asking every netns in /run/netns; stale ones
+# (other test runs) print kernel errors that say nothing about this lab.
 mtu_of() { sed -n 's/.* mtu \([0-9]*\) .*/\1/p' | head -1; }
 
 for b in "${backends[@]}"; do
@@ -156,15 +158,25 @@ for b in "${backends[@]}"; do
   lab "$l" kubectl -- wait --for=jsonpath='{.status.podIP}' pod/bench-server pod/bench-client --timeout=60s >/dev/null
   podip[$b]=$(lab "$l" kubectl -- get pod bench-server -o jsonpath='{.status.podIP}')
   wait_ready pod "$b" "${podip[$b]}"
-  mtu=$(lab "$l" exec bench-client -- ip -o link show eth0 </dev/null | mtu_of)
+  mtu=$(lab "$l" exec bench-client -- ip -o link show eth0 2>/dev/null </dev/null | mtu_of)
   case $b in
     host-gw) path="pod to pod, routed via the peer node's InternalIP" ;;
     vxlan) path="pod to pod, VXLAN" ;;
     vxlan-direct) path="pod to pod, vxlan with direct routing, nodes on one subnet" ;;
     *) path="pod to pod" ;;
   esac
+  # The path measured is the one named: through the VXLAN device for vxlan
+  # only (vxlan-direct routes a peer on its own subnet directly).
+  route=$(ip netns exec "fl-$l-n1" ip -o route get "${podip[$b]}" | head -1)
+  case $b:$route in
+    vxlan:*" dev flatnet."* | host-gw:* | vxlan-direct:*) ;;
+    *) echo "bench-overlay: $b: node 1 does not route ${podip[$b]} through the VXLAN device: $route" >&2; exit 1 ;;
+  esac
+  if [ "$b" != vxlan ] && [[ $route == *" dev flatnet."* ]]; then
+    echo "bench-overlay: $b: node 1 routes ${podip[$b]} through the VXLAN device: $route" >&2; exit 1
+  fi
   "$ob" info -target "$b" -mtu "${mtu:-0}" -path "$path" >>"$res"
-  log "$b: lab ${labof[$b]}, server pod ${podip[$b]} on node 2, client pod on node 1, pod MTU ${mtu:-?}"
+  log "$b: lab ${labof[$b]}, server pod ${podip[$b]} on node 2, client pod on node 1, pod MTU ${mtu:-?}; node 1: $(echo "$route" | sed 's/ *\\ */ /g; s/  */ /g')"
 done
 
 # Baseline: node 1 to node 2 of the first lab, InternalIP to InternalIP.
@@ -175,7 +187,7 @@ pids+=($!)
 ip netns exec "fl-$bl-n2" "$ob" serve -listen "$n2:7000" >"$root/baseline-rr.log" 2>&1 &
 pids+=($!)
 wait_ready baseline baseline "$n2"
-mtu=$(ip netns exec "fl-$bl-n1" ip -o link show eth0 | mtu_of)
+mtu=$(ip netns exec "fl-$bl-n1" ip -o link show eth0 2>/dev/null | mtu_of)
 "$ob" info -target baseline -mtu "${mtu:-0}" -path "node to node over the underlay" >>"$res"
 log "baseline: lab $bl, node 1 to node 2 ($n2), MTU ${mtu:-?}"
 
