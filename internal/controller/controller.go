@@ -1,6 +1,7 @@
 // Package controller is `flatnet controller`, the cluster-wide half of
 // flatnet: node IPAM (nodeipam) and, for the lab, which has no
-// kube-scheduler, a pod binder (binder). Both run over one informer
+// kube-scheduler, a pod binder (binder), and, with --endpointslices, the
+// EndpointSlice controller (internal/endpointslice). All run over one informer
 // factory, after one cache sync, until the context ends.
 package controller
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/controller/binder"
 	"github.com/flatnet/flatnet/internal/controller/nodeipam"
+	"github.com/flatnet/flatnet/internal/endpointslice"
 	"github.com/flatnet/flatnet/internal/kube"
 )
 
@@ -33,6 +35,10 @@ type Options struct {
 	AllocateNodeCIDRs bool
 	BindPods          bool
 	Workers           int
+	// EndpointSlices runs flatnet's EndpointSlice controller (off where
+	// kube-controller-manager runs its own).
+	EndpointSlices       bool
+	MaxEndpointsPerSlice int
 }
 
 // NewCommand returns `flatnet controller`.
@@ -62,6 +68,8 @@ round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.`,
 	fs.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", 24, "prefix length of each node's pod subnet")
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", true, "allocate spec.podCIDR for Nodes that have none")
 	fs.BoolVar(&o.BindPods, "bind-pods", false, "bind Pods without a node to Ready nodes round-robin (the lab has no scheduler)")
+	fs.BoolVar(&o.EndpointSlices, "endpointslices", false, "write EndpointSlices for Services with a selector (managed-by "+endpointslice.ManagedBy+"); leave off where kube-controller-manager runs its own")
+	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", endpointslice.DefaultMaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1..1000)")
 	fs.IntVar(&o.Workers, "workers", 2, "concurrent syncs per controller")
 	kube.AddLogFlags(fs)
 	return cmd
@@ -69,8 +77,11 @@ round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.`,
 
 // Run runs the controllers o enables until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if !o.AllocateNodeCIDRs && !o.BindPods {
-		return errors.New("nothing to do: --allocate-node-cidrs=false and no --bind-pods")
+	if !o.AllocateNodeCIDRs && !o.BindPods && !o.EndpointSlices {
+		return errors.New("nothing to do: --allocate-node-cidrs=false, no --bind-pods, no --endpointslices")
+	}
+	if o.EndpointSlices && (o.MaxEndpointsPerSlice < 1 || o.MaxEndpointsPerSlice > 1000) {
+		return fmt.Errorf("--max-endpoints-per-slice must be 1..1000 (got %d)", o.MaxEndpointsPerSlice)
 	}
 	if o.Workers < 1 {
 		return fmt.Errorf("--workers must be at least 1 (got %d)", o.Workers)
@@ -120,12 +131,19 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		}
 		runners = append(runners, b)
 	}
+	if o.EndpointSlices {
+		e, err := endpointslice.New(client, factory, o.MaxEndpointsPerSlice)
+		if err != nil {
+			return err
+		}
+		runners = append(runners, e)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	factory.StartWithContext(ctx)
 	defer factory.Shutdown()
 
-	logger.Info("Starting", "allocateNodeCIDRs", o.AllocateNodeCIDRs, "bindPods", o.BindPods)
+	logger.Info("Starting", "allocateNodeCIDRs", o.AllocateNodeCIDRs, "bindPods", o.BindPods, "endpointSlices", o.EndpointSlices)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
