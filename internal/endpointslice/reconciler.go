@@ -128,14 +128,12 @@ func reconcileType(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, ex
 		if !podWanted(pod) {
 			continue
 		}
-		var node *corev1.Node
-		if pod.Spec.NodeName != "" {
-			n, ok := nodes(pod.Spec.NodeName)
-			if !ok && !svc.Spec.PublishNotReadyAddresses {
-				missing = append(missing, pod.Namespace+"/"+pod.Name)
-				continue
-			}
-			node = n
+		// A pod whose node is unknown (or unset) is left out, unless the
+		// Service publishes everything, as upstream does.
+		node, ok := nodes(pod.Spec.NodeName)
+		if !ok && !svc.Spec.PublishNotReadyAddresses {
+			missing = append(missing, pod.Namespace+"/"+pod.Name)
+			continue
 		}
 		ep := podEndpoint(pod, node, svc, at)
 		if len(ep.Addresses) == 0 {
