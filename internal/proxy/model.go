@@ -1,0 +1,91 @@
+// Package proxy holds the plain-data model of Services and endpoints that
+// flatnet's kube-proxy replacement renders into kernel rules. Watchers and
+// change trackers fill it; renderers (nftables/) read it and never call the
+// API server.
+package proxy
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Protocol is a service port's L4 protocol, lower case as nft spells it.
+type Protocol string
+
+// Protocols a service port may use.
+const (
+	TCP  Protocol = "tcp"
+	UDP  Protocol = "udp"
+	SCTP Protocol = "sctp"
+)
+
+// ServiceType mirrors spec.type.
+type ServiceType string
+
+// Service types.
+const (
+	ClusterIP    ServiceType = "ClusterIP"
+	NodePort     ServiceType = "NodePort"
+	LoadBalancer ServiceType = "LoadBalancer"
+)
+
+// Service is the part of a Service (plus its endpoints) the proxy needs.
+type Service struct {
+	Namespace string
+	Name      string
+	Type      ServiceType
+	// ClusterIP is invalid (zero) for headless services, which are left to DNS.
+	ClusterIP       netip.Addr
+	ExternalIPs     []netip.Addr
+	LoadBalancerIPs []netip.Addr // status.loadBalancer.ingress[].ip
+	// AffinityTimeout > 0 means sessionAffinity ClientIP with that timeout.
+	AffinityTimeout time.Duration
+	ExternalLocal   bool // externalTrafficPolicy: Local
+	InternalLocal   bool // internalTrafficPolicy: Local
+	Ports           []ServicePort
+}
+
+// Key is "namespace/name".
+func (s *Service) Key() string { return s.Namespace + "/" + s.Name }
+
+// ServicePort is one entry of spec.ports with its endpoints. Endpoints carry
+// their own resolved target port, so a named targetPort may differ per pod.
+type ServicePort struct {
+	Name      string
+	Protocol  Protocol
+	Port      uint16
+	NodePort  uint16 // 0 when none
+	Endpoints []Endpoint
+}
+
+// Endpoint is one address of an EndpointSlice for one port.
+type Endpoint struct {
+	IP          netip.Addr
+	Port        uint16
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	NodeName    string
+}
+
+// Usable returns the endpoints traffic may go to, restricted to node when
+// node != "": the ready ones, or when none is ready the serving terminating
+// ones (so connections drain instead of failing during a rollout).
+func Usable(eps []Endpoint, node string) []Endpoint {
+	var ready, term []Endpoint
+	for _, ep := range eps {
+		if node != "" && ep.NodeName != node {
+			continue
+		}
+		switch {
+		case ep.Ready && !ep.Terminating:
+			ready = append(ready, ep)
+		case ep.Serving && ep.Terminating:
+			term = append(term, ep)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return term
+}

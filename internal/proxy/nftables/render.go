@@ -1,0 +1,605 @@
+// Package nftables renders flatnet's Service proxy into one knftables
+// transaction against its own table.
+//
+// Design. A packet's lookup must cost the same at 10 or 50,000 services, so
+// nothing walks a list of services: the base chains hand the packet to
+// verdict maps keyed by (address . protocol . port) and (protocol . port) for
+// NodePorts, and each element jumps straight to that service port's chain.
+//
+//	prerouting/output (nat, dstnat)  -> services
+//	  daddr . l4proto . dport vmap @service-ips       -> svc-* | svl-* | ext-*
+//	  fib daddr local, l4proto . dport vmap @service-nodeports -> ext-*
+//	input/forward/output (filter, filter-10), ct state new -> no-endpoints
+//	  same keys in @no-endpoint-services / @no-endpoint-nodeports -> reject-chain
+//	postrouting (nat, srcnat) -> masquerading: masquerade what carries the mark
+//
+// Per service port: svc-* picks among all usable endpoints, svl-* among the
+// node's own (traffic policy Local), ext-* is the entry for NodePorts,
+// externalIPs and load-balancer IPs (masquerade for policy Cluster, source
+// kept for Local). Each endpoint has an ep-* chain that marks hairpin
+// traffic for masquerade, records session affinity in a per-endpoint dynamic
+// set (timeout = affinity timeout), and DNATs. A service port without usable
+// endpoints is never in @service-ips: its keys sit in the no-endpoint maps
+// and the filter chains reject (TCP reset, ICMP port unreachable), so a client
+// fails at once instead of timing out.
+//
+// Syncs. Render keeps, per service, the objects it wrote (a State). A partial
+// sync diffs the changed services' old and new objects and emits only those
+// changes; a full sync rewrites everything (flushing maps and chains inside the
+// same transaction, so packets see the old or the new ruleset, never a gap)
+// and deletes chains and sets it finds in the table but no longer wants. The
+// table itself is never flushed, and affinity sets are kept unless their
+// timeout changed.
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/proxy"
+)
+
+// Names of the fixed objects in the table.
+const (
+	DefaultTable = "flatnet-proxy"
+
+	chainNatPrerouting  = "nat-prerouting"
+	chainNatOutput      = "nat-output"
+	chainNatPostrouting = "nat-postrouting"
+	chainFilterInput    = "filter-input"
+	chainFilterForward  = "filter-forward"
+	chainFilterOutput   = "filter-output"
+	chainServices       = "services"
+	chainNoEndpoints    = "no-endpoints"
+	chainReject         = "reject-chain"
+	chainMarkMasq       = "mark-for-masquerade"
+	chainMasquerading   = "masquerading"
+
+	mapServiceIPs        = "service-ips"
+	mapServiceNodePorts  = "service-nodeports"
+	mapNoEndpointIPs     = "no-endpoint-services"
+	mapNoEndpointNodePts = "no-endpoint-nodeports"
+
+	// DefaultMasqueradeMark is the packet mark bit asking for masquerade.
+	DefaultMasqueradeMark = 0x4000
+)
+
+// Config says how to render. Family picks the table family (ip or ip6): a
+// dual-stack node runs one renderer per family, as kube-proxy does.
+type Config struct {
+	Family   knftables.Family
+	Table    string // DefaultTable when empty
+	NodeName string // for traffic policy Local
+	// ClusterCIDRs are the pod networks: pod traffic to an externalTrafficPolicy
+	// Local address is short-circuited to the internal endpoints.
+	ClusterCIDRs   []netip.Prefix
+	MasqueradeMark uint32 // DefaultMasqueradeMark when zero
+}
+
+func (c Config) withDefaults() Config {
+	if c.Family == "" {
+		c.Family = knftables.IPv4Family
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MasqueradeMark == 0 {
+		c.MasqueradeMark = DefaultMasqueradeMark
+	}
+	return c
+}
+
+func (c Config) v6() bool { return c.Family == knftables.IPv6Family }
+
+func (c Config) ipKw() string {
+	if c.v6() {
+		return "ip6"
+	}
+	return "ip"
+}
+
+func (c Config) addrType() string {
+	if c.v6() {
+		return "ipv6_addr"
+	}
+	return "ipv4_addr"
+}
+
+func (c Config) wantAddr(a netip.Addr) bool {
+	return a.IsValid() && (a.Is4() || a.Is4In6()) != c.v6()
+}
+
+// elemKey names one map element.
+type elemKey struct{ Map, Key string }
+
+// objects are what one service (or the fixed base) owns in the table.
+type objects struct {
+	chains map[string][]string      // chain -> rules
+	sets   map[string]time.Duration // affinity set -> timeout
+	elems  map[elemKey]string       // element -> verdict
+}
+
+func newObjects() *objects {
+	return &objects{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}}
+}
+
+// State is what the previous sync wrote, per service key.
+type State struct {
+	services map[string]*objects
+}
+
+// Chains returns the names of every per-service chain in the state, sorted.
+func (s *State) Chains() []string {
+	var out []string
+	if s == nil {
+		return nil
+	}
+	for _, o := range s.services {
+		for c := range o.chains {
+			out = append(out, c)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Existing lists what a full sync found in the table (from knftables List),
+// so it can delete what it no longer wants after a restart.
+type Existing struct {
+	Chains []string
+	Sets   []string
+}
+
+// Renderer renders Services into transactions.
+type Renderer struct {
+	cfg Config
+}
+
+// New returns a renderer for cfg.
+func New(cfg Config) *Renderer { return &Renderer{cfg: cfg.withDefaults()} }
+
+// Config returns the effective configuration.
+func (r *Renderer) Config() Config { return r.cfg }
+
+// Full writes the whole ruleset into tx and returns the new state. prev may be
+// nil (after a restart); existing, when given, names the table's current
+// chains and sets so that stale ones are deleted.
+func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, prev *State, existing *Existing) *State {
+	next := &State{services: map[string]*objects{}}
+	for _, svc := range services {
+		next.services[svc.Key()] = r.renderService(svc)
+	}
+	base := r.baseChains()
+
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("flatnet service proxy")})
+	r.addBaseObjects(tx)
+	// Flush everything we rewrite, inside this transaction.
+	for _, name := range sortedKeys(base) {
+		tx.Flush(&knftables.Chain{Name: name})
+	}
+	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts} {
+		tx.Flush(&knftables.Map{Name: m})
+	}
+	wantChains := map[string]bool{}
+	wantSets := map[string]time.Duration{}
+	for _, o := range next.services {
+		for c := range o.chains {
+			wantChains[c] = true
+		}
+		for s, d := range o.sets {
+			wantSets[s] = d
+		}
+	}
+	var stale []string
+	known := map[string]bool{}
+	if prev != nil {
+		for _, c := range prev.Chains() {
+			known[c] = true
+		}
+	}
+	if existing != nil {
+		for _, c := range existing.Chains {
+			if _, isBase := base[c]; !isBase {
+				known[c] = true
+			}
+		}
+	}
+	for _, c := range sortedKeys(known) {
+		if !wantChains[c] {
+			tx.Flush(&knftables.Chain{Name: c})
+			stale = append(stale, c)
+		}
+	}
+	for _, c := range sortedKeys(wantChains) {
+		tx.Add(&knftables.Chain{Name: c})
+		tx.Flush(&knftables.Chain{Name: c})
+	}
+	// Sets: after the flushes nothing refers to them.
+	prevSets := map[string]time.Duration{}
+	if prev != nil {
+		for _, o := range prev.services {
+			for s, d := range o.sets {
+				prevSets[s] = d
+			}
+		}
+	}
+	if existing != nil {
+		for _, s := range existing.Sets {
+			if _, ok := prevSets[s]; !ok {
+				prevSets[s] = -1 // unknown timeout: keep if wanted
+			}
+		}
+	}
+	for _, s := range sortedKeys(prevSets) {
+		d := prevSets[s]
+		want, ok := wantSets[s]
+		if !ok || (d >= 0 && d != want) {
+			tx.Delete(&knftables.Set{Name: s})
+		}
+	}
+	for _, s := range sortedKeys(wantSets) {
+		tx.Add(r.affinitySet(s, wantSets[s]))
+	}
+	for _, name := range sortedKeys(base) {
+		for _, rule := range base[name] {
+			tx.Add(&knftables.Rule{Chain: name, Rule: rule})
+		}
+	}
+	for _, key := range sortedKeys(next.services) {
+		o := next.services[key]
+		for _, c := range sortedKeys(o.chains) {
+			for _, rule := range o.chains[c] {
+				tx.Add(&knftables.Rule{Chain: c, Rule: rule})
+			}
+		}
+		for _, k := range sortedElems(o.elems) {
+			tx.Add(element(k, o.elems[k]))
+		}
+	}
+	for _, c := range stale {
+		tx.Delete(&knftables.Chain{Name: c})
+	}
+	return next
+}
+
+// Partial writes into tx only what changed for the services named in
+// changed (keys "namespace/name"; a key absent from services was deleted),
+// relative to prev, and returns the new state. prev must come from an earlier
+// sync whose transaction ran.
+func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service, prev *State, changed map[string]bool) *State {
+	byKey := make(map[string]*proxy.Service, len(services))
+	for _, svc := range services {
+		byKey[svc.Key()] = svc
+	}
+	next := &State{services: make(map[string]*objects, len(services))}
+	for k, o := range prev.services {
+		if !changed[k] {
+			next.services[k] = o
+		}
+	}
+	var (
+		delElems  []knftables.Object
+		flushes   []knftables.Object
+		delSets   []knftables.Object
+		adds      []knftables.Object
+		delChains []knftables.Object
+	)
+	for _, key := range sortedKeys(changed) {
+		old := prev.services[key]
+		if old == nil {
+			old = newObjects()
+		}
+		nw := newObjects()
+		if svc := byKey[key]; svc != nil {
+			nw = r.renderService(svc)
+			next.services[key] = nw
+		}
+		for _, k := range sortedElems(old.elems) {
+			if v, ok := nw.elems[k]; !ok || v != old.elems[k] {
+				delElems = append(delElems, element(k, old.elems[k]))
+			}
+		}
+		for _, c := range sortedKeys(old.chains) {
+			rules, ok := nw.chains[c]
+			if !ok {
+				flushes = append(flushes, &knftables.Chain{Name: c})
+				delChains = append(delChains, &knftables.Chain{Name: c})
+			} else if !equalRules(rules, old.chains[c]) {
+				flushes = append(flushes, &knftables.Chain{Name: c})
+			}
+		}
+		for _, s := range sortedKeys(old.sets) {
+			if d, ok := nw.sets[s]; !ok || d != old.sets[s] {
+				delSets = append(delSets, &knftables.Set{Name: s})
+			}
+		}
+		for _, s := range sortedKeys(nw.sets) {
+			if d, ok := old.sets[s]; !ok || d != nw.sets[s] {
+				adds = append(adds, r.affinitySet(s, nw.sets[s]))
+			}
+		}
+		for _, c := range sortedKeys(nw.chains) {
+			if oldRules, ok := old.chains[c]; ok && equalRules(oldRules, nw.chains[c]) {
+				continue
+			}
+			adds = append(adds, &knftables.Chain{Name: c})
+			for _, rule := range nw.chains[c] {
+				adds = append(adds, &knftables.Rule{Chain: c, Rule: rule})
+			}
+		}
+		for _, k := range sortedElems(nw.elems) {
+			if v, ok := old.elems[k]; !ok || v != nw.elems[k] {
+				adds = append(adds, element(k, nw.elems[k]))
+			}
+		}
+	}
+	for _, o := range delElems {
+		tx.Delete(o)
+	}
+	for _, o := range flushes {
+		tx.Flush(o)
+	}
+	for _, o := range delSets {
+		tx.Delete(o)
+	}
+	for _, o := range adds {
+		tx.Add(o)
+	}
+	for _, o := range delChains {
+		tx.Delete(o)
+	}
+	return next
+}
+
+func (r *Renderer) affinitySet(name string, timeout time.Duration) *knftables.Set {
+	return &knftables.Set{
+		Name:    name,
+		Type:    r.cfg.addrType(),
+		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: knftables.PtrTo(timeout),
+	}
+}
+
+func element(k elemKey, verdict string) *knftables.Element {
+	return &knftables.Element{Map: k.Map, Key: strings.Split(k.Key, " . "), Value: []string{verdict}}
+}
+
+// addBaseObjects adds (idempotently) the fixed chains and maps.
+func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
+	base := func(name string, typ knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) {
+		tx.Add(&knftables.Chain{Name: name, Type: &typ, Hook: &hook, Priority: &prio})
+	}
+	base(chainNatPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority)
+	base(chainNatOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority)
+	base(chainNatPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority)
+	base(chainFilterInput, knftables.FilterType, knftables.InputHook, "filter - 10")
+	base(chainFilterForward, knftables.FilterType, knftables.ForwardHook, "filter - 10")
+	base(chainFilterOutput, knftables.FilterType, knftables.OutputHook, "filter - 10")
+	for _, c := range []string{chainServices, chainNoEndpoints, chainReject, chainMarkMasq, chainMasquerading} {
+		tx.Add(&knftables.Chain{Name: c})
+	}
+	at := r.cfg.addrType()
+	tx.Add(&knftables.Map{Name: mapServiceIPs, Type: at + " . inet_proto . inet_service : verdict"})
+	tx.Add(&knftables.Map{Name: mapNoEndpointIPs, Type: at + " . inet_proto . inet_service : verdict"})
+	tx.Add(&knftables.Map{Name: mapServiceNodePorts, Type: "inet_proto . inet_service : verdict"})
+	tx.Add(&knftables.Map{Name: mapNoEndpointNodePts, Type: "inet_proto . inet_service : verdict"})
+}
+
+// baseChains returns the fixed chains' rules.
+func (r *Renderer) baseChains() map[string][]string {
+	ip := r.cfg.ipKw()
+	loopback := "127.0.0.0/8"
+	if r.cfg.v6() {
+		loopback = "::1"
+	}
+	mark := fmt.Sprintf("0x%x", r.cfg.MasqueradeMark)
+	return map[string][]string{
+		chainNatPrerouting:  {"jump " + chainServices},
+		chainNatOutput:      {"jump " + chainServices},
+		chainNatPostrouting: {"jump " + chainMasquerading},
+		chainFilterInput:    {"ct state new jump " + chainNoEndpoints},
+		chainFilterForward:  {"ct state new jump " + chainNoEndpoints},
+		chainFilterOutput:   {"ct state new jump " + chainNoEndpoints},
+		chainServices: {
+			ip + " daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
+			ip + " daddr != " + loopback + " fib daddr type local meta l4proto . th dport vmap @" + mapServiceNodePorts,
+		},
+		chainNoEndpoints: {
+			ip + " daddr . meta l4proto . th dport vmap @" + mapNoEndpointIPs,
+			ip + " daddr != " + loopback + " fib daddr type local meta l4proto . th dport vmap @" + mapNoEndpointNodePts,
+		},
+		chainReject: {
+			"meta l4proto tcp reject with tcp reset",
+			"reject",
+		},
+		chainMarkMasq: {"mark set mark or " + mark},
+		chainMasquerading: {
+			"mark and " + mark + " == 0 return",
+			"mark set mark xor " + mark,
+			"masquerade fully-random",
+		},
+	}
+}
+
+// renderService computes one service's chains, sets and map elements.
+func (r *Renderer) renderService(svc *proxy.Service) *objects {
+	o := newObjects()
+	if !r.cfg.wantAddr(svc.ClusterIP) {
+		// Headless (left to DNS) or another family's service.
+		return o
+	}
+	ip := r.cfg.ipKw()
+	for i := range svc.Ports {
+		sp := &svc.Ports[i]
+		portName := sp.Name
+		if portName == "" {
+			portName = fmt.Sprint(sp.Port)
+		}
+		id := svc.Namespace + "/" + svc.Name + "/" + string(sp.Protocol) + "/" + portName
+		h := hash(id)
+		svcChain, localChain, extChain := "svc-"+h+"-"+id, "svl-"+h+"-"+id, "ext-"+h+"-"+id
+
+		all := r.family(proxy.Usable(sp.Endpoints, ""))
+		local := r.family(proxy.Usable(sp.Endpoints, r.cfg.NodeName))
+		if r.cfg.NodeName == "" {
+			local = nil
+		}
+		var extAddrs []netip.Addr
+		for _, a := range append(append([]netip.Addr{}, svc.ExternalIPs...), svc.LoadBalancerIPs...) {
+			if r.cfg.wantAddr(a) {
+				extAddrs = append(extAddrs, a)
+			}
+		}
+		hasNodePort := sp.NodePort != 0 && (svc.Type == proxy.NodePort || svc.Type == proxy.LoadBalancer)
+		hasExternal := hasNodePort || len(extAddrs) > 0
+
+		internalEPs, internalChain := all, svcChain
+		if svc.InternalLocal {
+			internalEPs, internalChain = local, localChain
+		}
+		externalEPs := all
+		if svc.ExternalLocal {
+			externalEPs = local
+		}
+		needAll := len(all) > 0 && (!svc.InternalLocal || (hasExternal && !svc.ExternalLocal))
+		needLocal := len(local) > 0 && (svc.InternalLocal || (hasExternal && svc.ExternalLocal))
+
+		epChains := map[netip.AddrPort]string{}
+		epChain := func(ep proxy.Endpoint) string {
+			ap := netip.AddrPortFrom(ep.IP, ep.Port)
+			if c, ok := epChains[ap]; ok {
+				return c
+			}
+			eh := hash(id + "/" + ap.String())
+			c := "ep-" + eh + "-" + id + "__" + strings.ReplaceAll(ep.IP.String(), ":", ".") + "/" + fmt.Sprint(ep.Port)
+			epChains[ap] = c
+			var rules []string
+			rules = append(rules, ip+" saddr "+ep.IP.String()+" jump "+chainMarkMasq)
+			if svc.AffinityTimeout > 0 {
+				set := "aff-" + eh
+				o.sets[set] = svc.AffinityTimeout
+				rules = append(rules, "update @"+set+" { "+ip+" saddr }")
+			}
+			rules = append(rules, "meta l4proto "+string(sp.Protocol)+" dnat to "+ap.String())
+			o.chains[c] = rules
+			return c
+		}
+		dispatch := func(chain string, eps []proxy.Endpoint) {
+			var rules []string
+			var arms []string
+			for i, ep := range eps {
+				c := epChain(ep)
+				if svc.AffinityTimeout > 0 {
+					rules = append(rules, ip+" saddr @aff-"+hash(id+"/"+netip.AddrPortFrom(ep.IP, ep.Port).String())+" goto "+c)
+				}
+				arms = append(arms, fmt.Sprintf("%d : goto %s", i, c))
+			}
+			rules = append(rules, fmt.Sprintf("numgen random mod %d vmap { %s }", len(eps), strings.Join(arms, " , ")))
+			o.chains[chain] = rules
+		}
+		if needAll {
+			dispatch(svcChain, all)
+		}
+		if needLocal {
+			dispatch(localChain, local)
+		}
+		if hasExternal && len(externalEPs) > 0 {
+			var rules []string
+			if svc.ExternalLocal {
+				if len(internalEPs) > 0 {
+					for _, cidr := range r.cfg.ClusterCIDRs {
+						if cidr.Addr().Is4() != r.cfg.v6() {
+							rules = append(rules, ip+" saddr "+cidr.String()+" goto "+internalChain)
+						}
+					}
+				}
+				rules = append(rules, "fib saddr type local jump "+chainMarkMasq, "goto "+localChain)
+			} else {
+				rules = append(rules, "jump "+chainMarkMasq, "goto "+svcChain)
+			}
+			o.chains[extChain] = rules
+		}
+
+		proto := string(sp.Protocol)
+		port := fmt.Sprint(sp.Port)
+		if len(internalEPs) > 0 {
+			o.elems[elemKey{mapServiceIPs, svc.ClusterIP.String() + " . " + proto + " . " + port}] = "goto " + internalChain
+		} else {
+			o.elems[elemKey{mapNoEndpointIPs, svc.ClusterIP.String() + " . " + proto + " . " + port}] = "goto " + chainReject
+		}
+		for _, a := range extAddrs {
+			if len(externalEPs) > 0 {
+				o.elems[elemKey{mapServiceIPs, a.String() + " . " + proto + " . " + port}] = "goto " + extChain
+			} else {
+				o.elems[elemKey{mapNoEndpointIPs, a.String() + " . " + proto + " . " + port}] = "goto " + chainReject
+			}
+		}
+		if hasNodePort {
+			np := proto + " . " + fmt.Sprint(sp.NodePort)
+			if len(externalEPs) > 0 {
+				o.elems[elemKey{mapServiceNodePorts, np}] = "goto " + extChain
+			} else {
+				o.elems[elemKey{mapNoEndpointNodePts, np}] = "goto " + chainReject
+			}
+		}
+	}
+	return o
+}
+
+func (r *Renderer) family(eps []proxy.Endpoint) []proxy.Endpoint {
+	out := eps[:0:0]
+	for _, ep := range eps {
+		if r.cfg.wantAddr(ep.IP) && ep.Port != 0 {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// hash is a short stable name part, so long names stay unique when cut.
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(sum[:])[:8]
+}
+
+func equalRules(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedElems(m map[elemKey]string) []elemKey {
+	out := make([]elemKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Map != out[j].Map {
+			return out[i].Map < out[j].Map
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}

@@ -1,0 +1,461 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/nft/nfttrace"
+	"github.com/flatnet/flatnet/internal/proxy"
+)
+
+const node = "node-a"
+
+var (
+	nodeIP      = netip.MustParseAddr("172.30.0.10")
+	clusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	outside     = netip.MustParseAddr("172.31.5.5") // an external client
+	remotePod   = netip.MustParseAddr("10.244.9.9") // a pod on another node
+)
+
+func a(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func ep(ip string, port uint16, nodeName string) proxy.Endpoint {
+	return proxy.Endpoint{IP: a(ip), Port: port, Ready: true, Serving: true, NodeName: nodeName}
+}
+
+func terminating(e proxy.Endpoint, serving bool) proxy.Endpoint {
+	e.Ready, e.Serving, e.Terminating = false, serving, true
+	return e
+}
+
+func svc(name, clusterIP string, port uint16, eps ...proxy.Endpoint) *proxy.Service {
+	return &proxy.Service{
+		Namespace: "ns", Name: name, Type: proxy.ClusterIP, ClusterIP: a(clusterIP),
+		Ports: []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: port, Endpoints: eps}},
+	}
+}
+
+func testConfig() Config {
+	return Config{Family: knftables.IPv4Family, NodeName: node, ClusterCIDRs: []netip.Prefix{clusterCIDR}}
+}
+
+// load renders a full sync into a new fake.
+func load(t testing.TB, services []*proxy.Service) (*knftables.Fake, *Renderer, *State) {
+	t.Helper()
+	r := New(testConfig())
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	tx := fake.NewTransaction()
+	st := r.Full(tx, services, nil, nil)
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatalf("full sync: %v\n%s", err, tx)
+	}
+	return fake, r, st
+}
+
+// reach traces p once per numgen choice and returns the endpoints reached
+// (or "reject"/"drop"/"accept" when not DNATed) and whether any was masqueraded.
+func reach(t *testing.T, tr *nfttrace.Tracer, p nfttrace.Packet) (got []string, masq []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for k := 0; k < 4; k++ {
+		tr.Rand = func(n int) int { return k % n }
+		res, err := tr.Trace(p)
+		if err != nil {
+			t.Fatalf("trace: %v", err)
+		}
+		out := string(res.Verdict)
+		switch {
+		case res.Verdict == nfttrace.Reject:
+			out = "reject " + res.RejectWith
+		case res.DNAT:
+			out = res.Endpoint()
+		}
+		if !seen[out] {
+			seen[out] = true
+			got = append(got, out)
+			if res.Masqueraded {
+				masq = append(masq, out)
+			}
+		}
+	}
+	sort.Strings(got)
+	sort.Strings(masq)
+	return got, masq
+}
+
+func tcp(src, dst netip.Addr, port uint16) nfttrace.Packet {
+	return nfttrace.Packet{Src: src, Dst: dst, Proto: "tcp", DPort: port}
+}
+
+func TestPacketFlows(t *testing.T) {
+	local1 := ep("10.244.1.5", 8080, node)
+	remote1 := ep("10.244.2.5", 8080, "node-b")
+	remote2 := ep("10.244.3.5", 8080, "node-c")
+
+	nodePort := func(s *proxy.Service, np uint16) *proxy.Service {
+		s.Type = proxy.NodePort
+		s.Ports[0].NodePort = np
+		return s
+	}
+	named := svc("named", "10.96.0.11", 80, ep("10.244.2.6", 8080, "node-b"), ep("10.244.3.6", 9090, "node-c"))
+	ext := svc("ext", "10.96.0.12", 80, remote1, remote2)
+	ext.ExternalIPs = []netip.Addr{a("172.29.0.7")}
+	lb := nodePort(svc("lb", "10.96.0.13", 443, remote1), 30443)
+	lb.Type = proxy.LoadBalancer
+	lb.LoadBalancerIPs = []netip.Addr{a("172.29.1.9")}
+	empty := nodePort(svc("empty", "10.96.0.14", 80), 30014)
+	emptyUDP := svc("empty-udp", "10.96.0.15", 53)
+	emptyUDP.Ports[0].Protocol = proxy.UDP
+	mixed := svc("mixed", "10.96.0.16", 80, remote1, terminating(remote2, true))
+	draining := svc("draining", "10.96.0.17", 80, terminating(remote1, true), terminating(remote2, false))
+	gone := svc("gone", "10.96.0.18", 80, terminating(remote1, false))
+	etpLocal := nodePort(svc("etp", "10.96.0.19", 80, local1, remote1), 30019)
+	etpLocal.ExternalLocal = true
+	etpNoLocal := nodePort(svc("etp-none", "10.96.0.20", 80, remote1), 30020)
+	etpNoLocal.ExternalLocal = true
+	itpLocal := svc("itp", "10.96.0.21", 80, local1, remote1)
+	itpLocal.InternalLocal = true
+	hairpin := svc("hairpin", "10.96.0.22", 80, local1, remote1)
+	np := nodePort(svc("np", "10.96.0.23", 80, remote1, remote2), 30023)
+
+	services := []*proxy.Service{
+		svc("web", "10.96.0.10", 80, local1, remote1, remote2),
+		named, ext, lb, empty, emptyUDP, mixed, draining, gone, etpLocal, etpNoLocal, itpLocal, hairpin, np,
+	}
+	fake, _, _ := load(t, services)
+	tr := nfttrace.New(fake, nodeIP)
+
+	tests := []struct {
+		name     string
+		pkt      nfttrace.Packet
+		want     []string
+		wantMasq []string
+	}{
+		{"ClusterIP reaches every endpoint", tcp(remotePod, a("10.96.0.10"), 80),
+			[]string{"10.244.1.5:8080", "10.244.2.5:8080", "10.244.3.5:8080"}, nil},
+		{"ClusterIP wrong port is not touched", tcp(remotePod, a("10.96.0.10"), 81), []string{"accept"}, nil},
+		{"named targetPort resolved per endpoint", tcp(remotePod, a("10.96.0.11"), 80),
+			[]string{"10.244.2.6:8080", "10.244.3.6:9090"}, nil},
+		{"NodePort on the node address, masqueraded", tcp(outside, nodeIP, 30023),
+			[]string{"10.244.2.5:8080", "10.244.3.5:8080"}, []string{"10.244.2.5:8080", "10.244.3.5:8080"}},
+		{"NodePort not on a foreign address", tcp(outside, a("172.30.0.99"), 30023), []string{"accept"}, nil},
+		{"NodePort not on loopback", nfttrace.Packet{Src: a("127.0.0.1"), Dst: a("127.0.0.1"), Proto: "tcp", DPort: 30023, Local: true},
+			[]string{"accept"}, nil},
+		{"externalIP", tcp(outside, a("172.29.0.7"), 80),
+			[]string{"10.244.2.5:8080", "10.244.3.5:8080"}, []string{"10.244.2.5:8080", "10.244.3.5:8080"}},
+		{"LoadBalancer IP", tcp(outside, a("172.29.1.9"), 443), []string{"10.244.2.5:8080"}, []string{"10.244.2.5:8080"}},
+		{"LoadBalancer NodePort", tcp(outside, nodeIP, 30443), []string{"10.244.2.5:8080"}, []string{"10.244.2.5:8080"}},
+		{"no endpoints: ClusterIP rejects with TCP reset", tcp(remotePod, a("10.96.0.14"), 80), []string{"reject tcp reset"}, nil},
+		{"no endpoints: NodePort rejects", tcp(outside, nodeIP, 30014), []string{"reject tcp reset"}, nil},
+		{"no endpoints: from the node itself", nfttrace.Packet{Src: nodeIP, Dst: a("10.96.0.14"), Proto: "tcp", DPort: 80, Local: true},
+			[]string{"reject tcp reset"}, nil},
+		{"no endpoints: UDP gets port unreachable", nfttrace.Packet{Src: remotePod, Dst: a("10.96.0.15"), Proto: "udp", DPort: 53},
+			[]string{"reject icmp port-unreachable"}, nil},
+		{"terminating endpoint unused while one is ready", tcp(remotePod, a("10.96.0.16"), 80), []string{"10.244.2.5:8080"}, nil},
+		{"terminating serving endpoints used when none is ready", tcp(remotePod, a("10.96.0.17"), 80), []string{"10.244.2.5:8080"}, nil},
+		{"terminating non-serving endpoints reject", tcp(remotePod, a("10.96.0.18"), 80), []string{"reject tcp reset"}, nil},
+		{"eTP Local: external traffic only to local endpoints, source kept", tcp(outside, nodeIP, 30019), []string{"10.244.1.5:8080"}, nil},
+		{"eTP Local: ClusterIP still uses all endpoints", tcp(remotePod, a("10.96.0.19"), 80),
+			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, nil},
+		{"eTP Local: pod traffic to the NodePort short-circuits to all endpoints", tcp(remotePod, nodeIP, 30019),
+			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, nil},
+		{"eTP Local: no local endpoint rejects external traffic", tcp(outside, nodeIP, 30020), []string{"reject tcp reset"}, nil},
+		{"iTP Local: ClusterIP only to local endpoints", tcp(remotePod, a("10.96.0.21"), 80), []string{"10.244.1.5:8080"}, nil},
+		{"hairpin: a pod reaching itself is masqueraded", tcp(a("10.244.1.5"), a("10.96.0.22"), 80),
+			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, []string{"10.244.1.5:8080"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, masq := reach(t, tr, tc.pkt)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("destinations (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantMasq, masq); diff != "" {
+				t.Errorf("masqueraded (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSessionAffinity(t *testing.T) {
+	s := svc("sticky", "10.96.0.30", 80, ep("10.244.2.5", 8080, "node-b"), ep("10.244.3.5", 8080, "node-c"), ep("10.244.4.5", 8080, "node-d"))
+	s.AffinityTimeout = 3 * time.Hour
+	fake, _, _ := load(t, []*proxy.Service{s})
+
+	var sets []string
+	for name, set := range fake.Table.Sets {
+		if !strings.HasPrefix(name, "aff-") {
+			continue
+		}
+		sets = append(sets, name)
+		if set.Timeout == nil || *set.Timeout != 3*time.Hour {
+			t.Errorf("set %s timeout = %v, want 3h", name, set.Timeout)
+		}
+		if !contains(set.Flags, knftables.DynamicFlag) || !contains(set.Flags, knftables.TimeoutFlag) {
+			t.Errorf("set %s flags = %v, want dynamic and timeout", name, set.Flags)
+		}
+	}
+	if len(sets) != 3 {
+		t.Fatalf("affinity sets = %v, want one per endpoint (3)", sets)
+	}
+
+	tr := nfttrace.New(fake, nodeIP)
+	client := a("10.244.9.9")
+	tr.Rand = func(int) int { return 2 }
+	first, err := tr.Trace(tcp(client, a("10.96.0.30"), 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Endpoint() != "10.244.4.5:8080" {
+		t.Fatalf("first connection went to %s, want 10.244.4.5:8080", first.Endpoint())
+	}
+	for k := 0; k < 3; k++ {
+		tr.Rand = func(n int) int { return k % n }
+		res, err := tr.Trace(tcp(client, a("10.96.0.30"), 80))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Endpoint() != first.Endpoint() {
+			t.Errorf("connection %d went to %s, want sticky %s", k, res.Endpoint(), first.Endpoint())
+		}
+	}
+	// Another client is not stuck to it.
+	tr.Rand = func(int) int { return 0 }
+	other, err := tr.Trace(tcp(a("10.244.9.10"), a("10.96.0.30"), 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Endpoint() != "10.244.2.5:8080" {
+		t.Errorf("other client went to %s, want 10.244.2.5:8080", other.Endpoint())
+	}
+}
+
+func contains[T comparable](xs []T, x T) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func manyServices(n int) []*proxy.Service {
+	out := make([]*proxy.Service, 0, n)
+	for i := 0; i < n; i++ {
+		ip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
+		s := svc(fmt.Sprintf("svc-%d", i), ip, 80,
+			ep(fmt.Sprintf("10.244.%d.%d", i/250, i%250+1), 8080, "node-b"),
+			ep(fmt.Sprintf("10.245.%d.%d", i/250, i%250+1), 8080, node))
+		if i%3 == 0 {
+			s.Type = proxy.NodePort
+			s.Ports[0].NodePort = uint16(30000 + i%2000)
+			if i%2000 != i {
+				s.Ports[0].NodePort = 0
+			}
+		}
+		if i%5 == 0 {
+			s.AffinityTimeout = 10800 * time.Second
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func sortedDump(f *knftables.Fake) string {
+	lines := strings.Split(strings.TrimSpace(f.Dump()), "\n")
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func existing(t *testing.T, f *knftables.Fake) *Existing {
+	t.Helper()
+	ctx := context.Background()
+	chains, err := f.List(ctx, "chains")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := f.List(ctx, "sets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Existing{Chains: chains, Sets: sets}
+}
+
+func TestIdempotentFullSync(t *testing.T) {
+	services := manyServices(20)
+	fake, r, st := load(t, services)
+	first := fake.Dump()
+	for i, prev := range []*State{st, nil} { // with and without a remembered state
+		tx := fake.NewTransaction()
+		r.Full(tx, services, prev, existing(t, fake))
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+		if diff := cmp.Diff(first, fake.Dump()); diff != "" {
+			t.Fatalf("sync %d changed the ruleset (-first +now):\n%s", i, diff)
+		}
+	}
+	// A partial sync with nothing changed writes nothing.
+	tx := fake.NewTransaction()
+	r.Partial(tx, services, st, map[string]bool{})
+	if n := tx.NumOperations(); n != 0 {
+		t.Errorf("empty partial sync has %d operations:\n%s", n, tx)
+	}
+}
+
+func TestPartialSync(t *testing.T) {
+	services := manyServices(10)
+	fake, r, st := load(t, services)
+	ctx := context.Background()
+	tr := nfttrace.New(fake, nodeIP)
+
+	// Change svc-4: one more endpoint, a new port; delete svc-7; add svc-new.
+	changed := manyServices(10)
+	s4 := changed[4]
+	s4.Ports[0].Endpoints = append(s4.Ports[0].Endpoints, ep("10.246.0.1", 8080, "node-c"))
+	s4.Ports = append(s4.Ports, proxy.ServicePort{Name: "metrics", Protocol: proxy.TCP, Port: 9100,
+		Endpoints: []proxy.Endpoint{ep("10.246.0.1", 9100, "node-c")}})
+	changed = append(changed[:7], changed[8:]...)
+	changed = append(changed, svc("svc-new", "10.96.9.9", 80, ep("10.246.0.2", 8080, "node-c")))
+	keys := map[string]bool{"ns/svc-4": true, "ns/svc-7": true, "ns/svc-new": true}
+
+	tx := fake.NewTransaction()
+	st2 := r.Partial(tx, changed, st, keys)
+	text := tx.String()
+	for _, s := range services {
+		if keys[s.Key()] {
+			continue
+		}
+		if strings.Contains(text, "ns/"+s.Name+"/") || strings.Contains(text, s.ClusterIP.String()+" ") {
+			t.Errorf("partial sync touched unchanged service %s:\n%s", s.Key(), text)
+		}
+	}
+	if !strings.Contains(text, "delete chain") {
+		t.Errorf("partial sync did not delete svc-7's chains:\n%s", text)
+	}
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatalf("partial sync: %v\n%s", err, text)
+	}
+
+	// The result equals a full sync of the new services from scratch.
+	want, _, _ := load(t, changed)
+	if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+		t.Fatalf("partial sync result differs from a full sync (-full +partial):\n%s", diff)
+	}
+	if got := len(st2.Chains()); got != countChains(want)-len(r.baseChains()) {
+		t.Errorf("state has %d chains, table has %d service chains", got, countChains(want)-len(r.baseChains()))
+	}
+
+	// And packets follow the change.
+	got, _ := reach(t, tr, tcp(remotePod, a("10.96.0.5"), 9100))
+	if diff := cmp.Diff([]string{"10.246.0.1:9100"}, got); diff != "" {
+		t.Errorf("new port of svc-4 (-want +got):\n%s", diff)
+	}
+	got, _ = reach(t, tr, tcp(remotePod, a("10.96.0.8"), 80)) // svc-7, deleted
+	if diff := cmp.Diff([]string{"accept"}, got); diff != "" {
+		t.Errorf("deleted svc-7 (-want +got):\n%s", diff)
+	}
+
+	// Going to no endpoints moves the ClusterIP to the reject map.
+	noEPs := append([]*proxy.Service{}, changed...)
+	s0 := *noEPs[0]
+	s0.Ports = []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, NodePort: s0.Ports[0].NodePort}}
+	noEPs[0] = &s0
+	tx = fake.NewTransaction()
+	r.Partial(tx, noEPs, st2, map[string]bool{"ns/svc-0": true})
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatalf("partial sync to no endpoints: %v\n%s", err, tx)
+	}
+	got, _ = reach(t, tr, tcp(remotePod, a("10.96.0.1"), 80))
+	if diff := cmp.Diff([]string{"reject tcp reset"}, got); diff != "" {
+		t.Errorf("svc-0 without endpoints (-want +got):\n%s", diff)
+	}
+	want, _, _ = load(t, noEPs)
+	if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+		t.Fatalf("partial sync result differs from a full sync (-full +partial):\n%s", diff)
+	}
+}
+
+func countChains(f *knftables.Fake) int { return len(f.Table.Chains) }
+
+func TestFullSyncRemovesStaleChains(t *testing.T) {
+	services := manyServices(6)
+	fake, _, _ := load(t, services)
+	// A restarted proxy (no state) syncing fewer services.
+	r := New(testConfig())
+	tx := fake.NewTransaction()
+	r.Full(tx, services[:2], nil, existing(t, fake))
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatalf("%v\n%s", err, tx)
+	}
+	want, _, _ := load(t, services[:2])
+	if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestIPv6(t *testing.T) {
+	r := New(Config{Family: knftables.IPv6Family, NodeName: node})
+	fake := knftables.NewFake(knftables.IPv6Family, DefaultTable)
+	s := svc("v6", "fd00:96::10", 80, ep("fd00:244::5", 8080, "node-b"))
+	s.Type = proxy.NodePort
+	s.Ports[0].NodePort = 30080
+	v4 := svc("v4only", "10.96.0.10", 80, ep("10.244.2.5", 8080, "node-b"))
+	tx := fake.NewTransaction()
+	r.Full(tx, []*proxy.Service{s, v4}, nil, nil)
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatalf("%v\n%s", err, tx)
+	}
+	tr := nfttrace.New(fake, a("fd00:30::10"))
+	got, masq := reach(t, tr, tcp(a("fd00:31::5"), a("fd00:30::10"), 30080))
+	if diff := cmp.Diff([]string{"[fd00:244::5]:8080"}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if len(masq) != 1 {
+		t.Errorf("NodePort traffic not masqueraded")
+	}
+	if strings.Contains(fake.Dump(), "10.96.0.10") {
+		t.Errorf("IPv4 service rendered into the ip6 table")
+	}
+}
+
+func benchmarkFull(b *testing.B, n int) {
+	services := manyServices(n)
+	r := New(testConfig())
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tx := fake.NewTransaction()
+		r.Full(tx, services, nil, nil)
+	}
+}
+
+func BenchmarkFullSync1k(b *testing.B)  { benchmarkFull(b, 1000) }
+func BenchmarkFullSync10k(b *testing.B) { benchmarkFull(b, 10000) }
+
+func BenchmarkPartialSyncOneOf10k(b *testing.B) {
+	services := manyServices(10000)
+	r := New(testConfig())
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	tx := fake.NewTransaction()
+	st := r.Full(tx, services, nil, nil)
+	changed := map[string]bool{"ns/svc-42": true}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := *services[42]
+		s.Ports = append([]proxy.ServicePort{}, s.Ports...)
+		s.Ports[0].Endpoints = append([]proxy.Endpoint{}, s.Ports[0].Endpoints[:i%2+1]...)
+		next := append([]*proxy.Service{}, services...)
+		next[42] = &s
+		tx := fake.NewTransaction()
+		st = r.Partial(tx, next, st, changed)
+	}
+}
