@@ -1,0 +1,201 @@
+package nfttrace
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+)
+
+// build makes a fake inet table from chain -> rules; base chains are given
+// as "name hook type priority".
+func build(t testing.TB, base []string, chains map[string][]string, sets map[string][]string) *knftables.Fake {
+	t.Helper()
+	fake := knftables.NewFake(knftables.InetFamily, "trace-test")
+	tx := fake.NewTransaction()
+	tx.Add(&knftables.Table{})
+	for _, b := range base {
+		f := strings.SplitN(b, " ", 4)
+		typ, hook, prio := knftables.BaseChainType(f[2]), knftables.BaseChainHook(f[1]), knftables.BaseChainPriority(f[3])
+		tx.Add(&knftables.Chain{Name: f[0], Type: &typ, Hook: &hook, Priority: &prio})
+	}
+	for name := range chains {
+		tx.Add(&knftables.Chain{Name: name})
+	}
+	for name, elems := range sets {
+		tx.Add(&knftables.Set{Name: name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
+		for _, e := range elems {
+			tx.Add(&knftables.Element{Set: name, Key: []string{e}})
+		}
+	}
+	for name, rules := range chains {
+		for _, r := range rules {
+			tx.Add(&knftables.Rule{Chain: name, Rule: r})
+		}
+	}
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatalf("%v\n%s", err, tx)
+	}
+	return fake
+}
+
+var (
+	src  = netip.MustParseAddr("10.1.0.1")
+	node = netip.MustParseAddr("10.9.0.1")
+)
+
+func TestTrace(t *testing.T) {
+	tests := []struct {
+		name    string
+		base    []string
+		chains  map[string][]string
+		sets    map[string][]string
+		pkt     Packet
+		verdict Verdict
+		dst     string
+		masq    bool
+	}{
+		{
+			name:    "empty ruleset accepts",
+			base:    []string{"pre prerouting nat dstnat"},
+			chains:  map[string][]string{"pre": nil},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80},
+			verdict: Accept, dst: "10.2.0.1:80",
+		},
+		{
+			name: "priority order: the earlier chain drops first",
+			base: []string{"late forward filter filter + 10", "early forward filter filter - 10"},
+			chains: map[string][]string{
+				"late":  {"accept"},
+				"early": {"ip daddr 10.2.0.0/16 drop"},
+			},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80},
+			verdict: Drop, dst: "10.2.0.1:80",
+		},
+		{
+			name: "accept in one base chain does not skip the next",
+			base: []string{"a forward filter -5", "b forward filter 5"},
+			chains: map[string][]string{
+				"a": {"accept"},
+				"b": {"meta l4proto udp reject"},
+			},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "udp", DPort: 53},
+			verdict: Reject, dst: "10.2.0.1:53",
+		},
+		{
+			name: "jump returns, goto does not; vmap dnat; masquerade by mark",
+			base: []string{"pre prerouting nat dstnat", "post postrouting nat srcnat"},
+			chains: map[string][]string{
+				"pre":  {"jump mark", "ip daddr . meta l4proto . th dport vmap { 10.3.0.1 . tcp . 80 : goto svc }", "drop"},
+				"mark": {"ip saddr != 10.1.0.0/16 return", "mark set mark or 0x10"},
+				"svc":  {"numgen random mod 2 vmap { 0 : goto ep0 , 1 : goto ep1 }"},
+				"ep0":  {"meta l4proto tcp dnat to 10.4.0.1:8080"},
+				"ep1":  {"meta l4proto tcp dnat to 10.4.0.2:8080"},
+				"post": {"mark and 0x10 == 0 return", "masquerade"},
+			},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.3.0.1"), Proto: "tcp", DPort: 80},
+			verdict: Accept, dst: "10.4.0.2:8080", masq: true,
+		},
+		{
+			name: "fib daddr type local sends to input",
+			base: []string{"in input filter 0", "fwd forward filter 0"},
+			chains: map[string][]string{
+				"in":  {"fib daddr type local tcp dport 22 reject with tcp reset"},
+				"fwd": {"drop"},
+			},
+			pkt:     Packet{Src: src, Dst: node, Proto: "tcp", DPort: 22},
+			verdict: Reject, dst: "10.9.0.1:22",
+		},
+		{
+			name:    "set membership and ip6 selectors do not match IPv4",
+			base:    []string{"fwd forward filter 0"},
+			sets:    map[string][]string{"allowed": {"10.1.0.1"}},
+			chains:  map[string][]string{"fwd": {"ip6 saddr ::/0 drop", "ip saddr @allowed accept", "drop"}},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80},
+			verdict: Accept, dst: "10.2.0.1:80",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := build(t, tc.base, tc.chains, tc.sets)
+			tr := New(fake, node)
+			tr.Rand = func(n int) int { return n - 1 }
+			res, err := tr.Trace(tc.pkt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tc.verdict || res.Endpoint() != tc.dst || res.Masqueraded != tc.masq {
+				t.Errorf("got %s %s masq=%v, want %s %s masq=%v\ntrace:\n%s", res.Verdict, res.Endpoint(), res.Masqueraded,
+					tc.verdict, tc.dst, tc.masq, strings.Join(res.Trace, "\n"))
+			}
+		})
+	}
+}
+
+func TestUnknownRuleIsAnError(t *testing.T) {
+	fake := build(t, []string{"fwd forward filter 0"}, map[string][]string{"fwd": {"ether saddr 00:11:22:33:44:55 drop"}}, nil)
+	if _, err := New(fake, node).Trace(Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80}); err == nil {
+		t.Fatal("a rule the tracer cannot read must fail the trace")
+	}
+}
+
+func TestDynamicSetUpdate(t *testing.T) {
+	fake := build(t, []string{"fwd forward filter 0"}, map[string][]string{
+		"fwd": {"ip saddr @seen drop", "update @seen { ip saddr }"},
+	}, map[string][]string{"seen": nil})
+	tr := New(fake, node)
+	p := Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80}
+	for i, want := range []Verdict{Accept, Drop} {
+		res, err := tr.Trace(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != want {
+			t.Errorf("trace %d: %s, want %s", i, res.Verdict, want)
+		}
+	}
+	tr.ResetDynamic()
+	if res, _ := tr.Trace(p); res.Verdict != Accept {
+		t.Errorf("after reset: %s, want accept", res.Verdict)
+	}
+}
+
+func TestParsePriority(t *testing.T) {
+	for in, want := range map[string]int{"dstnat": -100, "filter - 10": -10, "srcnat + 5": 105, "-110": -110, "raw": -300} {
+		got, err := ParsePriority(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePriority(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "bogus", "filter * 2", "filter - x"} {
+		if _, err := ParsePriority(bad); err == nil {
+			t.Errorf("ParsePriority(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzRule: no rule text may panic or loop the tracer.
+func FuzzRule(f *testing.F) {
+	for _, s := range []string{
+		"ip daddr . meta l4proto . th dport vmap @m", "numgen random mod 2 vmap { 0 : accept , 1 : drop }",
+		"mark and 0x4000 == 0 return", "ct state new,established jump x", "update @s { ip saddr }",
+		"dnat to 1.2.3.4:5", "fib daddr type local", "mark set mark xor 0x1", "ip saddr != { 1.2.3.4 , 10.0.0.0/8 } drop",
+		"ct", "mark", "meta mark", "numgen random mod 0 vmap {", "{ } , . :",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rule string) {
+		fake := knftables.NewFake(knftables.InetFamily, "fz")
+		typ, hook, prio := knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority
+		fake.Table = &knftables.FakeTable{
+			Table:  knftables.Table{Family: knftables.InetFamily, Name: "fz"},
+			Chains: map[string]*knftables.FakeChain{"c": {Chain: knftables.Chain{Name: "c", Type: &typ, Hook: &hook, Priority: &prio}, Rules: []*knftables.Rule{{Chain: "c", Rule: rule}}}},
+			Sets:   map[string]*knftables.FakeSet{"s": {}},
+			Maps:   map[string]*knftables.FakeMap{"m": {}},
+		}
+		fake.Tables = map[knftables.Family]map[string]*knftables.FakeTable{knftables.InetFamily: {"fz": fake.Table}}
+		_, _ = New(fake, node).Trace(Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80})
+	})
+}
