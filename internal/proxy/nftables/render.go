@@ -133,6 +133,43 @@ func newObjects() *objects {
 // State is what the previous sync wrote, per service key.
 type State struct {
 	services map[string]*objects
+	// owners maps each element to the service that wrote it: two services
+	// claiming one key (an externalIP:port, a NodePort) would make the kernel
+	// refuse the whole transaction, so the first claim wins.
+	owners map[elemKey]string
+	// Conflicts lists the elements the last sync left out for that reason.
+	Conflicts []error
+}
+
+// ConflictError says a service's address:port or NodePort is already taken.
+type ConflictError struct {
+	Service, Owner string
+	Map, Key       string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("service %s: %s %q is already used by service %s; left out", e.Service, e.Map, e.Key, e.Owner)
+}
+
+// claim drops from o the elements another service owns, records o's own.
+func (s *State) claim(key string, o *objects) {
+	for _, k := range sortedElems(o.elems) {
+		if owner, ok := s.owners[k]; ok && owner != key {
+			s.Conflicts = append(s.Conflicts, &ConflictError{Service: key, Owner: owner, Map: k.Map, Key: k.Key})
+			delete(o.elems, k)
+			continue
+		}
+		s.owners[k] = key
+	}
+}
+
+// release forgets o's elements.
+func (s *State) release(key string, o *objects) {
+	for k := range o.elems {
+		if s.owners[k] == key {
+			delete(s.owners, k)
+		}
+	}
 }
 
 // Chains returns the names of every per-service chain in the state, sorted.
@@ -172,9 +209,13 @@ func (r *Renderer) Config() Config { return r.cfg }
 // nil (after a restart); existing, when given, names the table's current
 // chains and sets so that stale ones are deleted.
 func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, prev *State, existing *Existing) *State {
-	next := &State{services: map[string]*objects{}}
-	for _, svc := range services {
-		next.services[svc.Key()] = r.renderService(svc)
+	next := &State{services: map[string]*objects{}, owners: map[elemKey]string{}}
+	sorted := append([]*proxy.Service(nil), services...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Key() < sorted[j].Key() })
+	for _, svc := range sorted {
+		o := r.renderService(svc)
+		next.claim(svc.Key(), o)
+		next.services[svc.Key()] = o
 	}
 	base := r.baseChains()
 
@@ -272,16 +313,24 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 // Partial writes into tx only what changed for the services named in
 // changed (keys "namespace/name"; a key absent from services was deleted),
 // relative to prev, and returns the new state. prev must come from an earlier
-// sync whose transaction ran.
+// sync whose transaction ran; it is updated in place (so the cost follows
+// the change, not the service count) and returned. If the transaction then
+// fails, resync with Full(prev=nil, existing). With prev nil, Partial is Full.
 func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service, prev *State, changed map[string]bool) *State {
-	byKey := make(map[string]*proxy.Service, len(services))
-	for _, svc := range services {
-		byKey[svc.Key()] = svc
+	if prev == nil {
+		return r.Full(tx, services, nil, nil)
 	}
-	next := &State{services: make(map[string]*objects, len(services))}
-	for k, o := range prev.services {
-		if !changed[k] {
-			next.services[k] = o
+	byKey := make(map[string]*proxy.Service, len(changed))
+	for _, svc := range services {
+		if changed[svc.Key()] {
+			byKey[svc.Key()] = svc
+		}
+	}
+	next := prev
+	next.Conflicts = nil
+	for _, key := range sortedKeys(changed) {
+		if old := prev.services[key]; old != nil {
+			next.release(key, old)
 		}
 	}
 	var (
@@ -297,8 +346,10 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 			old = newObjects()
 		}
 		nw := newObjects()
+		delete(next.services, key)
 		if svc := byKey[key]; svc != nil {
 			nw = r.renderService(svc)
+			next.claim(key, nw)
 			next.services[key] = nw
 		}
 		for _, k := range sortedElems(old.elems) {

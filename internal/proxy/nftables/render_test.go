@@ -459,3 +459,38 @@ func BenchmarkPartialSyncOneOf10k(b *testing.B) {
 		st = r.Partial(tx, next, st, changed)
 	}
 }
+
+func TestConflictingServicesDoNotBreakTheSync(t *testing.T) {
+	first := svc("a-first", "10.96.0.40", 80, ep("10.244.2.5", 8080, "node-b"))
+	second := svc("b-second", "10.96.0.41", 80, ep("10.244.3.5", 8080, "node-c"))
+	first.ExternalIPs = []netip.Addr{a("172.29.0.50")}
+	second.ExternalIPs = []netip.Addr{a("172.29.0.50")}
+	fake, r, st := load(t, []*proxy.Service{second, first})
+	if len(st.Conflicts) != 1 || !strings.Contains(st.Conflicts[0].Error(), "ns/b-second") {
+		t.Fatalf("conflicts = %v, want one for ns/b-second", st.Conflicts)
+	}
+	tr := nfttrace.New(fake, nodeIP)
+	got, _ := reach(t, tr, tcp(outside, a("172.29.0.50"), 80))
+	if diff := cmp.Diff([]string{"10.244.2.5:8080"}, got); diff != "" {
+		t.Errorf("externalIP owner (-want +got):\n%s", diff)
+	}
+	// The loser still works on its ClusterIP.
+	got, _ = reach(t, tr, tcp(remotePod, a("10.96.0.41"), 80))
+	if diff := cmp.Diff([]string{"10.244.3.5:8080"}, got); diff != "" {
+		t.Errorf("second ClusterIP (-want +got):\n%s", diff)
+	}
+	// A partial sync of the loser keeps out of the owner's element.
+	second.Ports[0].Endpoints = append(second.Ports[0].Endpoints, ep("10.244.4.5", 8080, "node-d"))
+	tx := fake.NewTransaction()
+	st = r.Partial(tx, []*proxy.Service{first, second}, st, map[string]bool{"ns/b-second": true})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatalf("partial sync: %v\n%s", err, tx)
+	}
+	if len(st.Conflicts) != 1 {
+		t.Errorf("conflicts after partial sync = %v, want 1", st.Conflicts)
+	}
+	got, _ = reach(t, tr, tcp(outside, a("172.29.0.50"), 80))
+	if diff := cmp.Diff([]string{"10.244.2.5:8080"}, got); diff != "" {
+		t.Errorf("externalIP owner after partial sync (-want +got):\n%s", diff)
+	}
+}
