@@ -357,18 +357,26 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 				delElems = append(delElems, element(k, old.elems[k]))
 			}
 		}
-		for _, c := range sortedKeys(old.chains) {
-			rules, ok := nw.chains[c]
-			if !ok {
-				flushes = append(flushes, &knftables.Chain{Name: c})
-				delChains = append(delChains, &knftables.Chain{Name: c})
-			} else if !equalRules(rules, old.chains[c]) {
-				flushes = append(flushes, &knftables.Chain{Name: c})
-			}
-		}
+		// A set is deleted only after every rule naming it is flushed (the
+		// kernel refuses to delete a set in use), so a set whose timeout
+		// changed marks the chains that use it as changed.
+		goneSets := map[string]bool{}
 		for _, s := range sortedKeys(old.sets) {
 			if d, ok := nw.sets[s]; !ok || d != old.sets[s] {
+				goneSets[s] = true
 				delSets = append(delSets, &knftables.Set{Name: s})
+			}
+		}
+		same := func(c string) bool {
+			oldRules, ok := old.chains[c]
+			return ok && equalRules(oldRules, nw.chains[c]) && !usesSet(oldRules, goneSets)
+		}
+		for _, c := range sortedKeys(old.chains) {
+			if _, ok := nw.chains[c]; !ok {
+				flushes = append(flushes, &knftables.Chain{Name: c})
+				delChains = append(delChains, &knftables.Chain{Name: c})
+			} else if !same(c) {
+				flushes = append(flushes, &knftables.Chain{Name: c})
 			}
 		}
 		for _, s := range sortedKeys(nw.sets) {
@@ -377,7 +385,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 			}
 		}
 		for _, c := range sortedKeys(nw.chains) {
-			if oldRules, ok := old.chains[c]; ok && equalRules(oldRules, nw.chains[c]) {
+			if same(c) {
 				continue
 			}
 			adds = append(adds, &knftables.Chain{Name: c})
@@ -618,6 +626,20 @@ func (r *Renderer) family(eps []proxy.Endpoint) []proxy.Endpoint {
 func hash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return base32.StdEncoding.EncodeToString(sum[:])[:8]
+}
+
+func usesSet(rules []string, sets map[string]bool) bool {
+	if len(sets) == 0 {
+		return false
+	}
+	for _, r := range rules {
+		for s := range sets {
+			if strings.Contains(r, "@"+s+" ") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func equalRules(a, b []string) bool {

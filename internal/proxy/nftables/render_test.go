@@ -494,3 +494,36 @@ func TestConflictingServicesDoNotBreakTheSync(t *testing.T) {
 		t.Errorf("externalIP owner after partial sync (-want +got):\n%s", diff)
 	}
 }
+
+func TestAffinityTimeoutChange(t *testing.T) {
+	s := svc("sticky", "10.96.0.30", 80, ep("10.244.2.5", 8080, "node-b"))
+	s.AffinityTimeout = time.Hour
+	fake, r, st := load(t, []*proxy.Service{s})
+	s2 := *s
+	s2.AffinityTimeout = 2 * time.Hour
+	tx := fake.NewTransaction()
+	r.Partial(tx, []*proxy.Service{&s2}, st, map[string]bool{"ns/sticky": true})
+	text := tx.String()
+	// The kernel refuses to delete a set that a rule still names.
+	del := strings.Index(text, "delete set")
+	if del < 0 {
+		t.Fatalf("no set re-created for the new timeout:\n%s", text)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "@aff-") && strings.HasPrefix(line, "add rule") && strings.Index(text, line) < del {
+			t.Errorf("rule naming the set added before its deletion: %s", line)
+		}
+	}
+	for _, prefix := range []string{"flush chain ip flatnet-proxy ep-", "flush chain ip flatnet-proxy svc-"} {
+		if i := strings.Index(text, prefix); i < 0 || i > del {
+			t.Errorf("%q missing or after the set deletion:\n%s", prefix, text)
+		}
+	}
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := load(t, []*proxy.Service{&s2})
+	if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+		t.Fatalf("(-full +partial):\n%s", diff)
+	}
+}
