@@ -212,3 +212,22 @@ func ParsePriority(s string) (int, error) {
 	}
 	return base + n, nil
 }
+
+// String is a one-line summary, e.g. "dnat 10.244.1.5:8080 masqueraded".
+func (r Result) String() string {
+	var b strings.Builder
+	switch {
+	case r.Verdict == Reject:
+		b.WriteString("reject with " + r.RejectWith)
+	case r.Verdict == Drop:
+		b.WriteString("drop")
+	case r.DNAT:
+		b.WriteString("dnat " + r.Dst.String())
+	default:
+		b.WriteString("accept " + r.Dst.String())
+	}
+	if r.Masqueraded {
+		b.WriteString(" masqueraded")
+	}
+	return b.String()
+}

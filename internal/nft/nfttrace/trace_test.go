@@ -127,7 +127,7 @@ func TestTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			if res.Verdict != tc.verdict || res.Endpoint() != tc.dst || res.Masqueraded != tc.masq {
-				t.Errorf("got %s %s masq=%v, want %s %s masq=%v\ntrace:\n%s", res.Verdict, res.Endpoint(), res.Masqueraded,
+				t.Errorf("got %s (%s %s masq=%v), want %s %s masq=%v\ntrace:\n%s", res, res.Verdict, res.Endpoint(), res.Masqueraded,
 					tc.verdict, tc.dst, tc.masq, strings.Join(res.Trace, "\n"))
 			}
 		})

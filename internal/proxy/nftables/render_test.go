@@ -527,3 +527,15 @@ func TestAffinityTimeoutChange(t *testing.T) {
 		t.Fatalf("(-full +partial):\n%s", diff)
 	}
 }
+
+func TestHeadlessServiceIsLeftToDNS(t *testing.T) {
+	s := svc("headless", "10.96.0.50", 80, ep("10.244.2.5", 8080, "node-b"))
+	s.ClusterIP = netip.Addr{}
+	fake, _, st := load(t, []*proxy.Service{s})
+	if chains := st.Chains(); len(chains) != 0 {
+		t.Errorf("headless service has chains %v", chains)
+	}
+	if strings.Contains(fake.Dump(), "10.244.2.5") {
+		t.Errorf("headless service endpoint rendered:\n%s", fake.Dump())
+	}
+}
