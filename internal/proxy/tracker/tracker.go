@@ -1,0 +1,308 @@
+// Package tracker turns Service and EndpointSlice objects into the proxy
+// model (internal/proxy) and records which services changed since the last
+// sync, in the shape of kube-proxy's servicechangetracker: for each service
+// key it remembers the model as it was at the last sync (previous) and as it
+// is now (current); a change that returns an object to its synced form is
+// dropped, so a flapping update costs no sync work.
+//
+// Services and their slices are kept as API objects (the informer's, never
+// mutated) and the model of a key is rebuilt from them on every event for
+// that key, so the cost of an event follows the size of one service.
+package tracker
+
+import (
+	"net/netip"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/flatnet/flatnet/internal/proxy"
+)
+
+// defaultAffinityTimeout is the API default for sessionAffinityConfig.clientIP.timeoutSeconds.
+const defaultAffinityTimeout = 10800 * time.Second
+
+// Tracker holds the services of one address family and what changed.
+type Tracker struct {
+	ipv6 bool
+
+	mu       sync.Mutex // protects the fields below
+	services map[string]*v1.Service
+	slices   map[string]map[string]*discovery.EndpointSlice // service key -> slice name -> slice
+	models   map[string]*proxy.Service
+	// previous holds, for every key changed since the last Take, the model
+	// at the last Take (nil when the service did not exist then).
+	previous map[string]*proxy.Service
+}
+
+// New returns a tracker for IPv4 (ipv6 false) or IPv6 services.
+func New(ipv6 bool) *Tracker {
+	return &Tracker{
+		ipv6:     ipv6,
+		services: map[string]*v1.Service{},
+		slices:   map[string]map[string]*discovery.EndpointSlice{},
+		models:   map[string]*proxy.Service{},
+		previous: map[string]*proxy.Service{},
+	}
+}
+
+// OnService records svc as added or updated.
+func (t *Tracker) OnService(svc *v1.Service) {
+	t.update(svc.Namespace+"/"+svc.Name, func(key string) { t.services[key] = svc })
+}
+
+// OnServiceDelete records that svc is gone.
+func (t *Tracker) OnServiceDelete(svc *v1.Service) {
+	t.update(svc.Namespace+"/"+svc.Name, func(key string) { delete(t.services, key) })
+}
+
+// OnEndpointSlice records slice's new state. Slices without the
+// kubernetes.io/service-name label belong to no service and are ignored.
+func (t *Tracker) OnEndpointSlice(slice *discovery.EndpointSlice) {
+	key, ok := sliceService(slice)
+	if !ok {
+		return
+	}
+	t.update(key, func(key string) {
+		m := t.slices[key]
+		if m == nil {
+			m = map[string]*discovery.EndpointSlice{}
+			t.slices[key] = m
+		}
+		m[slice.Name] = slice
+	})
+}
+
+// OnEndpointSliceDelete records that slice is gone.
+func (t *Tracker) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
+	key, ok := sliceService(slice)
+	if !ok {
+		return
+	}
+	t.update(key, func(key string) {
+		delete(t.slices[key], slice.Name)
+		if len(t.slices[key]) == 0 {
+			delete(t.slices, key)
+		}
+	})
+}
+
+func sliceService(slice *discovery.EndpointSlice) (string, bool) {
+	name := slice.Labels[discovery.LabelServiceName]
+	if name == "" {
+		return "", false
+	}
+	return slice.Namespace + "/" + name, true
+}
+
+func (t *Tracker) update(key string, apply func(key string)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, pending := t.previous[key]; !pending {
+		t.previous[key] = t.models[key]
+	}
+	apply(key)
+	cur := t.build(key)
+	if cur == nil {
+		delete(t.models, key)
+	} else {
+		t.models[key] = cur
+	}
+	if reflect.DeepEqual(t.previous[key], cur) {
+		delete(t.previous, key)
+	}
+}
+
+// Pending reports whether any service changed since the last Take.
+func (t *Tracker) Pending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.previous) > 0
+}
+
+// Take returns every current service, sorted by key, and the keys that
+// changed since the last Take (a changed key absent from services was
+// deleted), and starts a new round. The models are not shared with the
+// tracker's later updates: each event builds fresh ones.
+func (t *Tracker) Take() ([]*proxy.Service, map[string]bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := make(map[string]bool, len(t.previous))
+	for k := range t.previous {
+		changed[k] = true
+	}
+	t.previous = map[string]*proxy.Service{}
+	out := make([]*proxy.Service, 0, len(t.models))
+	for _, m := range t.models {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out, changed
+}
+
+// build returns the model of key from the stored objects, nil when the
+// service does not exist or is not proxied (ExternalName).
+func (t *Tracker) build(key string) *proxy.Service {
+	svc := t.services[key]
+	if svc == nil {
+		return nil
+	}
+	var slices []*discovery.EndpointSlice
+	for _, name := range sortedNames(t.slices[key]) {
+		slices = append(slices, t.slices[key][name])
+	}
+	return Convert(svc, slices, t.ipv6)
+}
+
+func sortedNames(m map[string]*discovery.EndpointSlice) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Convert builds the model of svc for one family from its EndpointSlices.
+// It returns nil for ExternalName services, which the proxy does not serve.
+// A headless service (clusterIP None) keeps a zero ClusterIP. Endpoints take
+// their port from the slice port of the same name and protocol (named
+// targetPorts arrive resolved per pod there); an address listed in two
+// slices counts once.
+func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *proxy.Service {
+	if svc.Spec.Type == v1.ServiceTypeExternalName {
+		return nil
+	}
+	fam := func(a netip.Addr) bool { return a.IsValid() && a.Unmap().Is6() == ipv6 }
+	m := &proxy.Service{
+		Namespace: svc.Namespace,
+		Name:      svc.Name,
+		Type:      proxy.ClusterIP,
+	}
+	switch svc.Spec.Type {
+	case v1.ServiceTypeNodePort:
+		m.Type = proxy.NodePort
+	case v1.ServiceTypeLoadBalancer:
+		m.Type = proxy.LoadBalancer
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, s := range ips {
+		if a, err := netip.ParseAddr(s); err == nil && fam(a) {
+			m.ClusterIP = a.Unmap()
+			break
+		}
+	}
+	for _, s := range svc.Spec.ExternalIPs {
+		if a, err := netip.ParseAddr(s); err == nil && fam(a) {
+			m.ExternalIPs = append(m.ExternalIPs, a.Unmap())
+		}
+	}
+	if m.Type == proxy.LoadBalancer {
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(ing.IP); err == nil && fam(a) {
+				m.LoadBalancerIPs = append(m.LoadBalancerIPs, a.Unmap())
+			}
+		}
+	}
+	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+		m.AffinityTimeout = defaultAffinityTimeout
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			m.AffinityTimeout = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+		}
+	}
+	m.ExternalLocal = svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+	m.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+	for _, sp := range svc.Spec.Ports {
+		p := proxy.ServicePort{
+			Name:     sp.Name,
+			Protocol: proxy.Protocol(strings.ToLower(string(protocolOf(sp.Protocol)))),
+			Port:     uint16(sp.Port),
+		}
+		if m.Type != proxy.ClusterIP {
+			p.NodePort = uint16(sp.NodePort)
+		}
+		p.Endpoints = endpoints(sp, slices, fam)
+		m.Ports = append(m.Ports, p)
+	}
+	return m
+}
+
+func protocolOf(p v1.Protocol) v1.Protocol {
+	if p == "" {
+		return v1.ProtocolTCP
+	}
+	return p
+}
+
+func endpoints(sp v1.ServicePort, slices []*discovery.EndpointSlice, fam func(netip.Addr) bool) []proxy.Endpoint {
+	seen := map[netip.AddrPort]bool{}
+	var out []proxy.Endpoint
+	for _, sl := range slices {
+		var port *discovery.EndpointPort
+		for i := range sl.Ports {
+			pp := &sl.Ports[i]
+			name := ""
+			if pp.Name != nil {
+				name = *pp.Name
+			}
+			proto := v1.ProtocolTCP
+			if pp.Protocol != nil {
+				proto = *pp.Protocol
+			}
+			if name == sp.Name && proto == protocolOf(sp.Protocol) {
+				port = pp
+				break
+			}
+		}
+		if port == nil || port.Port == nil || *port.Port <= 0 || *port.Port > 65535 {
+			continue
+		}
+		for _, e := range sl.Endpoints {
+			if len(e.Addresses) == 0 {
+				continue
+			}
+			// Like kube-proxy, only the first address counts: the others
+			// are the same pod and would only skew the balance.
+			a, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || !fam(a) {
+				continue
+			}
+			ap := netip.AddrPortFrom(a.Unmap(), uint16(*port.Port))
+			if seen[ap] {
+				continue
+			}
+			seen[ap] = true
+			ep := proxy.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true}
+			c := e.Conditions
+			if c.Ready != nil {
+				ep.Ready = *c.Ready
+			}
+			ep.Serving = ep.Ready
+			if c.Serving != nil {
+				ep.Serving = *c.Serving
+			}
+			if c.Terminating != nil {
+				ep.Terminating = *c.Terminating
+			}
+			if e.NodeName != nil {
+				ep.NodeName = *e.NodeName
+			}
+			out = append(out, ep)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].IP != out[j].IP {
+			return out[i].IP.Less(out[j].IP)
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out
+}

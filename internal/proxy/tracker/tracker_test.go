@@ -1,0 +1,219 @@
+package tracker
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flatnet/flatnet/internal/proxy"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func service(name string, mod ...func(*v1.Service)) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.ServiceSpec{
+			Type:       v1.ServiceTypeClusterIP,
+			ClusterIP:  "10.96.0.10",
+			ClusterIPs: []string{"10.96.0.10"},
+			Ports:      []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, NodePort: 30080}},
+		},
+	}
+	for _, f := range mod {
+		f(s)
+	}
+	return s
+}
+
+func slice(svc, name string, port int32, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+	return &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{discovery.LabelServiceName: svc}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr("http"), Protocol: ptr(v1.ProtocolTCP), Port: ptr(port)}},
+		Endpoints:   eps,
+	}
+}
+
+func ep(ip string, mod ...func(*discovery.Endpoint)) discovery.Endpoint {
+	e := discovery.Endpoint{Addresses: []string{ip}, NodeName: ptr("node-a")}
+	for _, f := range mod {
+		f(&e)
+	}
+	return e
+}
+
+func a(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func TestConvert(t *testing.T) {
+	tests := []struct {
+		name   string
+		svc    *v1.Service
+		slices []*discovery.EndpointSlice
+		ipv6   bool
+		want   *proxy.Service
+	}{{
+		name: "cluster IP with conditions",
+		svc:  service("web"),
+		slices: []*discovery.EndpointSlice{slice("web", "web-1", 8080, ep("10.1.0.2"), ep("10.1.0.3", func(e *discovery.Endpoint) {
+			e.Conditions = discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+			e.NodeName = ptr("node-b")
+		}))},
+		want: &proxy.Service{Namespace: "ns", Name: "web", Type: proxy.ClusterIP, ClusterIP: a("10.96.0.10"), Ports: []proxy.ServicePort{{
+			Name: "http", Protocol: proxy.TCP, Port: 80, Endpoints: []proxy.Endpoint{
+				{IP: a("10.1.0.2"), Port: 8080, Ready: true, Serving: true, NodeName: "node-a"},
+				{IP: a("10.1.0.3"), Port: 8080, Serving: true, Terminating: true, NodeName: "node-b"},
+			}}}},
+	}, {
+		name: "named target port resolved per slice, duplicates once, other port names ignored",
+		svc:  service("web"),
+		slices: []*discovery.EndpointSlice{
+			slice("web", "web-1", 8080, ep("10.1.0.2")),
+			slice("web", "web-2", 9090, ep("10.1.0.4"), ep("10.1.0.2")),
+			func() *discovery.EndpointSlice {
+				s := slice("web", "web-3", 7070, ep("10.1.0.9"))
+				s.Ports[0].Name = ptr("metrics")
+				return s
+			}(),
+		},
+		want: &proxy.Service{Namespace: "ns", Name: "web", Type: proxy.ClusterIP, ClusterIP: a("10.96.0.10"), Ports: []proxy.ServicePort{{
+			Name: "http", Protocol: proxy.TCP, Port: 80, Endpoints: []proxy.Endpoint{
+				{IP: a("10.1.0.2"), Port: 8080, Ready: true, Serving: true, NodeName: "node-a"},
+				{IP: a("10.1.0.2"), Port: 9090, Ready: true, Serving: true, NodeName: "node-a"},
+				{IP: a("10.1.0.4"), Port: 9090, Ready: true, Serving: true, NodeName: "node-a"},
+			}}}},
+	}, {
+		name: "load balancer with policies, affinity and external IPs, one family",
+		svc: service("lb", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIPs = []string{"fd00::10", "10.96.0.10"}
+			s.Spec.ExternalIPs = []string{"10.200.0.1", "fd00::1"}
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "10.201.0.1"}, {Hostname: "lb.example"}}
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
+		}),
+		want: &proxy.Service{Namespace: "ns", Name: "lb", Type: proxy.LoadBalancer, ClusterIP: a("10.96.0.10"),
+			ExternalIPs: []netip.Addr{a("10.200.0.1")}, LoadBalancerIPs: []netip.Addr{a("10.201.0.1")},
+			AffinityTimeout: time.Minute, ExternalLocal: true, InternalLocal: true,
+			Ports: []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, NodePort: 30080}}},
+	}, {
+		name: "IPv6 side of a dual-stack service, default affinity timeout, UDP default",
+		svc: service("dns", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00::10"}
+			s.Spec.Ports = []v1.ServicePort{{Protocol: v1.ProtocolUDP, Port: 53, NodePort: 30053}}
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		}),
+		slices: []*discovery.EndpointSlice{func() *discovery.EndpointSlice {
+			s := slice("dns", "dns-6", 5353, ep("fd00::1:2"))
+			s.AddressType = discovery.AddressTypeIPv6
+			s.Ports[0].Name, s.Ports[0].Protocol = ptr(""), ptr(v1.ProtocolUDP)
+			return s
+		}(), slice("dns", "dns-4", 5353, ep("10.1.0.2"))},
+		ipv6: true,
+		want: &proxy.Service{Namespace: "ns", Name: "dns", Type: proxy.NodePort, ClusterIP: a("fd00::10"), AffinityTimeout: 3 * time.Hour,
+			Ports: []proxy.ServicePort{{Protocol: proxy.UDP, Port: 53, NodePort: 30053, Endpoints: []proxy.Endpoint{
+				{IP: a("fd00::1:2"), Port: 5353, Ready: true, Serving: true, NodeName: "node-a"}}}}},
+	}, {
+		name: "headless keeps a zero cluster IP",
+		svc:  service("hl", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", []string{"None"} }),
+		want: &proxy.Service{Namespace: "ns", Name: "hl", Type: proxy.ClusterIP, Ports: []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80}}},
+	}, {
+		name: "external name is not proxied",
+		svc:  service("ext", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeExternalName }),
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Convert(tt.svc, tt.slices, tt.ipv6)
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+				t.Errorf("Convert (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTrackerChanges(t *testing.T) {
+	tr := New(false)
+	svc := service("web")
+	sl := slice("web", "web-1", 8080, ep("10.1.0.2"))
+	tr.OnService(svc)
+	tr.OnEndpointSlice(sl)
+	tr.OnService(service("other"))
+	got, changed := tr.Take()
+	if diff := cmp.Diff(map[string]bool{"ns/web": true, "ns/other": true}, changed); diff != "" {
+		t.Fatalf("changed after adds (-want +got):\n%s", diff)
+	}
+	if len(got) != 2 || got[0].Key() != "ns/other" || got[1].Key() != "ns/web" || len(got[1].Ports[0].Endpoints) != 1 {
+		t.Fatalf("services after adds: %+v", got)
+	}
+	if tr.Pending() {
+		t.Fatal("Pending after Take")
+	}
+
+	// An update that changes nothing the proxy uses is no change.
+	relabeled := svc.DeepCopy()
+	relabeled.Labels = map[string]string{"x": "y"}
+	tr.OnService(relabeled)
+	if tr.Pending() {
+		t.Fatal("a label-only update counted as a change")
+	}
+
+	// A change undone before the sync is dropped.
+	tr.OnEndpointSlice(slice("web", "web-1", 8080, ep("10.1.0.2"), ep("10.1.0.3")))
+	if !tr.Pending() {
+		t.Fatal("a new endpoint is not pending")
+	}
+	tr.OnEndpointSlice(sl)
+	if _, changed := tr.Take(); len(changed) != 0 {
+		t.Fatalf("changed after a reverted update: %v", changed)
+	}
+
+	// A slice change touches only its service.
+	tr.OnEndpointSlice(slice("web", "web-1", 8080, ep("10.1.0.3")))
+	got, changed = tr.Take()
+	if diff := cmp.Diff(map[string]bool{"ns/web": true}, changed); diff != "" {
+		t.Fatalf("changed after slice update (-want +got):\n%s", diff)
+	}
+	if e := got[1].Ports[0].Endpoints; len(e) != 1 || e[0].IP != a("10.1.0.3") {
+		t.Fatalf("endpoints after slice update: %+v", e)
+	}
+
+	// Slices without a service label are ignored; a slice for a service
+	// that does not exist yet is kept for when it comes.
+	tr.OnEndpointSlice(&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orphan"}})
+	tr.OnEndpointSlice(slice("late", "late-1", 80, ep("10.1.0.7")))
+	if tr.Pending() {
+		t.Fatal("slices without a service made a change")
+	}
+	tr.OnService(service("late"))
+	got, changed = tr.Take()
+	if !changed["ns/late"] || len(changed) != 1 || len(got) != 3 || len(got[0].Ports[0].Endpoints) != 1 {
+		t.Fatalf("late service: changed %v, services %+v", changed, got)
+	}
+
+	// Deletes.
+	tr.OnServiceDelete(svc)
+	tr.OnEndpointSliceDelete(sl)
+	got, changed = tr.Take()
+	if diff := cmp.Diff(map[string]bool{"ns/web": true}, changed); diff != "" {
+		t.Fatalf("changed after delete (-want +got):\n%s", diff)
+	}
+	for _, s := range got {
+		if s.Key() == "ns/web" {
+			t.Fatal("deleted service still listed")
+		}
+	}
+	// Added and deleted between two syncs: nothing to do.
+	tr.OnService(service("blip"))
+	tr.OnServiceDelete(service("blip"))
+	if tr.Pending() {
+		t.Fatal("add+delete between syncs left a change")
+	}
+}
