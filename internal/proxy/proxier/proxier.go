@@ -1,0 +1,194 @@
+// Package proxier is flatnet's Service proxy loop for one address family:
+// informers on Services and EndpointSlices feed a change tracker
+// (proxy/tracker), and a bounded-frequency runner (proxy/runner) turns what
+// changed into one nftables transaction (proxy/nftables) run by the nft
+// runner.
+//
+// Design. The first sync, every periodic one (MaxSyncInterval) and the one
+// after a failed transaction are full syncs: they read the table's chains
+// and sets first and reconcile against them, so a restarted agent neither
+// flushes its table (established flows keep their DNAT through the restart)
+// nor leaves chains of services deleted while it was down. Every other sync
+// is partial: only the services the tracker saw change, in a transaction
+// whose size follows the change.
+package proxier
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/proxy/runner"
+	"github.com/flatnet/flatnet/internal/proxy/tracker"
+)
+
+// NFT is what the proxier needs from nftables: nft.Runner and nft.Fake
+// (bound to the renderer's family and table) implement it.
+type NFT interface {
+	NewTransaction() *knftables.Transaction
+	Run(ctx context.Context, tx *knftables.Transaction) error
+	List(ctx context.Context, objectType string) ([]string, error)
+}
+
+// Config configures a Proxier.
+type Config struct {
+	Client kubernetes.Interface
+	NFT    NFT
+	Render nftables.Config
+	// MinSyncInterval bounds how often syncs start; MaxSyncInterval is the
+	// period of full resyncs.
+	MinSyncInterval time.Duration
+	MaxSyncInterval time.Duration
+	Clock           runner.Clock // the system clock when nil
+}
+
+// Proxier keeps one family's Service rules in sync with the API.
+type Proxier struct {
+	cfg      Config
+	renderer *nftables.Renderer
+	tracker  *tracker.Tracker
+	runner   *runner.Runner
+
+	// state is what the last successful sync wrote; nil forces a full sync.
+	// Only the runner's goroutine touches it.
+	state *nftables.State
+}
+
+// New returns a proxier; Run starts it.
+func New(cfg Config) *Proxier {
+	if cfg.MaxSyncInterval <= 0 {
+		cfg.MaxSyncInterval = time.Hour
+	}
+	p := &Proxier{cfg: cfg, renderer: nftables.New(cfg.Render)}
+	p.tracker = tracker.New(p.renderer.Config().Family == knftables.IPv6Family)
+	p.runner = runner.New(p.sync, runner.Config{
+		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, Clock: cfg.Clock,
+	})
+	return p
+}
+
+// Run watches the API and syncs until ctx ends.
+func (p *Proxier) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactory(p.cfg.Client, 0)
+	svcReg, err := factory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.onService(obj, false) },
+		UpdateFunc: func(_, obj any) { p.onService(obj, false) },
+		DeleteFunc: func(obj any) { p.onService(obj, true) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching services: %w", err)
+	}
+	epReg, err := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.onSlice(obj, false) },
+		UpdateFunc: func(_, obj any) { p.onSlice(obj, false) },
+		DeleteFunc: func(obj any) { p.onSlice(obj, true) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching endpointslices: %w", err)
+	}
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+	// Syncing before the caches are full would delete the rules of every
+	// service not yet seen.
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, svcReg.HasSynced, epReg.HasSynced) {
+		return nil
+	}
+	p.runner.Loop(ctx)
+	return nil
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func (p *Proxier) onService(obj any, deleted bool) {
+	svc, ok := unwrap(obj).(*v1.Service)
+	if !ok {
+		return
+	}
+	if deleted {
+		p.tracker.OnServiceDelete(svc)
+	} else {
+		p.tracker.OnService(svc)
+	}
+	if p.tracker.Pending() {
+		p.runner.Run()
+	}
+}
+
+func (p *Proxier) onSlice(obj any, deleted bool) {
+	slice, ok := unwrap(obj).(*discovery.EndpointSlice)
+	if !ok {
+		return
+	}
+	if deleted {
+		p.tracker.OnEndpointSliceDelete(slice)
+	} else {
+		p.tracker.OnEndpointSlice(slice)
+	}
+	if p.tracker.Pending() {
+		p.runner.Run()
+	}
+}
+
+// sync is the runner's function: one transaction, full or partial.
+func (p *Proxier) sync(ctx context.Context, periodic bool) error {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	services, changed := p.tracker.Take()
+	full := periodic || p.state == nil
+	tx := p.cfg.NFT.NewTransaction()
+	var next *nftables.State
+	if full {
+		existing, err := p.existing(ctx)
+		if err != nil {
+			p.state = nil
+			return err
+		}
+		next = p.renderer.Full(tx, services, p.state, existing)
+	} else {
+		next = p.renderer.Partial(tx, services, p.state, changed)
+	}
+	if err := p.cfg.NFT.Run(ctx, tx); err != nil {
+		// Partial updated the state in place; it no longer matches the
+		// kernel, so the retry is a full sync from a fresh listing.
+		p.state = nil
+		return fmt.Errorf("syncing service rules (%d operations): %w", tx.NumOperations(), err)
+	}
+	p.state = next
+	for _, c := range next.Conflicts {
+		logger.Error(c, "Service left out in part")
+	}
+	logger.V(2).Info("Synced service rules", "full", full, "services", len(services), "changed", len(changed),
+		"operations", tx.NumOperations(), "took", time.Since(start))
+	return nil
+}
+
+// existing lists the table's chains and sets; nil when the table is absent.
+func (p *Proxier) existing(ctx context.Context) (*nftables.Existing, error) {
+	chains, err := p.cfg.NFT.List(ctx, "chains")
+	if nft.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing chains: %w", err)
+	}
+	sets, err := p.cfg.NFT.List(ctx, "sets")
+	if err != nil && !nft.IsNotFound(err) {
+		return nil, fmt.Errorf("listing sets: %w", err)
+	}
+	return &nftables.Existing{Chains: chains, Sets: sets}, nil
+}

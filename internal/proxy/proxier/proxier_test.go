@@ -1,0 +1,231 @@
+package proxier
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/nft/nfttrace"
+	"github.com/flatnet/flatnet/internal/proxy/nftables"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func a(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func service(name, clusterIP string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.ServiceSpec{
+			Type: v1.ServiceTypeClusterIP, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP},
+			Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromString("web")}},
+		},
+	}
+}
+
+func slice(svc string, ips ...string) *discovery.EndpointSlice {
+	s := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: svc + "-abc", Labels: map[string]string{discovery.LabelServiceName: svc}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr("http"), Protocol: ptr(v1.ProtocolTCP), Port: ptr(int32(8080))}},
+	}
+	for _, ip := range ips {
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{ip}, NodeName: ptr("node-b")})
+	}
+	return s
+}
+
+// eventually polls cond until it holds or fails the test after a while.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, got := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never happened; last: %s", what, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestProxier(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+
+	// A chain left by an earlier run for a service deleted while the agent
+	// was down: the first (full) sync removes it without flushing the table.
+	tx := nf.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Add(&knftables.Chain{Name: "svc-AAAAAAAA-ns/gone/tcp/http"})
+	if err := nf.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	p := New(Config{
+		Client: client, NFT: nf,
+		Render:          nftables.Config{Family: knftables.IPv4Family, NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		MaxSyncInterval: time.Hour,
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	tr := nfttrace.New(nf.Fake, a("10.0.0.1"))
+	trace := func(dst string) (nfttrace.Result, string) {
+		res, err := tr.Trace(nfttrace.Packet{Src: a("10.244.1.5"), Dst: a(dst), Proto: "tcp", DPort: 80})
+		if err != nil {
+			return res, "trace error: " + err.Error()
+		}
+		return res, res.String()
+	}
+	chains := func() []string {
+		nf.RLock()
+		defer nf.RUnlock()
+		var out []string
+		if nf.Table != nil {
+			for name := range nf.Table.Chains {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	hasChainOf := func(svc string) bool {
+		for _, c := range chains() {
+			if strings.Contains(c, "-ns/"+svc+"/") {
+				return true
+			}
+		}
+		return false
+	}
+
+	create := func(obj any) {
+		t.Helper()
+		var err error
+		switch o := obj.(type) {
+		case *v1.Service:
+			_, err = client.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *discovery.EndpointSlice:
+			_, err = client.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A Service and its slice appear: the ClusterIP reaches the endpoint.
+	create(service("web", "10.96.0.10"))
+	create(service("other", "10.96.0.20"))
+	create(slice("web", "10.244.2.7"))
+	create(slice("other", "10.244.3.7"))
+	eventually(t, "ClusterIP reaches the endpoint", func() (bool, string) {
+		res, s := trace("10.96.0.10")
+		return res.DNAT && res.Endpoint() == "10.244.2.7:8080", s
+	})
+	eventually(t, "the other service reaches its endpoint", func() (bool, string) {
+		res, s := trace("10.96.0.20")
+		return res.DNAT && res.Endpoint() == "10.244.3.7:8080", s
+	})
+	if hasChainOf("gone") {
+		t.Errorf("stale chain of a service deleted while down survived the first sync: %v", chains())
+	}
+
+	// The slice changes: a partial sync touches only that service.
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("web", "10.244.2.8"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ClusterIP reaches the new endpoint", func() (bool, string) {
+		res, s := trace("10.96.0.10")
+		return res.DNAT && res.Endpoint() == "10.244.2.8:8080", s
+	})
+	nf.RLock()
+	last := nf.LastTransaction.String()
+	nf.RUnlock()
+	if !strings.Contains(last, "ns/web/") || strings.Contains(last, "ns/other/") || strings.Contains(last, "flush chain ip flatnet-proxy services") {
+		t.Errorf("the slice update's transaction is not limited to ns/web:\n%s", last)
+	}
+	if res, s := trace("10.96.0.20"); !res.DNAT || res.Endpoint() != "10.244.3.7:8080" {
+		t.Errorf("the other service broke: %s", s)
+	}
+
+	// No endpoints left: an immediate reject, not a drop.
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("web"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a service without endpoints rejects", func() (bool, string) {
+		res, s := trace("10.96.0.10")
+		return res.Verdict == nfttrace.Reject && res.RejectWith == "tcp reset", s
+	})
+
+	// The Service goes: its chains go.
+	if err := client.CoreV1().Services("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted service's chains go", func() (bool, string) {
+		res, s := trace("10.96.0.10")
+		return !hasChainOf("web") && res.Verdict == nfttrace.Accept && !res.DNAT, s
+	})
+	if !hasChainOf("other") {
+		t.Errorf("deleting ns/web removed ns/other's chains: %v", chains())
+	}
+}
+
+// failingNFT fails the first n transactions.
+type failingNFT struct {
+	*nft.Fake
+	n int
+}
+
+func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if f.n > 0 {
+		f.n--
+		return &nft.Error{Msg: "nft: injected failure"}
+	}
+	return f.Fake.Run(ctx, tx)
+}
+
+// A failed partial sync is followed by a full one that repairs the table.
+func TestFailedSyncResyncsFully(t *testing.T) {
+	ctx := context.Background()
+	nf := &failingNFT{Fake: nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)}
+	p := New(Config{NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family}})
+	p.tracker.OnService(service("web", "10.96.0.10"))
+	p.tracker.OnEndpointSlice(slice("web", "10.244.2.7"))
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	p.tracker.OnEndpointSlice(slice("web", "10.244.2.8"))
+	nf.n = 1
+	if err := p.sync(ctx, false); err == nil {
+		t.Fatal("sync with a failing nft succeeded")
+	}
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(nf.LastTransaction.String(), "flush chain ip flatnet-proxy services") {
+		t.Errorf("the sync after a failure was not full:\n%s", nf.LastTransaction)
+	}
+	res, err := nfttrace.New(nf.Fake.Fake).Trace(nfttrace.Packet{Src: a("10.244.1.5"), Dst: a("10.96.0.10"), Proto: "tcp", DPort: 80})
+	if err != nil || !res.DNAT || res.Endpoint() != "10.244.2.8:8080" {
+		t.Errorf("after the resync: %v %v", res, err)
+	}
+}
