@@ -10,6 +10,8 @@
 //     what peers need to reach it (flatnet.io/ annotations);
 //   - masquerades pod traffic that leaves the cluster CIDR (masq/) and
 //     turns on IP forwarding;
+//   - with --proxy, serves Services on nftables (internal/proxy/proxier),
+//     one proxier per cluster-CIDR family;
 //   - in lab mode (--lab-runtime), also runs the lab's kubelet
 //     (runtime/), which registers the Node and runs its pods.
 //
@@ -53,6 +55,7 @@ import (
 	"github.com/flatnet/flatnet/internal/agent/runtime"
 	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/kube"
+	"github.com/flatnet/flatnet/internal/proxy/proxier"
 )
 
 // Options are the command's flags.
@@ -73,6 +76,11 @@ type Options struct {
 	CNICacheDir            string
 	Masquerade             bool
 	Resync                 time.Duration
+
+	// Proxy runs the Service proxy (internal/proxy) on nftables.
+	Proxy              bool
+	ProxyMinSyncPeriod time.Duration
+	ProxySyncPeriod    time.Duration
 
 	LabRuntime      bool
 	RuntimeStateDir string
@@ -129,6 +137,9 @@ registers the Node and runs the pods bound to it.`,
 	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "", "libcni's cache dir (lab runtime)")
 	fs.BoolVar(&o.Masquerade, "masquerade", true, "masquerade pod traffic leaving the cluster CIDR")
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "how often to re-check the kernel state even without changes")
+	fs.BoolVar(&o.Proxy, "proxy", false, "also serve Services (ClusterIP, NodePort, LoadBalancer, externalIPs) with nftables, replacing kube-proxy")
+	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
+	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: how often the Service rules are fully resynced")
 	fs.BoolVar(&o.LabRuntime, "lab-runtime", false, "also run the lab's pod runtime (registers the Node and runs its pods)")
 	fs.StringVar(&o.RuntimeStateDir, "runtime-state-dir", "", "lab runtime: pod records, pod files and logs")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "lab runtime: prefix of pod network namespace names")
@@ -201,6 +212,9 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 			errs = append(errs, errors.New("--lab-runtime needs --runtime-state-dir"))
 		}
 	}
+	if o.Proxy && (o.ProxyMinSyncPeriod < 0 || o.ProxySyncPeriod <= 0) {
+		errs = append(errs, fmt.Errorf("--proxy-min-sync-period must be >= 0 and --proxy-sync-period > 0 (got %s, %s)", o.ProxyMinSyncPeriod, o.ProxySyncPeriod))
+	}
 	if o.Resync <= 0 {
 		errs = append(errs, fmt.Errorf("--resync must be positive (got %s)", o.Resync))
 	}
@@ -244,6 +258,13 @@ func Run(ctx context.Context, o Options) error {
 			"cniBinDir", o.CNIBinDir, "missing", missing)
 	}
 
+	var proxiers []*proxier.Proxier
+	if o.Proxy {
+		if proxiers, err = newProxiers(client, o, cidrs); err != nil {
+			return err
+		}
+	}
+
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
@@ -260,6 +281,13 @@ func Run(ctx context.Context, o Options) error {
 					err = errors.New("stopped")
 				}
 				cancel(fmt.Errorf("lab runtime: %w", err))
+			}
+		})
+	}
+	for _, p := range proxiers {
+		wg.Go(func() {
+			if err := runProxier(klog.NewContext(ctx, logger.WithName("proxy")), p); err != nil && ctx.Err() == nil {
+				cancel(fmt.Errorf("proxy: %w", err))
 			}
 		})
 	}
