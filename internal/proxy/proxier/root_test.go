@@ -1,0 +1,115 @@
+package proxier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// nsNFT runs nft inside a test namespace (the exec'd nft inherits the
+// locked thread's namespace).
+type nsNFT struct {
+	*nft.Runner
+	ns string
+}
+
+func (n nsNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	return netns.Do(n.ns, func() error { return n.Runner.Run(ctx, tx) })
+}
+
+func (n nsNFT) List(ctx context.Context, objectType string) (out []string, err error) {
+	err = netns.Do(n.ns, func() error {
+		out, err = n.Runner.List(ctx, objectType)
+		return err
+	})
+	return out, err
+}
+
+// TestRootClusterIP runs the proxier's real ruleset in a "node" namespace
+// wired to a "pod" namespace: a client on the node reaches the pod through
+// the ClusterIP, and once the service has no endpoints it is refused at once.
+func TestRootClusterIP(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	const (
+		nodeAddr  = "10.246.77.1"
+		podAddr   = "10.246.77.2"
+		clusterIP = "10.246.96.10"
+	)
+	testutil.RequireFreeRange(t, "10.246.77.0/24", "10.246.96.0/24")
+	node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	veth := testutil.Name("fpn")
+	testutil.Wire(t, node, veth, []string{nodeAddr + "/24"}, pod, testutil.Name("fpp"), []string{podAddr + "/24"})
+	// Locally generated packets need a route before OUTPUT's DNAT runs.
+	testutil.Run(t, "ip", "-n", testutil.NSName(node), "route", "add", "10.246.96.0/24", "dev", veth)
+	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, pod, podAddr+":0", "pod"))
+	port, _ := strconv.Atoi(portStr)
+
+	table := testutil.Name("fntproxy")
+	runner, err := nft.New(knftables.IPv4Family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Config{
+		Client: client, NFT: nsNFT{Runner: runner, ns: node},
+		Render: nftables.Config{Family: knftables.IPv4Family, Table: table, NodeName: "node-a",
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.77.0/24")}},
+		MaxSyncInterval: time.Hour,
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { // before the namespaces go
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	sl := slice("web", podAddr)
+	sl.Ports[0].Port = ptr(int32(port))
+	if _, err := client.CoreV1().Services("ns").Create(ctx, service("web", clusterIP), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svcAddr := clusterIP + ":80"
+	eventually(t, "the ClusterIP answers from the pod", func() (bool, string) {
+		got, err := testutil.Ask(node, svcAddr)
+		return err == nil && strings.HasPrefix(got, "pod "), fmt.Sprintf("%q %v", got, err)
+	})
+
+	// No endpoints: the connect is refused (TCP reset), not left to time out.
+	sl.Endpoints = nil
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a service without endpoints refuses", func() (bool, string) {
+		_, err := testutil.Ask(node, svcAddr)
+		return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprint(err)
+	})
+	out := testutil.RunIn(t, node, "nft", "list", "table", "ip", table)
+	if !strings.Contains(out, "reject") {
+		t.Errorf("no reject rule in the table:\n%s", out)
+	}
+}
