@@ -20,6 +20,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -31,6 +32,10 @@ import (
 	"github.com/flatnet/flatnet/internal/proxy/runner"
 	"github.com/flatnet/flatnet/internal/proxy/tracker"
 )
+
+// watchSelector leaves out Services and EndpointSlices the proxy must not
+// serve, with the labels kube-proxy honours.
+const watchSelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
 
 // NFT is what the proxier needs from nftables: nft.Runner and nft.Fake
 // (bound to the renderer's family and table) implement it.
@@ -79,7 +84,10 @@ func New(cfg Config) *Proxier {
 
 // Run watches the API and syncs until ctx ends.
 func (p *Proxier) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactory(p.cfg.Client, 0)
+	// As kube-proxy: objects another proxy serves (service-proxy-name) and
+	// headless services' slices (left to DNS) are not even watched.
+	factory := informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = watchSelector }))
 	svcReg, err := factory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.onService(obj, false) },
 		UpdateFunc: func(_, obj any) { p.onService(obj, false) },

@@ -229,3 +229,55 @@ func TestFailedSyncResyncsFully(t *testing.T) {
 		t.Errorf("after the resync: %v %v", res, err)
 	}
 }
+
+// Services another proxy serves (service.kubernetes.io/service-proxy-name)
+// are left alone, as kube-proxy does.
+func TestServiceProxyNameIsLeftOut(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other := service("other", "10.96.0.20")
+	other.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "someone-else"}
+	client := fake.NewClientset(service("web", "10.96.0.10"), slice("web", "10.244.2.7"), other, slice("other", "10.244.3.7"))
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	p := New(Config{Client: client, NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family}})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	tr := nfttrace.New(nf.Fake)
+	trace := func(dst string) (nfttrace.Result, string) {
+		res, err := tr.Trace(nfttrace.Packet{Src: a("10.244.1.5"), Dst: a(dst), Proto: "tcp", DPort: 80})
+		if err != nil {
+			return res, err.Error()
+		}
+		return res, res.String()
+	}
+	eventually(t, "web is served", func() (bool, string) {
+		res, s := trace("10.96.0.10")
+		return res.DNAT, s
+	})
+	if res, s := trace("10.96.0.20"); res.DNAT || res.Verdict != nfttrace.Accept {
+		t.Errorf("a service of another proxy was served: %s", s)
+	}
+}
+
+// Two full syncs of the same objects give the same ruleset.
+func TestFullSyncIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	p := New(Config{NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family}})
+	p.tracker.OnService(service("web", "10.96.0.10"))
+	p.tracker.OnEndpointSlice(slice("web", "10.244.2.7", "10.244.2.8"))
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	first := nf.Dump()
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if second := nf.Dump(); second != first {
+		t.Errorf("second full sync changed the ruleset:\n%s\nthen:\n%s", first, second)
+	}
+	if !strings.Contains(first, "10.244.2.8:8080") {
+		t.Errorf("endpoint missing from the ruleset:\n%s", first)
+	}
+}
