@@ -76,7 +76,7 @@ func New(cfg Config) *Proxier {
 	}
 	p := &Proxier{cfg: cfg, renderer: nftables.New(cfg.Render)}
 	p.tracker = tracker.New(p.renderer.Config().Family == knftables.IPv6Family)
-	p.runner = runner.New(p.sync, runner.Config{
+	p.runner = runner.New(p.syncAndLog, runner.Config{
 		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, Clock: cfg.Clock,
 	})
 	return p
@@ -152,7 +152,17 @@ func (p *Proxier) onSlice(obj any, deleted bool) {
 	}
 }
 
-// sync is the runner's function: one transaction, full or partial.
+// syncAndLog is the runner's function: the runner retries a failed sync
+// and this says why.
+func (p *Proxier) syncAndLog(ctx context.Context, periodic bool) error {
+	err := p.sync(ctx, periodic)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Service rules not synced; retrying with a full sync")
+	}
+	return err
+}
+
+// sync is one transaction, full or partial.
 func (p *Proxier) sync(ctx context.Context, periodic bool) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
