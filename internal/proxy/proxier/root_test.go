@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/knftables"
@@ -19,6 +20,7 @@ import (
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/sysctl"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -112,4 +114,61 @@ func TestRootClusterIP(t *testing.T) {
 	if !strings.Contains(out, "reject") {
 		t.Errorf("no reject rule in the table:\n%s", out)
 	}
+}
+
+// TestRootNodePort: a client in another namespace reaches the pod through
+// the node's address and the NodePort; the node forwards and masquerades
+// (policy Cluster), so the pod sees the node as the client.
+func TestRootNodePort(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	const (
+		nodePodSide = "10.246.79.1"
+		podAddr     = "10.246.79.2"
+		nodeExtSide = "10.246.80.1"
+		clientAddr  = "10.246.80.2"
+		nodePort    = 30080
+	)
+	testutil.RequireFreeRange(t, "10.246.79.0/24", "10.246.80.0/24", "10.246.97.0/24")
+	client, node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
+	testutil.Wire(t, node, testutil.Name("fpn"), []string{nodePodSide + "/24"}, pod, testutil.Name("fpp"), []string{podAddr + "/24"})
+	testutil.Wire(t, client, testutil.Name("fpc"), []string{clientAddr + "/24"}, node, testutil.Name("fpx"), []string{nodeExtSide + "/24"})
+	if err := netns.Do(node, func() error { return sysctl.Set("net.ipv4.ip_forward", "1") }); err != nil {
+		t.Fatal(err)
+	}
+	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, pod, podAddr+":0", "pod"))
+	port, _ := strconv.Atoi(portStr)
+
+	table := testutil.Name("fntproxy")
+	runner, err := nft.New(knftables.IPv4Family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := service("web", "10.246.97.10")
+	svc.Spec.Type = v1.ServiceTypeNodePort
+	svc.Spec.Ports[0].NodePort = nodePort
+	sl := slice("web", podAddr)
+	sl.Ports[0].Port = ptr(int32(port))
+	cs := fake.NewClientset(svc, sl)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Config{
+		Client: cs, NFT: nsNFT{Runner: runner, ns: node},
+		Render: nftables.Config{Family: knftables.IPv4Family, Table: table, NodeName: "node-a",
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.79.0/24")}},
+		MaxSyncInterval: time.Hour,
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	eventually(t, "the NodePort answers from the pod, masqueraded", func() (bool, string) {
+		got, err := testutil.Ask(client, fmt.Sprintf("%s:%d", nodeExtSide, nodePort))
+		return err == nil && got == "pod "+nodePodSide, fmt.Sprintf("%q %v", got, err)
+	})
 }
