@@ -172,3 +172,60 @@ func TestRootNodePort(t *testing.T) {
 		return err == nil && got == "pod "+nodePodSide, fmt.Sprintf("%q %v", got, err)
 	})
 }
+
+// TestRootRestartReconciles: a new proxier (empty state, as after an agent
+// restart) reads the real table and removes the chains and affinity set of
+// a service deleted while it was down, keeping the others; a second full
+// sync changes nothing.
+func TestRootRestartReconciles(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx := context.Background()
+	node := testutil.NewNetNS(t)
+	table := testutil.Name("fntproxy")
+	runner, err := nft.New(knftables.IPv4Family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NFT: nsNFT{Runner: runner, ns: node}, Render: nftables.Config{Family: knftables.IPv4Family, Table: table}}
+	withAffinity := func(s *v1.Service) *v1.Service {
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		return s
+	}
+	list := func() string { return testutil.RunIn(t, node, "nft", "list", "table", "ip", table) }
+
+	first := New(cfg)
+	first.tracker.OnService(service("web", "10.246.98.10"))
+	first.tracker.OnEndpointSlice(slice("web", "10.246.99.2"))
+	first.tracker.OnService(withAffinity(service("gone", "10.246.98.20")))
+	first.tracker.OnEndpointSlice(slice("gone", "10.246.99.3"))
+	if err := first.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	before := list()
+	if !strings.Contains(before, "ns/gone/") || !strings.Contains(before, "set aff-") {
+		t.Fatalf("first sync did not write ns/gone with its affinity set:\n%s", before)
+	}
+
+	second := New(cfg)
+	second.tracker.OnService(service("web", "10.246.98.10"))
+	second.tracker.OnEndpointSlice(slice("web", "10.246.99.2"))
+	if err := second.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	after := list()
+	if strings.Contains(after, "ns/gone/") || strings.Contains(after, "set aff-") || strings.Contains(after, "10.246.98.20") {
+		t.Errorf("the restarted proxier left the deleted service behind:\n%s", after)
+	}
+	if !strings.Contains(after, "10.246.99.2:8080") || !strings.Contains(after, "10.246.98.10") {
+		t.Errorf("the restarted proxier lost ns/web:\n%s", after)
+	}
+	if err := second.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if again := list(); again != after {
+		t.Errorf("a second full sync changed the table:\n%s\nthen:\n%s", after, again)
+	}
+}
