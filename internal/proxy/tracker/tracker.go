@@ -221,12 +221,14 @@ func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *pro
 	m.ExternalLocal = svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 	m.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
 	for _, sp := range svc.Spec.Ports {
-		p := proxy.ServicePort{
-			Name:     sp.Name,
-			Protocol: proxy.Protocol(strings.ToLower(string(protocolOf(sp.Protocol)))),
-			Port:     uint16(sp.Port),
+		proto := proxy.Protocol(strings.ToLower(string(protocolOf(sp.Protocol))))
+		// The API server validates these; a port that slipped through would
+		// make nft refuse the whole transaction, so it is left out here.
+		if (proto != proxy.TCP && proto != proxy.UDP && proto != proxy.SCTP) || !validPort(sp.Port) {
+			continue
 		}
-		if m.Type != proxy.ClusterIP {
+		p := proxy.ServicePort{Name: sp.Name, Protocol: proto, Port: uint16(sp.Port)}
+		if m.Type != proxy.ClusterIP && validPort(sp.NodePort) {
 			p.NodePort = uint16(sp.NodePort)
 		}
 		p.Endpoints = endpoints(sp, slices, fam)
@@ -234,6 +236,8 @@ func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *pro
 	}
 	return m
 }
+
+func validPort(p int32) bool { return p > 0 && p <= 65535 }
 
 func protocolOf(p v1.Protocol) v1.Protocol {
 	if p == "" {
@@ -262,7 +266,7 @@ func endpoints(sp v1.ServicePort, slices []*discovery.EndpointSlice, fam func(ne
 				break
 			}
 		}
-		if port == nil || port.Port == nil || *port.Port <= 0 || *port.Port > 65535 {
+		if port == nil || port.Port == nil || !validPort(*port.Port) {
 			continue
 		}
 		for _, e := range sl.Endpoints {
