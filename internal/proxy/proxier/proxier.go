@@ -42,7 +42,9 @@ const watchSelector = "!service.kubernetes.io/service-proxy-name,!service.kubern
 type NFT interface {
 	NewTransaction() *knftables.Transaction
 	Run(ctx context.Context, tx *knftables.Transaction) error
-	List(ctx context.Context, objectType string) ([]string, error)
+	// ListAll names the table's objects by type ("chain", "set", ...) in
+	// one read; a missing table is nil or a not-found error.
+	ListAll(ctx context.Context) (map[string][]string, error)
 }
 
 // Config configures a Proxier.
@@ -197,16 +199,12 @@ func (p *Proxier) sync(ctx context.Context, periodic bool) error {
 
 // existing lists the table's chains and sets; nil when the table is absent.
 func (p *Proxier) existing(ctx context.Context) (*nftables.Existing, error) {
-	chains, err := p.cfg.NFT.List(ctx, "chains")
-	if nft.IsNotFound(err) {
+	all, err := p.cfg.NFT.ListAll(ctx)
+	if nft.IsNotFound(err) || (err == nil && all == nil) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing chains: %w", err)
+		return nil, fmt.Errorf("listing table: %w", err)
 	}
-	sets, err := p.cfg.NFT.List(ctx, "sets")
-	if err != nil && !nft.IsNotFound(err) {
-		return nil, fmt.Errorf("listing sets: %w", err)
-	}
-	return &nftables.Existing{Chains: chains, Sets: sets}, nil
+	return &nftables.Existing{Chains: all["chain"], Sets: all["set"]}, nil
 }

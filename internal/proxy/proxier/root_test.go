@@ -35,9 +35,9 @@ func (n nsNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return netns.Do(n.ns, func() error { return n.Runner.Run(ctx, tx) })
 }
 
-func (n nsNFT) List(ctx context.Context, objectType string) (out []string, err error) {
+func (n nsNFT) ListAll(ctx context.Context) (out map[string][]string, err error) {
 	err = netns.Do(n.ns, func() error {
-		out, err = n.Runner.List(ctx, objectType)
+		out, err = n.Runner.ListAll(ctx)
 		return err
 	})
 	return out, err
