@@ -1,0 +1,283 @@
+package endpointslice
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	cancel context.CancelFunc
+	client *fake.Clientset
+	c      *Controller
+}
+
+func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	client := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(client, factory, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	t.Cleanup(func() { cancel(); factory.Shutdown() }) // Shutdown waits for the stop
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("cache of %v did not sync", typ)
+		}
+	}
+	return &fixture{t: t, ctx: ctx, cancel: cancel, client: client, c: c}
+}
+
+// sync runs one sync of s and returns its writes (creates, updates, deletes).
+func (f *fixture) sync(s string) [3]int {
+	f.t.Helper()
+	f.client.ClearActions()
+	if err := f.c.Sync(f.ctx, ns+"/"+s); err != nil {
+		f.t.Fatalf("sync %s: %v", s, err)
+	}
+	cr, up, del := writes(f.client)
+	return [3]int{cr, up, del}
+}
+
+// waitSlices waits until the slice cache matches the API (our writes seen).
+func (f *fixture) waitSlices() {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		api := list(f.t, f.client)
+		cached, err := f.c.slices.List(labels.Everything())
+		if err != nil || len(api) != len(cached) {
+			return false, err
+		}
+		for _, a := range api {
+			got, err := f.c.slices.EndpointSlices(a.Namespace).Get(a.Name)
+			if err != nil || got.ResourceVersion != a.ResourceVersion || len(got.Endpoints) != len(a.Endpoints) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		f.t.Fatalf("slice cache did not catch up: %v", err)
+	}
+}
+
+func (f *fixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		f.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// cachedCopies snapshots every object in the informer caches: the
+// pointers, and deep copies to compare them with later.
+func (f *fixture) cachedCopies() (ptrs, copies []runtime.Object) {
+	svcs, _ := f.c.services.List(labels.Everything())
+	pods, _ := f.c.pods.List(labels.Everything())
+	nodes, _ := f.c.nodes.List(labels.Everything())
+	sls, _ := f.c.slices.List(labels.Everything())
+	for _, o := range svcs {
+		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
+	}
+	for _, o := range pods {
+		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
+	}
+	for _, o := range nodes {
+		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
+	}
+	for _, o := range sls {
+		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
+	}
+	return ptrs, copies
+}
+
+func objects(svc *corev1.Service, pods []*corev1.Pod) []runtime.Object {
+	objs := []runtime.Object{svc, node("node-a", "zone-a"), node("node-b", "zone-b")}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	return objs
+}
+
+func TestControllerWritesUpdatesAndRemoves(t *testing.T) {
+	pods := manyPods("s", 250)
+	f := newFixture(t, objects(service("s"), pods)...)
+
+	ptrs, copies := f.cachedCopies()
+	if got := f.sync("s"); got != [3]int{3, 0, 0} {
+		t.Errorf("first sync writes %v, want 3 creates", got)
+	}
+	for i := range ptrs {
+		if d := cmp.Diff(copies[i], ptrs[i]); d != "" {
+			t.Fatalf("sync modified a cached object:\n%s", d)
+		}
+	}
+	f.waitSlices()
+	if got := f.sync("s"); got != [3]int{} {
+		t.Errorf("second sync writes %v, want none", got)
+	}
+	before := map[string]bool{}
+	for _, s := range list(t, f.client) {
+		before[s.Name] = true
+		if len(s.Endpoints) > 100 || s.Labels[discovery.LabelManagedBy] != ManagedBy {
+			t.Errorf("slice %s: %d endpoints, labels %v", s.Name, len(s.Endpoints), s.Labels)
+		}
+	}
+
+	// One pod turns not ready: one slice updated, no churn.
+	p := pods[42].DeepCopy()
+	notReady(p)
+	if _, err := f.client.CoreV1().Pods(ns).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("pod update in cache", func() bool {
+		got, err := f.c.pods.Pods(ns).Get(p.Name)
+		return err == nil && !podReady(got)
+	})
+	ptrs, copies = f.cachedCopies()
+	if got := f.sync("s"); got != [3]int{0, 1, 0} {
+		t.Errorf("one pod changed: writes %v, want 1 update", got)
+	}
+	for i := range ptrs {
+		if d := cmp.Diff(copies[i], ptrs[i]); d != "" {
+			t.Fatalf("sync modified a cached object:\n%s", d)
+		}
+	}
+	found := false
+	for _, s := range list(t, f.client) {
+		if !before[s.Name] {
+			t.Errorf("new slice %s after one pod changed", s.Name)
+		}
+		for _, e := range s.Endpoints {
+			if e.TargetRef.Name == p.Name {
+				found = true
+				if *e.Conditions.Ready || *e.Conditions.Serving {
+					t.Errorf("endpoint of not-ready pod: %+v", e.Conditions)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("pod %s lost its endpoint", p.Name)
+	}
+	f.waitSlices()
+
+	// The Service goes: its slices go with it (no garbage collector).
+	if err := f.client.CoreV1().Services(ns).Delete(f.ctx, "s", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("service deletion in cache", func() bool { _, err := f.c.services.Services(ns).Get("s"); return err != nil })
+	if got := f.sync("s"); got != [3]int{0, 0, 3} {
+		t.Errorf("service deleted: writes %v, want 3 deletes", got)
+	}
+	if left := list(t, f.client); len(left) != 0 {
+		t.Errorf("%d slices left after the Service was deleted", len(left))
+	}
+}
+
+func TestControllerLeavesOthersSlicesAlone(t *testing.T) {
+	svc := service("s")
+	other := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "s-kcm", Namespace: ns, Labels: map[string]string{
+			discovery.LabelServiceName: "s", discovery.LabelManagedBy: "endpointslice-controller.k8s.io",
+		}},
+		AddressType: discovery.AddressTypeIPv4,
+	}
+	f := newFixture(t, append(objects(svc, manyPods("s", 2)), other)...)
+	if got := f.sync("s"); got != [3]int{1, 0, 0} {
+		t.Errorf("writes %v, want 1 create", got)
+	}
+	if _, err := f.client.DiscoveryV1().EndpointSlices(ns).Get(f.ctx, "s-kcm", metav1.GetOptions{}); err != nil {
+		t.Errorf("kube-controller-manager's slice: %v", err)
+	}
+	// A Service without selector: ours go, the user's stay.
+	f.waitSlices()
+	svc = svc.DeepCopy()
+	svc.Spec.Selector = nil
+	if _, err := f.client.CoreV1().Services(ns).Update(f.ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("selector removal in cache", func() bool { s, err := f.c.services.Services(ns).Get("s"); return err == nil && s.Spec.Selector == nil })
+	if got := f.sync("s"); got != [3]int{0, 0, 1} {
+		t.Errorf("selector removed: writes %v, want 1 delete", got)
+	}
+	if left := list(t, f.client); len(left) != 1 || left[0].Name != "s-kcm" {
+		t.Errorf("left: %v", left)
+	}
+}
+
+func TestControllerWaitsForItsOwnWrites(t *testing.T) {
+	f := newFixture(t, objects(service("s"), manyPods("s", 2))...)
+	f.sync("s")
+	// Pretend the cache has not seen the create yet.
+	f.c.mu.Lock()
+	for _, p := range f.c.pending {
+		p["s-notyet"] = true
+	}
+	f.c.mu.Unlock()
+	f.client.ClearActions()
+	if err := f.c.Sync(f.ctx, ns+"/s"); !errors.Is(err, errStale) {
+		t.Errorf("sync on a stale cache: %v, want errStale", err)
+	}
+	if cr, up, del := writes(f.client); cr+up+del != 0 {
+		t.Errorf("stale cache: writes %d/%d/%d, want none", cr, up, del)
+	}
+}
+
+func TestControllerRun(t *testing.T) {
+	f := newFixture(t, objects(service("s"), manyPods("s", 1))...)
+	done := make(chan error, 1)
+	go func() { done <- f.c.Run(f.ctx, 2) }()
+
+	endpoints := func() []string {
+		var names []string
+		for _, s := range list(t, f.client) {
+			for _, e := range s.Endpoints {
+				names = append(names, e.TargetRef.Name)
+			}
+		}
+		return names
+	}
+	f.waitFor("the first pod's endpoint", func() bool { return cmp.Equal(endpoints(), []string{"s-000"}) })
+
+	// A new pod, on the informers' events alone.
+	p := pod("s-new", "s", "node-b", "10.2.0.9")
+	if _, err := f.client.CoreV1().Pods(ns).Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the new pod's endpoint", func() bool { return len(endpoints()) == 2 })
+	if n := len(list(t, f.client)); n != 1 {
+		t.Errorf("%d slices, want 1 (the new pod fills the existing slice)", n)
+	}
+	// A slice deleted behind our back is rewritten.
+	s := list(t, f.client)[0]
+	if err := f.client.DiscoveryV1().EndpointSlices(ns).Delete(f.ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the slice rewritten", func() bool { return len(endpoints()) == 2 })
+	// The Service deleted: slices gone.
+	if err := f.client.CoreV1().Services(ns).Delete(f.ctx, "s", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("no slices", func() bool { return len(list(t, f.client)) == 0 })
+	f.cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
