@@ -117,6 +117,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		Run(context.Context, int) error
 	}
 	var runners []runner
+	startFactories := []informers.SharedInformerFactory{factory}
 	if o.AllocateNodeCIDRs {
 		c, err := nodeipam.New(client, factory.Core().V1().Nodes(), cfg, recorder)
 		if err != nil {
@@ -132,7 +133,13 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		runners = append(runners, b)
 	}
 	if o.EndpointSlices {
-		e, err := endpointslice.New(client, factory, o.MaxEndpointsPerSlice)
+		// Its own factory: with --bind-pods the shared factory's Pod
+		// informer is the binder's, filtered to unbound pods, and the
+		// slices would never see a bound (running) pod.
+		esFactory := informers.NewSharedInformerFactory(client, 0)
+		defer esFactory.Shutdown()
+		startFactories = append(startFactories, esFactory)
+		e, err := endpointslice.New(client, esFactory, o.MaxEndpointsPerSlice)
 		if err != nil {
 			return err
 		}
@@ -140,7 +147,9 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	factory.StartWithContext(ctx)
+	for _, f := range startFactories {
+		f.StartWithContext(ctx)
+	}
 	defer factory.Shutdown()
 
 	logger.Info("Starting", "allocateNodeCIDRs", o.AllocateNodeCIDRs, "bindPods", o.BindPods, "endpointSlices", o.EndpointSlices)
