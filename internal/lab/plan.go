@@ -56,10 +56,16 @@ type Observed struct {
 	Agents       map[string]bool // node name -> agent process running
 	// AgentBackends: node name -> the --backend a running agent was
 	// started with.
-	AgentBackends  map[string]string
-	Router         bool // the router is wired (two-subnet labs)
-	External       bool // the external host's namespace is wired
-	ExternalServer bool // its netexec runs
+	AgentBackends map[string]string
+	// AgentsWithoutProxy: node name -> a running agent was started
+	// without --proxy (a lab from before Services): up restarts it.
+	AgentsWithoutProxy map[string]bool
+	// ControllerWithoutEndpointSlices: the running controller was started
+	// without --endpointslices: up restarts it.
+	ControllerWithoutEndpointSlices bool
+	Router                          bool // the router is wired (two-subnet labs)
+	External                        bool // the external host's namespace is wired
+	ExternalServer                  bool // its netexec runs
 }
 
 // Plan lists the steps that make spec from what is observed. It is pure.
@@ -107,13 +113,19 @@ func Plan(s *Spec, o Observed) []Step {
 	}
 	steps = append(steps,
 		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s", s.HostAddr), Present: o.ControlPlane},
-		Step{Kind: StepController, What: "flatnet controller (node IPAM, pod binder)", Present: o.Controller},
+		Step{Kind: StepController, What: "flatnet controller (node IPAM, pod binder)",
+			Present: o.Controller && !o.ControllerWithoutEndpointSlices,
+			Restart: o.Controller && o.ControllerWithoutEndpointSlices},
 	)
 	for _, n := range s.Nodes {
 		what := fmt.Sprintf("flatnet agent on %s (lab runtime, %s)", n.Name, s.Backend)
 		other := o.Agents[n.Name] && o.AgentBackends[n.Name] != "" && o.AgentBackends[n.Name] != s.Backend
 		if other {
 			what = fmt.Sprintf("flatnet agent on %s (lab runtime, %s; was %s)", n.Name, s.Backend, o.AgentBackends[n.Name])
+		}
+		if o.Agents[n.Name] && o.AgentsWithoutProxy[n.Name] {
+			other = true
+			what += "; was without the Service proxy"
 		}
 		steps = append(steps, Step{Kind: StepAgent, Node: n.Name,
 			What:    what,

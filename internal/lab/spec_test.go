@@ -226,6 +226,18 @@ func TestPlan(t *testing.T) {
 			o.Underlay = false
 			return o
 		}(), "=state dir =binaries +underlay +node(flatnet-node1) +node(flatnet-node2) =control plane =controller ragent(flatnet-node1) ragent(flatnet-node2) +ready"},
+		{"running without Services (no --endpointslices, one agent without --proxy)", func() Observed {
+			o := all
+			o.ControllerWithoutEndpointSlices = true
+			o.AgentsWithoutProxy = map[string]bool{"flatnet-node2": true}
+			return o
+		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane rcontroller =agent(flatnet-node1) ragent(flatnet-node2) +ready"},
+		{"dead controller started without --endpointslices", func() Observed {
+			o := all
+			o.Controller = false
+			o.ControllerWithoutEndpointSlices = true
+			return o
+		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane +controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -247,13 +259,13 @@ func TestArgv(t *testing.T) {
 		" --cni-conf-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/net.d --cni-bin-dir /var/lib/flatnet/lab/flatnet/bin" +
 		" --cni-data-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/networks --cni-cache-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/cache" +
 		" --masquerade=true --lab-runtime --runtime-state-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/runtime" +
-		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin"
+		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy"
 	if got != want {
 		t.Errorf("agent argv:\n got %s\nwant %s", got, want)
 	}
 	got = strings.Join(controllerArgv(s), " ")
 	want = "/var/lib/flatnet/lab/flatnet/bin/flatnet controller --kubeconfig /var/lib/flatnet/lab/flatnet/admin.kubeconfig" +
-		" --cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 --allocate-node-cidrs=true --bind-pods"
+		" --cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 --allocate-node-cidrs=true --bind-pods --endpointslices"
 	if got != want {
 		t.Errorf("controller argv:\n got %s\nwant %s", got, want)
 	}

@@ -160,6 +160,11 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 				kubeconfig = info.Kubeconfig
 			}
 		case StepController:
+			if st.Restart {
+				if err = proc.Stop(s.StateDir, ProcController, 10*time.Second); err != nil {
+					break
+				}
+			}
 			_, err = proc.Start(ProcController, controllerArgv(s), nil, s.StateDir, "")
 		case StepAgent:
 			n, _ := s.Node(st.Node)
@@ -208,7 +213,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs.
 func observe(k kernel, s *Spec) (Observed, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -227,6 +232,7 @@ func observe(k kernel, s *Spec) (Observed, error) {
 		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
 		if o.Agents[n.Name] {
 			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
+			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
 		}
 	}
 	if s.Router != nil {
@@ -241,7 +247,10 @@ func observe(k kernel, s *Spec) (Observed, error) {
 		_, o.ExternalServer = proc.Running(s.StateDir, ProcExternal)
 	}
 	_, _, o.ControlPlane = controlplane.Running(s.StateDir)
-	_, o.Controller = proc.Running(s.StateDir, ProcController)
+	var cpid int
+	if cpid, o.Controller = proc.Running(s.StateDir, ProcController); o.Controller {
+		o.ControllerWithoutEndpointSlices = !hasFlag(cpid, "--endpointslices")
+	}
 	return o, nil
 }
 
@@ -263,7 +272,28 @@ func controllerArgv(s *Spec) []string {
 		"--node-cidr-mask-size", strconv.Itoa(s.NodeCIDRMaskSize),
 		"--allocate-node-cidrs=true",
 		"--bind-pods",
+		// The lab has no kube-controller-manager: flatnet writes the
+		// EndpointSlices the agents' Service proxies read.
+		"--endpointslices",
 	}
+}
+
+// hasFlag reports whether process pid was started with the boolean flag
+// (flag, flag=true or flag=1; false when unreadable).
+func hasFlag(pid int, flag string) bool {
+	argv, err := readArgv(pid)
+	if err != nil {
+		return false
+	}
+	on := false
+	for _, a := range argv {
+		if a == flag {
+			on = true
+		} else if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			on = v == "true" || v == "1"
+		}
+	}
+	return on
 }
 
 // flagOf returns the value of flag in process pid's command line ("" when
@@ -319,5 +349,7 @@ func agentArgv(s *Spec, n Node) []string {
 		"--runtime-state-dir", s.RuntimeDir(n),
 		"--netns-prefix", s.PodNetnsPrefix,
 		"--pod-path", s.BinDir(),
+		// Services: the lab has no kube-proxy.
+		"--proxy",
 	}
 }

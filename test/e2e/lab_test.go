@@ -491,6 +491,8 @@ func TestLab(t *testing.T) {
 
 	t.Run("EgressFromNodeAddress", func(t *testing.T) { checkEgress(t, s, labPods) })
 
+	t.Run("Services", func(t *testing.T) { checkServices(t, l, labPods) })
+
 	t.Run("FullSizePacket", func(t *testing.T) {
 		// host-gw adds no header: pods get the underlay's MTU, and a
 		// packet of that size with DF set crosses to another node.
