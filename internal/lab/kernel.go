@@ -56,7 +56,8 @@ func (k kernel) in(seg segment, fn func() error) error {
 	return netns.Do(seg.ns, fn)
 }
 
-// route is a static route inside an endpoint: dst via a gateway on eth0.
+// route is a static route inside an endpoint: dst via a gateway on eth0,
+// or on-link on eth0 when via is the zero Addr.
 type route struct {
 	dst netip.Prefix
 	via netip.Addr
@@ -96,6 +97,12 @@ func (s *Spec) nodeEndpoint(n Node) endpoint {
 			e.routes = []route{{s.Underlay2, s.Router.IP}}
 		}
 	}
+	// The service CIDR on-link on eth0: without a route (a node has no
+	// default route) a packet to a ClusterIP without endpoints fails at
+	// routing ("network is unreachable") before the proxy's reject in the
+	// forward hook. Nothing on the underlay answers ARP for it, so a
+	// packet to an unknown ClusterIP dies in the node.
+	e.routes = append(e.routes, route{dst: s.ServiceCIDR})
 	return e
 }
 
@@ -155,6 +162,12 @@ func hasRoute(l netlink.Link, r route) (bool, error) {
 		return false, fmt.Errorf("listing routes to %s: %w", r.dst, err)
 	}
 	for _, x := range got {
+		if !r.via.IsValid() {
+			if len(x.Gw) == 0 && x.LinkIndex == l.Attrs().Index {
+				return true, nil
+			}
+			continue
+		}
 		gw, ok := netip.AddrFromSlice(x.Gw)
 		if ok && gw.Unmap() == r.via && x.LinkIndex == l.Attrs().Index {
 			return true, nil
@@ -170,9 +183,12 @@ func ensureRoute(l netlink.Link, r route) error {
 	if err != nil || ok {
 		return err
 	}
-	err = netlink.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(r.dst.Addr(), r.dst.Bits()),
-		Gw: r.via.AsSlice(), Protocol: unix.RTPROT_STATIC, Table: unix.RT_TABLE_MAIN})
-	if err != nil {
+	nr := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(r.dst.Addr(), r.dst.Bits()),
+		Gw: r.via.AsSlice(), Protocol: unix.RTPROT_STATIC, Table: unix.RT_TABLE_MAIN}
+	if !r.via.IsValid() {
+		nr.Gw, nr.Scope = nil, netlink.SCOPE_LINK
+	}
+	if err := netlink.RouteReplace(nr); err != nil {
 		return fmt.Errorf("route %s via %s dev %s: %w", r.dst, r.via, l.Attrs().Name, err)
 	}
 	return nil

@@ -409,10 +409,11 @@ func TestNewSpecTwoSubnets(t *testing.T) {
 	// Routes: nodes reach the other subnet via the router, the host and
 	// the external host reach the second subnet via it; nobody has a
 	// default route.
-	if got := s.nodeEndpoint(s.Nodes[1]).routes; len(got) != 1 || got[0] != (route{p("10.250.0.0/24"), a("10.250.1.1")}) {
+	svc := route{dst: s.ServiceCIDR} // on-link on eth0
+	if got := s.nodeEndpoint(s.Nodes[1]).routes; len(got) != 2 || got[0] != (route{p("10.250.0.0/24"), a("10.250.1.1")}) || got[1] != svc {
 		t.Errorf("node 2 routes %v", got)
 	}
-	if got := s.nodeEndpoint(s.Nodes[0]).routes; len(got) != 1 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) {
+	if got := s.nodeEndpoint(s.Nodes[0]).routes; len(got) != 2 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) || got[1] != svc {
 		t.Errorf("node 1 routes %v", got)
 	}
 	if got := s.hostRoutes(); len(got) != 1 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) {
@@ -434,7 +435,7 @@ func TestNewSpecTwoSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if one.Router != nil || one.External != nil || one.Underlay2.IsValid() || len(one.hostRoutes()) != 0 || len(one.nodeEndpoint(one.Nodes[1]).routes) != 0 {
+	if one.Router != nil || one.External != nil || one.Underlay2.IsValid() || len(one.hostRoutes()) != 0 || len(one.nodeEndpoint(one.Nodes[1]).routes) != 1 {
 		t.Errorf("one subnet: %+v", one)
 	}
 }

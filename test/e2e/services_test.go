@@ -2,10 +2,9 @@ package e2e
 
 // Services in the lab: the controller's EndpointSlices (--endpointslices)
 // and every agent's nftables proxy (--proxy), end to end: ClusterIP from a
-// pod on every node to every endpoint, a deleted endpoint dropped, and
-// NodePort from one node to another node's InternalIP. (A Service without
-// endpoints is not checked here: the lab's nodes have no default route, so
-// the kernel fails such a packet at routing, before the proxy's reject.)
+// pod on every node to every endpoint, an immediate refusal for a Service
+// without endpoints, a deleted endpoint dropped, and NodePort from one
+// node to another node's InternalIP.
 
 import (
 	"context"
@@ -102,9 +101,10 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 		l.waitReady(t, b)
 	}
 	web := l.createService(t, service(label+"-web", corev1.ServiceTypeClusterIP, sel))
+	empty := l.createService(t, service(label+"-none", corev1.ServiceTypeClusterIP, map[string]string{"e2e-service": label + "-nothing"}))
 	np := l.createService(t, service(label+"-np", corev1.ServiceTypeNodePort, sel))
 	vip := web.Spec.ClusterIP
-	t.Logf("services: %s %s (%v), %s nodePort %d", web.Name, vip, backends, np.Name, np.Spec.Ports[0].NodePort)
+	t.Logf("services: %s %s (%v), %s %s, %s nodePort %d", web.Name, vip, backends, empty.Name, empty.Spec.ClusterIP, np.Name, np.Spec.Ports[0].NodePort)
 
 	// seenFrom polls client's /dial to the ClusterIP until every wanted
 	// hostname has answered (and, with exclusive, a round answered only
@@ -149,6 +149,27 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 	t.Run("ClusterIPFromEveryNodeReachesEveryEndpoint", func(t *testing.T) {
 		for _, c := range clients {
 			seenFrom(t, c, backends, true)
+		}
+	})
+
+	t.Run("NoEndpointsRefusedAtOnce", func(t *testing.T) {
+		for _, c := range clients {
+			var last string
+			err := retry(30*time.Second, func() error {
+				answers, errs, err := dialAll(c, empty.Spec.ClusterIP, 80, 1)
+				if err != nil {
+					return err
+				}
+				// A refusal (TCP reset from the proxy), not a dial timeout.
+				last = fmt.Sprintf("answers %q, errors %q", answers, errs)
+				if len(answers) != 0 || len(errs) != 1 || !strings.Contains(errs[0], "connection refused") {
+					return fmt.Errorf("not refused")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("%s -> %s:80 (no endpoints): want connection refused: %v (%s)", c.name, empty.Spec.ClusterIP, err, last)
+			}
 		}
 	})
 
