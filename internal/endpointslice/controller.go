@@ -182,6 +182,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName("endpointslice")
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		if ctx.Err() != nil {
+			return nil // stopped before the caches synced: a clean stop
+		}
 		return errors.New("endpointslice: caches did not sync")
 	}
 	logger.Info("Started", "maxEndpointsPerSlice", c.maxPerSlice)

@@ -135,7 +135,10 @@ func (b *Binder) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx).WithName("binder")
 	ctx = klog.NewContext(ctx, logger)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, b.synced...) {
-		return fmt.Errorf("binder: caches did not sync: %w", ctx.Err())
+		if ctx.Err() != nil {
+			return nil // stopped before the caches synced: a clean stop
+		}
+		return errors.New("binder: caches did not sync")
 	}
 	logger.Info("Started")
 	var wg sync.WaitGroup

@@ -122,7 +122,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx).WithName("nodeipam")
 	ctx = klog.NewContext(ctx, logger)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
-		return fmt.Errorf("nodeipam: node cache did not sync: %w", ctx.Err())
+		if ctx.Err() != nil {
+			return nil // stopped before the cache synced: a clean stop
+		}
+		return errors.New("nodeipam: node cache did not sync")
 	}
 	if err := c.rebuild(ctx); err != nil {
 		return err
