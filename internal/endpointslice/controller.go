@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -31,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/flatnet/flatnet/internal/kube"
 )
 
 // Controller writes EndpointSlices for Services with a selector.
@@ -181,41 +181,15 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName("endpointslice")
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		if ctx.Err() != nil {
-			return nil // stopped before the caches synced: a clean stop
-		}
-		return errors.New("endpointslice: caches did not sync")
+	ctx = klog.NewContext(ctx, logger)
+	if ok, err := kube.WaitForCaches(ctx, "endpointslice", c.synced...); !ok {
+		return err
 	}
 	logger.Info("Started", "maxEndpointsPerSlice", c.maxPerSlice)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(klog.NewContext(ctx, logger)) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.Sync(ctx, key); err != nil {
+	kube.RunWorkers(ctx, c.queue, workers, c.Sync, func(ctx context.Context, key string, err error) {
 		klog.FromContext(ctx).Error(err, "Sync failed, will retry", "service", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	})
+	return nil
 }
 
 // errStale says the slice cache has not seen our last writes yet.

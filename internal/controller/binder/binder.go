@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/flatnet/flatnet/internal/kube"
 )
 
 // ReasonScheduled is the reason of the event on a bound Pod (the
@@ -134,45 +135,18 @@ func (b *Binder) Run(ctx context.Context, workers int) error {
 	defer b.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName("binder")
 	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, b.synced...) {
-		if ctx.Err() != nil {
-			return nil // stopped before the caches synced: a clean stop
-		}
-		return errors.New("binder: caches did not sync")
+	if ok, err := kube.WaitForCaches(ctx, "binder", b.synced...); !ok {
+		return err
 	}
 	logger.Info("Started")
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, b.worker, time.Second) })
-	}
-	<-ctx.Done()
-	b.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (b *Binder) worker(ctx context.Context) {
-	for b.processNext(ctx) {
-	}
-}
-
-func (b *Binder) processNext(ctx context.Context) bool {
-	key, quit := b.queue.Get()
-	if quit {
-		return false
-	}
-	defer b.queue.Done(key)
-	if err := b.sync(ctx, key); err != nil {
+	kube.RunWorkers(ctx, b.queue, workers, b.sync, func(ctx context.Context, key string, err error) {
 		if errors.Is(err, errNoNode) {
 			klog.FromContext(ctx).V(2).Info("Pod waits for a node", "pod", key, "reason", err)
 		} else {
 			klog.FromContext(ctx).Error(err, "Binding failed; will retry", "pod", key)
 		}
-		b.queue.AddRateLimited(key)
-		return true
-	}
-	b.queue.Forget(key)
-	return true
+	})
+	return nil
 }
 
 // sync binds one pod, if it still needs it.

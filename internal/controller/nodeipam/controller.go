@@ -33,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -41,6 +40,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/flatnet/flatnet/internal/kube"
 )
 
 // Event reasons.
@@ -121,24 +122,17 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName("nodeipam")
 	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
-		if ctx.Err() != nil {
-			return nil // stopped before the cache synced: a clean stop
-		}
-		return errors.New("nodeipam: node cache did not sync")
+	if ok, err := kube.WaitForCaches(ctx, "nodeipam", c.synced); !ok {
+		return err
 	}
 	if err := c.rebuild(ctx); err != nil {
 		return err
 	}
 	logger.Info("Started", "clusterCIDR", c.alloc.Cluster(), "nodeMaskSize", c.alloc.maskSize,
 		"subnets", c.alloc.Size(), "inUse", c.alloc.Used())
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	kube.RunWorkers(ctx, c.queue, workers, c.sync, func(ctx context.Context, key string, err error) {
+		klog.FromContext(ctx).Error(err, "Allocating a pod CIDR failed; will retry", "node", key)
+	})
 	return nil
 }
 
@@ -155,26 +149,6 @@ func (c *Controller) rebuild(ctx context.Context) error {
 		c.recordLocked(ctx, n)
 	}
 	return nil
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Allocating a pod CIDR failed; will retry", "node", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 // sync brings one Node in line: record what it has, give it a subnet when
