@@ -569,7 +569,15 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		if needLocal {
 			dispatch(localChain, local)
 		}
-		if hasExternal && len(externalEPs) > 0 {
+		// extReachable: the external entry has somewhere to send some
+		// packets. With policy Local and no endpoint on this node, pods
+		// still reach the service through it (short-circuited to the
+		// internal endpoints) and outside clients are dropped, not
+		// rejected, as kube-proxy does: the load balancer's health check
+		// already steers them away, and a reset would end connections a
+		// retry could have saved.
+		extReachable := len(externalEPs) > 0 || (svc.ExternalLocal && len(all) > 0)
+		if hasExternal && extReachable {
 			var rules []string
 			if svc.ExternalLocal {
 				if len(internalEPs) > 0 {
@@ -579,7 +587,11 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 						}
 					}
 				}
-				rules = append(rules, "fib saddr type local jump "+chainMarkMasq, "goto "+localChain)
+				if len(local) > 0 {
+					rules = append(rules, "fib saddr type local jump "+chainMarkMasq, "goto "+localChain)
+				} else {
+					rules = append(rules, "drop")
+				}
 			} else {
 				rules = append(rules, "jump "+chainMarkMasq, "goto "+svcChain)
 			}
@@ -588,13 +600,19 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 
 		proto := string(sp.Protocol)
 		port := fmt.Sprint(sp.Port)
-		if len(internalEPs) > 0 {
+		switch {
+		case len(internalEPs) > 0:
 			o.elems[elemKey{mapServiceIPs, svc.ClusterIP.String() + " . " + proto + " . " + port}] = "goto " + internalChain
-		} else {
+		case len(all) > 0:
+			// internalTrafficPolicy Local with endpoints only on other
+			// nodes: dropped, as kube-proxy does (the policy promises
+			// traffic never leaves the node).
+			o.elems[elemKey{mapServiceIPs, svc.ClusterIP.String() + " . " + proto + " . " + port}] = "drop"
+		default:
 			o.elems[elemKey{mapNoEndpointIPs, svc.ClusterIP.String() + " . " + proto + " . " + port}] = "goto " + chainReject
 		}
 		for _, a := range extAddrs {
-			if len(externalEPs) > 0 {
+			if extReachable {
 				o.elems[elemKey{mapServiceIPs, a.String() + " . " + proto + " . " + port}] = "goto " + extChain
 			} else {
 				o.elems[elemKey{mapNoEndpointIPs, a.String() + " . " + proto + " . " + port}] = "goto " + chainReject
@@ -602,7 +620,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		}
 		if hasNodePort {
 			np := proto + " . " + fmt.Sprint(sp.NodePort)
-			if len(externalEPs) > 0 {
+			if extReachable {
 				o.elems[elemKey{mapServiceNodePorts, np}] = "goto " + extChain
 			} else {
 				o.elems[elemKey{mapNoEndpointNodePts, np}] = "goto " + chainReject

@@ -125,10 +125,15 @@ func TestPacketFlows(t *testing.T) {
 	itpLocal.InternalLocal = true
 	hairpin := svc("hairpin", "10.96.0.22", 80, local1, remote1)
 	np := nodePort(svc("np", "10.96.0.23", 80, remote1, remote2), 30023)
+	etpEmpty := nodePort(svc("etp-empty", "10.96.0.24", 80), 30024)
+	etpEmpty.ExternalLocal = true
+	itpNoLocal := svc("itp-none", "10.96.0.25", 80, remote1)
+	itpNoLocal.InternalLocal = true
 
 	services := []*proxy.Service{
 		svc("web", "10.96.0.10", 80, local1, remote1, remote2),
 		named, ext, lb, empty, emptyUDP, mixed, draining, gone, etpLocal, etpNoLocal, itpLocal, hairpin, np,
+		etpEmpty, itpNoLocal,
 	}
 	fake, _, _ := load(t, services)
 	tr := nfttrace.New(fake, nodeIP)
@@ -167,8 +172,12 @@ func TestPacketFlows(t *testing.T) {
 			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, nil},
 		{"eTP Local: pod traffic to the NodePort short-circuits to all endpoints", tcp(remotePod, nodeIP, 30019),
 			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, nil},
-		{"eTP Local: no local endpoint rejects external traffic", tcp(outside, nodeIP, 30020), []string{"reject tcp reset"}, nil},
+		{"eTP Local: no local endpoint drops external traffic", tcp(outside, nodeIP, 30020), []string{"drop"}, nil},
+		{"eTP Local: no local endpoint, pod traffic still reaches the others", tcp(remotePod, nodeIP, 30020),
+			[]string{"10.244.2.5:8080"}, nil},
+		{"eTP Local: no endpoints at all rejects", tcp(outside, nodeIP, 30024), []string{"reject tcp reset"}, nil},
 		{"iTP Local: ClusterIP only to local endpoints", tcp(remotePod, a("10.96.0.21"), 80), []string{"10.244.1.5:8080"}, nil},
+		{"iTP Local: no local endpoint drops", tcp(remotePod, a("10.96.0.25"), 80), []string{"drop"}, nil},
 		{"hairpin: a pod reaching itself is masqueraded", tcp(a("10.244.1.5"), a("10.96.0.22"), 80),
 			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, []string{"10.244.1.5:8080"}},
 	}
