@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/proxier"
 )
@@ -40,6 +41,8 @@ func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) (
 			// kube-proxy's defaults: --min-sync-period 1s, --sync-period 30s.
 			MinSyncInterval: o.ProxyMinSyncPeriod,
 			MaxSyncInterval: o.ProxySyncPeriod,
+			// Stale UDP/SCTP flows are deleted in the agent's own netns.
+			Conntrack: conntrack.Netlink{},
 		}))
 	}
 	return out, nil

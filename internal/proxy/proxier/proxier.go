@@ -11,6 +11,13 @@
 // nor leaves chains of services deleted while it was down. Every other sync
 // is partial: only the services the tracker saw change, in a transaction
 // whose size follows the change.
+//
+// After each successful sync, UDP and SCTP conntrack entries the change
+// left stale are deleted (proxy/conntrack): from the services' models as
+// the last sync programmed them and as they are now. The first sync after
+// a start, and the one after a failed cleanup, cannot know what changed
+// before, so they list the table instead and delete what points to no
+// serving endpoint, leaving every live flow alone.
 package proxier
 
 import (
@@ -28,6 +35,8 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/runner"
 	"github.com/flatnet/flatnet/internal/proxy/tracker"
@@ -57,6 +66,9 @@ type Config struct {
 	MinSyncInterval time.Duration
 	MaxSyncInterval time.Duration
 	Clock           runner.Clock // the system clock when nil
+	// Conntrack, when set, is where stale UDP and SCTP entries are
+	// deleted after each sync (conntrack.Netlink{} on a node).
+	Conntrack conntrack.Interface
 }
 
 // Proxier keeps one family's Service rules in sync with the API.
@@ -66,9 +78,18 @@ type Proxier struct {
 	tracker  *tracker.Tracker
 	runner   *runner.Runner
 
+	ipv6 bool
+
+	// Only the runner's goroutine touches the fields below.
+
 	// state is what the last successful sync wrote; nil forces a full sync.
-	// Only the runner's goroutine touches it.
 	state *nftables.State
+	// ctPrevious holds, for each service changed since the last
+	// successful sync, its model as that sync programmed it.
+	ctPrevious map[string]*proxy.Service
+	// ctReconcile asks the next cleanup to list the conntrack table
+	// rather than trust ctPrevious (at start, after a failed cleanup).
+	ctReconcile bool
 }
 
 // New returns a proxier; Run starts it.
@@ -76,8 +97,9 @@ func New(cfg Config) *Proxier {
 	if cfg.MaxSyncInterval <= 0 {
 		cfg.MaxSyncInterval = time.Hour
 	}
-	p := &Proxier{cfg: cfg, renderer: nftables.New(cfg.Render)}
-	p.tracker = tracker.New(p.renderer.Config().Family == knftables.IPv6Family)
+	p := &Proxier{cfg: cfg, renderer: nftables.New(cfg.Render), ctPrevious: map[string]*proxy.Service{}, ctReconcile: true}
+	p.ipv6 = p.renderer.Config().Family == knftables.IPv6Family
+	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
 		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, Clock: cfg.Clock,
 	})
@@ -168,7 +190,13 @@ func (p *Proxier) syncAndLog(ctx context.Context, periodic bool) error {
 func (p *Proxier) sync(ctx context.Context, periodic bool) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	services, changed := p.tracker.Take()
+	round := p.tracker.Take()
+	services, changed := round.Services, round.Changed
+	for key, prev := range round.Previous {
+		if _, ok := p.ctPrevious[key]; !ok {
+			p.ctPrevious[key] = prev
+		}
+	}
 	full := periodic || p.state == nil
 	tx := p.cfg.NFT.NewTransaction()
 	var next *nftables.State
@@ -194,7 +222,50 @@ func (p *Proxier) sync(ctx context.Context, periodic bool) error {
 	}
 	logger.V(2).Info("Synced service rules", "full", full, "services", len(services), "changed", len(changed),
 		"operations", tx.NumOperations(), "took", time.Since(start))
+	p.cleanupConntrack(ctx, services)
 	return nil
+}
+
+// cleanupConntrack deletes the conntrack entries the changes since the
+// last successful sync made stale. A failure is logged, not returned: the
+// rules are in place, and the next sync reconciles the whole table.
+func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Service) {
+	previous := p.ctPrevious
+	p.ctPrevious = map[string]*proxy.Service{}
+	if p.cfg.Conntrack == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	var filters []conntrack.Filter
+	if p.ctReconcile {
+		entries, err := p.cfg.Conntrack.List(p.ipv6)
+		if err != nil {
+			logger.Error(err, "Listing conntrack entries failed; retrying after the next sync")
+			return
+		}
+		p.ctReconcile = false
+		filters = conntrack.Reconcile(services, entries)
+	} else {
+		current := make(map[string]*proxy.Service, len(previous))
+		for _, svc := range services {
+			if _, ok := previous[svc.Key()]; ok {
+				current[svc.Key()] = svc
+			}
+		}
+		for key, prev := range previous {
+			filters = append(filters, conntrack.Stale(prev, current[key])...)
+		}
+	}
+	if len(filters) == 0 {
+		return
+	}
+	n, err := p.cfg.Conntrack.Delete(p.ipv6, filters)
+	if err != nil {
+		p.ctReconcile = true
+		logger.Error(err, "Deleting stale conntrack entries failed; the next sync reconciles the table", "filters", len(filters), "deleted", n)
+		return
+	}
+	logger.V(2).Info("Deleted stale conntrack entries", "filters", len(filters), "deleted", n)
 }
 
 // existing lists the table's chains and sets; nil when the table is absent.

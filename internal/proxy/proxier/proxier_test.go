@@ -2,11 +2,13 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/nft/nfttrace"
+	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 )
 
@@ -279,5 +283,113 @@ func TestFullSyncIsIdempotent(t *testing.T) {
 	}
 	if !strings.Contains(first, "10.244.2.8:8080") {
 		t.Errorf("endpoint missing from the ruleset:\n%s", first)
+	}
+}
+
+func udpService(name, clusterIP string) *v1.Service {
+	s := service(name, clusterIP)
+	s.Spec.Type = v1.ServiceTypeNodePort
+	s.Spec.Ports = []v1.ServicePort{{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, NodePort: 30053}}
+	return s
+}
+
+func udpSlice(svc string, ips ...string) *discovery.EndpointSlice {
+	s := slice(svc, ips...)
+	s.Ports = []discovery.EndpointPort{{Name: ptr("dns"), Protocol: ptr(v1.ProtocolUDP), Port: ptr(int32(5353))}}
+	return s
+}
+
+// Conntrack cleanup after syncs: the first reconciles the listed table
+// (live flows kept), later ones delete what each change made stale, and a
+// change whose sync failed is cleaned after the sync that succeeds.
+func TestConntrackCleanup(t *testing.T) {
+	ctx := context.Background()
+	nf := &failingNFT{Fake: nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)}
+	ct := conntrack.NewFake()
+	udp := func(dst, src string) conntrack.Entry {
+		return conntrack.Entry{Protocol: proxy.UDP, OrigDst: netip.MustParseAddrPort(dst), ReplySrc: netip.MustParseAddrPort(src)}
+	}
+	live := udp("10.96.0.53:53", "10.244.2.7:5353")
+	ct.Add(false, live, udp("10.96.0.53:53", "10.244.2.9:5353"), udp("10.96.0.53:53", "10.96.0.53:53"))
+	p := New(Config{NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family}, Conntrack: ct})
+	p.tracker.OnService(udpService("dns", "10.96.0.53"))
+	p.tracker.OnEndpointSlice(udpSlice("dns", "10.244.2.7"))
+	p.tracker.OnService(service("web", "10.96.0.10")) // TCP: never cleaned
+	p.tracker.OnEndpointSlice(slice("web", "10.244.2.7"))
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"udp orig-dst 10.96.0.53:53 reply-src 10.244.2.9:5353",
+		"udp orig-dst 10.96.0.53:53 reply-src 10.96.0.53:53",
+	}
+	if diff := cmp.Diff(want, ct.Filters()); diff != "" {
+		t.Errorf("first sync's cleanup (-want +got):\n%s", diff)
+	}
+	if got, _ := ct.List(false); len(got) != 1 || got[0] != live {
+		t.Errorf("after the first sync the table holds %v; want only the live flow %v", got, live)
+	}
+
+	// The endpoint is replaced: entries DNATed to it go.
+	ct.Deleted = nil
+	p.tracker.OnEndpointSlice(udpSlice("dns", "10.244.2.8"))
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{
+		"udp orig-dst *:30053 reply-src 10.244.2.7:5353",
+		"udp orig-dst 10.96.0.53:53 reply-src 10.244.2.7:5353",
+	}
+	if diff := cmp.Diff(want, ct.Filters()); diff != "" {
+		t.Errorf("cleanup after a replaced endpoint (-want +got):\n%s", diff)
+	}
+	if got, _ := ct.List(false); len(got) != 0 {
+		t.Errorf("the flow to the removed endpoint survived: %v", got)
+	}
+
+	// No endpoints, then the sync of the next change fails: nothing is
+	// deleted until a sync succeeds, and then the whole change counts
+	// (from 10.244.2.8 to 10.244.2.10, through no endpoints).
+	ct.Deleted = nil
+	p.tracker.OnEndpointSlice(udpSlice("dns"))
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	ct.Deleted = nil
+	p.tracker.OnEndpointSlice(udpSlice("dns", "10.244.2.10"))
+	nf.n = 1
+	if err := p.sync(ctx, false); err == nil {
+		t.Fatal("sync with a failing nft succeeded")
+	}
+	if len(ct.Deleted) != 0 {
+		t.Errorf("conntrack cleaned after a failed sync: %v", ct.Filters())
+	}
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{
+		"udp orig-dst *:30053 reply-src *",
+		"udp orig-dst 10.96.0.53:53 reply-src *",
+	}
+	if diff := cmp.Diff(want, ct.Filters()); diff != "" {
+		t.Errorf("cleanup when endpoints come back (-want +got):\n%s", diff)
+	}
+
+	// A failed cleanup makes the next one a reconcile of the table.
+	ct.Deleted = nil
+	ct.Err = errors.New("injected")
+	p.tracker.OnEndpointSlice(udpSlice("dns", "10.244.2.11"))
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatalf("a conntrack failure failed the sync: %v", err)
+	}
+	ct.Err = nil
+	ct.Add(false, udp("10.96.0.53:53", "10.244.2.10:5353"), udp("10.96.0.53:53", "10.244.2.11:5353"))
+	p.tracker.OnService(service("other", "10.96.0.20"))
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"udp orig-dst 10.96.0.53:53 reply-src 10.244.2.10:5353"}
+	if diff := cmp.Diff(want, ct.Filters()); diff != "" {
+		t.Errorf("reconcile after a failed cleanup (-want +got):\n%s", diff)
 	}
 }

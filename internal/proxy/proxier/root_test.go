@@ -19,6 +19,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/sysctl"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -228,4 +229,141 @@ func TestRootRestartReconciles(t *testing.T) {
 	if again := list(); again != after {
 		t.Errorf("a second full sync changed the table:\n%s\nthen:\n%s", after, again)
 	}
+}
+
+// nsConntrack runs the kernel's conntrack calls inside a test namespace.
+type nsConntrack struct{ ns string }
+
+func (c nsConntrack) List(ipv6 bool) (out []conntrack.Entry, err error) {
+	err = netns.Do(c.ns, func() error {
+		out, err = conntrack.Netlink{}.List(ipv6)
+		return err
+	})
+	return out, err
+}
+
+func (c nsConntrack) Delete(ipv6 bool, filters []conntrack.Filter) (n int, err error) {
+	err = netns.Do(c.ns, func() error {
+		n, err = conntrack.Netlink{}.Delete(ipv6, filters)
+		return err
+	})
+	return n, err
+}
+
+// udpServer answers every datagram on addr inside nsPath with name. It
+// stops when the returned function is called or t ends.
+func udpServer(t *testing.T, nsPath, addr, name string) (stop func()) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := netns.Do(nsPath, func() (err error) {
+		pc, err = net.ListenPacket("udp", addr)
+		return err
+	}); err != nil {
+		t.Fatalf("listening on udp %s: %v", addr, err)
+	}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte(name), from)
+		}
+	}()
+	t.Cleanup(func() { pc.Close() })
+	return func() { pc.Close() }
+}
+
+// TestRootUDPEndpointReplaced: a UDP client that keeps one socket (one
+// source port, so one conntrack entry) to a ClusterIP keeps getting
+// answers after its endpoint is replaced by another: the proxier deletes
+// the entry DNATed to the old endpoint. Without the cleanup every datagram
+// would still go to the old endpoint until the client paused for the
+// conntrack timeout.
+func TestRootUDPEndpointReplaced(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	const (
+		nodeAddr  = "10.246.81.1"
+		podA      = "10.246.81.2"
+		podB      = "10.246.81.3"
+		clusterIP = "10.246.98.53"
+		port      = 5353
+	)
+	testutil.RequireFreeRange(t, "10.246.81.0/24", "10.246.98.0/24")
+	node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	veth := testutil.Name("fpn")
+	testutil.Wire(t, node, veth, []string{nodeAddr + "/24"}, pod, testutil.Name("fpp"), []string{podA + "/24", podB + "/24"})
+	testutil.Run(t, "ip", "-n", testutil.NSName(node), "route", "add", "10.246.98.0/24", "dev", veth)
+	stopA := udpServer(t, pod, fmt.Sprintf("%s:%d", podA, port), "A")
+	udpServer(t, pod, fmt.Sprintf("%s:%d", podB, port), "B")
+
+	table := testutil.Name("fntproxy")
+	runner, err := nft.New(knftables.IPv4Family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := udpService("dns", clusterIP)
+	svc.Spec.Type = v1.ServiceTypeClusterIP
+	svc.Spec.Ports[0].NodePort = 0
+	sl := udpSlice("dns", podA)
+	sl.Ports[0].Port = ptr(int32(port))
+	client := fake.NewClientset(svc, sl)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Config{
+		Client: client, NFT: nsNFT{Runner: runner, ns: node},
+		Render:          nftables.Config{Family: knftables.IPv4Family, Table: table, NodeName: "node-a"},
+		MaxSyncInterval: time.Hour,
+		Conntrack:       nsConntrack{ns: node},
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	// One connected socket for the whole test: its source port never
+	// changes, so every datagram belongs to one conntrack entry.
+	var conn net.Conn
+	if err := netns.Do(node, func() (err error) {
+		conn, err = net.Dial("udp", clusterIP+":53")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ask := func() (string, error) {
+		if _, err := conn.Write([]byte("ping")); err != nil {
+			return "", err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		buf := make([]byte, 64)
+		n, err := conn.Read(buf)
+		return string(buf[:n]), err
+	}
+	eventually(t, "the ClusterIP answers from endpoint A", func() (bool, string) {
+		got, err := ask()
+		return got == "A", fmt.Sprintf("%q %v", got, err)
+	})
+	if out := testutil.RunIn(t, node, "nft", "list", "table", "ip", table); !strings.Contains(out, podA) {
+		t.Fatalf("no DNAT to %s:\n%s", podA, out)
+	}
+
+	// A goes away and B replaces it; the client keeps its socket and
+	// keeps sending.
+	stopA()
+	sl.Endpoints[0].Addresses = []string{podB}
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the same socket gets answers from endpoint B", func() (bool, string) {
+		got, err := ask()
+		return got == "B", fmt.Sprintf("%q %v", got, err)
+	})
 }

@@ -125,24 +125,37 @@ func (t *Tracker) Pending() bool {
 	return len(t.previous) > 0
 }
 
-// Take returns every current service, sorted by key, and the keys that
-// changed since the last Take (a changed key absent from services was
-// deleted), and starts a new round. The models are not shared with the
-// tracker's later updates: each event builds fresh ones.
-func (t *Tracker) Take() ([]*proxy.Service, map[string]bool) {
+// Round is what a Take hands over.
+type Round struct {
+	// Services are every current service, sorted by key. The models are
+	// not shared with the tracker's later updates: each event builds
+	// fresh ones.
+	Services []*proxy.Service
+	// Changed names the keys that changed since the previous Take; a
+	// changed key absent from Services was deleted.
+	Changed map[string]bool
+	// Previous holds, for each changed key, its model at the previous
+	// Take (nil when it did not exist then): what the last sync
+	// programmed, which conntrack cleanup compares with.
+	Previous map[string]*proxy.Service
+}
+
+// Take returns every current service and what changed since the last
+// Take, and starts a new round.
+func (t *Tracker) Take() Round {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	changed := make(map[string]bool, len(t.previous))
+	r := Round{Changed: make(map[string]bool, len(t.previous)), Previous: t.previous}
 	for k := range t.previous {
-		changed[k] = true
+		r.Changed[k] = true
 	}
 	t.previous = map[string]*proxy.Service{}
-	out := make([]*proxy.Service, 0, len(t.models))
+	r.Services = make([]*proxy.Service, 0, len(t.models))
 	for _, m := range t.models {
-		out = append(out, m)
+		r.Services = append(r.Services, m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
-	return out, changed
+	sort.Slice(r.Services, func(i, j int) bool { return r.Services[i].Key() < r.Services[j].Key() })
+	return r
 }
 
 // build returns the model of key from the stored objects, nil when the

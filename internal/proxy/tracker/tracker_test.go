@@ -146,9 +146,13 @@ func TestTrackerChanges(t *testing.T) {
 	tr.OnService(svc)
 	tr.OnEndpointSlice(sl)
 	tr.OnService(service("other"))
-	got, changed := tr.Take()
+	r := tr.Take()
+	got, changed := r.Services, r.Changed
 	if diff := cmp.Diff(map[string]bool{"ns/web": true, "ns/other": true}, changed); diff != "" {
 		t.Fatalf("changed after adds (-want +got):\n%s", diff)
+	}
+	if p, ok := r.Previous["ns/web"]; !ok || p != nil {
+		t.Fatalf("previous of a new service: %+v, %v; want nil, true", p, ok)
 	}
 	if len(got) != 2 || got[0].Key() != "ns/other" || got[1].Key() != "ns/web" || len(got[1].Ports[0].Endpoints) != 1 {
 		t.Fatalf("services after adds: %+v", got)
@@ -171,18 +175,22 @@ func TestTrackerChanges(t *testing.T) {
 		t.Fatal("a new endpoint is not pending")
 	}
 	tr.OnEndpointSlice(sl)
-	if _, changed := tr.Take(); len(changed) != 0 {
+	if changed := tr.Take().Changed; len(changed) != 0 {
 		t.Fatalf("changed after a reverted update: %v", changed)
 	}
 
 	// A slice change touches only its service.
 	tr.OnEndpointSlice(slice("web", "web-1", 8080, ep("10.1.0.3")))
-	got, changed = tr.Take()
+	r = tr.Take()
+	got, changed = r.Services, r.Changed
 	if diff := cmp.Diff(map[string]bool{"ns/web": true}, changed); diff != "" {
 		t.Fatalf("changed after slice update (-want +got):\n%s", diff)
 	}
 	if e := got[1].Ports[0].Endpoints; len(e) != 1 || e[0].IP != a("10.1.0.3") {
 		t.Fatalf("endpoints after slice update: %+v", e)
+	}
+	if p := r.Previous["ns/web"]; p == nil || len(p.Ports[0].Endpoints) != 1 || p.Ports[0].Endpoints[0].IP != a("10.1.0.2") {
+		t.Fatalf("previous after slice update: %+v; want the model with 10.1.0.2", p)
 	}
 
 	// Slices without a service label are ignored; a slice for a service
@@ -193,7 +201,8 @@ func TestTrackerChanges(t *testing.T) {
 		t.Fatal("slices without a service made a change")
 	}
 	tr.OnService(service("late"))
-	got, changed = tr.Take()
+	r = tr.Take()
+	got, changed = r.Services, r.Changed
 	if !changed["ns/late"] || len(changed) != 1 || len(got) != 3 || len(got[0].Ports[0].Endpoints) != 1 {
 		t.Fatalf("late service: changed %v, services %+v", changed, got)
 	}
@@ -201,9 +210,13 @@ func TestTrackerChanges(t *testing.T) {
 	// Deletes.
 	tr.OnServiceDelete(svc)
 	tr.OnEndpointSliceDelete(sl)
-	got, changed = tr.Take()
+	r = tr.Take()
+	got, changed = r.Services, r.Changed
 	if diff := cmp.Diff(map[string]bool{"ns/web": true}, changed); diff != "" {
 		t.Fatalf("changed after delete (-want +got):\n%s", diff)
+	}
+	if p := r.Previous["ns/web"]; p == nil || p.Ports[0].Endpoints[0].IP != a("10.1.0.3") {
+		t.Fatalf("previous of a deleted service: %+v", p)
 	}
 	for _, s := range got {
 		if s.Key() == "ns/web" {
