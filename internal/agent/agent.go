@@ -86,6 +86,8 @@ type Options struct {
 	RuntimeStateDir string
 	NetnsPrefix     string
 	PodPath         string
+
+	ProxyOnlyOptions // --proxy-only: the Service proxy alone, replacing kube-proxy (proxyonly.go)
 }
 
 // NewCommand returns `flatnet agent`.
@@ -144,6 +146,7 @@ registers the Node and runs the pods bound to it.`,
 	fs.StringVar(&o.RuntimeStateDir, "runtime-state-dir", "", "lab runtime: pod records, pod files and logs")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "lab runtime: prefix of pod network namespace names")
 	fs.StringVar(&o.PodPath, "pod-path", "", "lab runtime: directory put first on containers' PATH")
+	addProxyOnlyFlags(fs, &o)
 	kube.AddLogFlags(fs)
 	return cmd
 }
@@ -223,6 +226,9 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 
 // Run runs the agent until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	if o.ProxyOnly || o.usesProxyOnlyFlags() {
+		return runProxyOnly(ctx, o)
+	}
 	cidrs, err := o.validate()
 	if err != nil {
 		return err
