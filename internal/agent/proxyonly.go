@@ -62,6 +62,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/proxier"
 	"github.com/flatnet/flatnet/internal/sysctl"
@@ -570,6 +571,8 @@ func proxyOnlyProxiers(client kubernetes.Interface, s *proxyOnlySettings, render
 			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s.
 			MinSyncInterval: s.MinSyncPeriod,
 			MaxSyncInterval: s.SyncPeriod,
+			// Stale UDP/SCTP flows are deleted in the node's netns.
+			Conntrack: conntrack.Netlink{},
 		}))
 	}
 	return out, nil
