@@ -81,6 +81,10 @@ type Options struct {
 	Proxy              bool
 	ProxyMinSyncPeriod time.Duration
 	ProxySyncPeriod    time.Duration
+	// MetricsBindAddress and HealthzBindAddress are the proxy's servers
+	// (IP:port; "" or "0": off).
+	MetricsBindAddress string
+	HealthzBindAddress string
 
 	LabRuntime      bool
 	RuntimeStateDir string
@@ -140,8 +144,7 @@ registers the Node and runs the pods bound to it.`,
 	fs.BoolVar(&o.Masquerade, "masquerade", true, "masquerade pod traffic leaving the cluster CIDR")
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "how often to re-check the kernel state even without changes")
 	fs.BoolVar(&o.Proxy, "proxy", false, "also serve Services (ClusterIP, NodePort, LoadBalancer, externalIPs) with nftables, replacing kube-proxy")
-	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
-	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: how often the Service rules are fully resynced")
+	addProxyFlags(fs, &o)
 	fs.BoolVar(&o.LabRuntime, "lab-runtime", false, "also run the lab's pod runtime (registers the Node and runs its pods)")
 	fs.StringVar(&o.RuntimeStateDir, "runtime-state-dir", "", "lab runtime: pod records, pod files and logs")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "lab runtime: prefix of pod network namespace names")

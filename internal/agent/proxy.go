@@ -2,21 +2,209 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
+	"sync"
+	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/conntrack"
+	"github.com/flatnet/flatnet/internal/proxy/healthcheck"
+	"github.com/flatnet/flatnet/internal/proxy/metrics"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/proxier"
 )
 
+// Defaults of the proxy's servers. kube-proxy serves metrics on
+// 127.0.0.1:10249 too, but health on 0.0.0.0:10256; flatnet keeps both on
+// loopback unless asked, so pods cannot reach them.
+const (
+	DefaultMetricsBindAddress = "127.0.0.1:10249"
+	DefaultHealthzBindAddress = "127.0.0.1:10256"
+)
+
+// addProxyFlags registers the Service proxy's tuning and server flags.
+func addProxyFlags(fs *pflag.FlagSet, o *Options) {
+	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
+	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: how often the Service rules are fully resynced")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", DefaultMetricsBindAddress,
+		"--proxy: IP:port of the proxy's Prometheus metrics (/metrics, kube-proxy's metrics named flatnet_*); \"\" or \"0\" disables. "+
+			"Loopback by default (as kube-proxy's), so pods cannot read it; 0.0.0.0:10249 for a scraper on another host")
+	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", DefaultHealthzBindAddress,
+		"--proxy: IP:port of the proxy's /healthz and /livez (200 while rule syncs keep up with the API, else 503); \"\" or \"0\" disables. "+
+			"Loopback by default, unlike kube-proxy's 0.0.0.0:10256, so pods cannot reach it; set 0.0.0.0:10256 when a load balancer or a probe from off the node checks it")
+}
+
+// proxyServersConfig configures the servers of a node's proxiers.
+type proxyServersConfig struct {
+	NodeName string
+	// SyncPeriod: /healthz fails when a change waits more than twice it.
+	SyncPeriod time.Duration
+	// MetricsBindAddress, HealthzBindAddress: IP:port; "" or "0" disables.
+	MetricsBindAddress string
+	HealthzBindAddress string
+	// HardFail makes a server that cannot listen an error that stops the
+	// proxy (kube-proxy's bindAddressHardFail); otherwise it is logged and
+	// retried every 5 s, as kube-proxy does.
+	HardFail bool
+}
+
+// proxyServers are what a node's proxiers (one per IP family) share: the
+// metrics, /healthz and /livez (healthy when every family is). Both
+// --proxy and --proxy-only build them with newProxyServers, give every
+// proxier's config to configure, and let the first proxier run them.
+type proxyServers struct {
+	cfg     proxyServersConfig
+	client  kubernetes.Interface
+	metrics *metrics.Metrics
+	health  *healthcheck.ProxierHealth
+	// configured counts the proxiers configured so far.
+	configured int
+}
+
+// newProxyServers validates the addresses and builds the servers; client
+// (nil in tests) is used to follow the Node's eligibility for /healthz.
+func newProxyServers(client kubernetes.Interface, cfg proxyServersConfig) (*proxyServers, error) {
+	var errs []error
+	for _, a := range []struct{ flag, value string }{
+		{"--metrics-bind-address", cfg.MetricsBindAddress}, {"--healthz-bind-address", cfg.HealthzBindAddress},
+	} {
+		if err := checkBindAddress(a.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", a.flag, a.value, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m := metrics.New()
+	return &proxyServers{
+		cfg:     cfg,
+		client:  client,
+		metrics: m,
+		health: healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{
+			NodeName: cfg.NodeName,
+			// kube-proxy's healthzTimeout.
+			Timeout: 2 * cfg.SyncPeriod,
+			Served:  m.Served,
+		}),
+	}, nil
+}
+
+// bindDisabled reports whether a bind address turns its server off.
+func bindDisabled(addr string) bool { return addr == "" || addr == "0" }
+
+// checkBindAddress accepts IP:port, or "" and "0" (disabled).
+func checkBindAddress(addr string) error {
+	if bindDisabled(addr) {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w (want IP:port, e.g. 127.0.0.1:10256, or \"\" to disable)", err)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return fmt.Errorf("%q is not an IP address (want IP:port)", host)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// configure gives cfg (one family's proxier) its metrics and health
+// handles; the first proxier configured counts Service changes (every
+// proxier sees every Service) and runs the servers.
+func (s *proxyServers) configure(cfg *proxier.Config) {
+	family := metrics.IPv4
+	if cfg.Render.Family == knftables.IPv6Family {
+		family = metrics.IPv6
+	}
+	first := s.configured == 0
+	s.configured++
+	cfg.Metrics = s.metrics.Proxier(family, first)
+	cfg.Health = s.health.Family(family)
+	if first {
+		cfg.Serve = s.run
+	}
+}
+
+// run serves until ctx ends.
+func (s *proxyServers) run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	start := func(name, addr string, serve func(context.Context, string) error) {
+		if bindDisabled(addr) {
+			return
+		}
+		wg.Go(func() {
+			if err := serveRetrying(ctx, logger, name, addr, serve, s.cfg.HardFail); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	start("metrics", s.cfg.MetricsBindAddress, s.metrics.Serve)
+	start("healthz", s.cfg.HealthzBindAddress, s.health.Serve)
+	if s.client != nil && s.cfg.NodeName != "" {
+		wg.Go(func() {
+			if err := s.health.WatchNode(ctx, s.client); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	<-ctx.Done()
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// serveRetrying runs serve until ctx ends. A failure (the address in use,
+// say) is returned with hardFail, else logged and retried after 5 s.
+func serveRetrying(ctx context.Context, logger klog.Logger, name, addr string, serve func(context.Context, string) error, hardFail bool) error {
+	for {
+		err := serve(ctx, addr)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		if hardFail {
+			return fmt.Errorf("%s server: %w", name, err)
+		}
+		logger.Error(err, "Proxy server failed; retrying", "server", name, "address", addr, "in", "5s")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
 // newProxiers returns one Service proxier per family of the cluster CIDRs
-// (--proxy), each on its own nftables table.
+// (--proxy), each on its own nftables table; the first also runs the
+// metrics and health servers.
 func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) ([]*proxier.Proxier, error) {
+	servers, err := newProxyServers(client, proxyServersConfig{
+		NodeName:           o.NodeName,
+		SyncPeriod:         o.ProxySyncPeriod,
+		MetricsBindAddress: o.MetricsBindAddress,
+		HealthzBindAddress: o.HealthzBindAddress,
+	})
+	if err != nil {
+		return nil, err
+	}
 	byFamily := map[knftables.Family][]netip.Prefix{}
 	for _, c := range cidrs {
 		fam := knftables.IPv4Family
@@ -34,7 +222,7 @@ func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) (
 		if err != nil {
 			return nil, fmt.Errorf("--proxy: %w", err)
 		}
-		out = append(out, proxier.New(proxier.Config{
+		cfg := proxier.Config{
 			Client: client,
 			NFT:    runner,
 			Render: nftables.Config{Family: fam, NodeName: o.NodeName, ClusterCIDRs: byFamily[fam]},
@@ -43,7 +231,9 @@ func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) (
 			MaxSyncInterval: o.ProxySyncPeriod,
 			// Stale UDP/SCTP flows are deleted in the agent's own netns.
 			Conntrack: conntrack.Netlink{},
-		}))
+		}
+		servers.configure(&cfg)
+		out = append(out, proxier.New(cfg))
 	}
 	return out, nil
 }

@@ -22,6 +22,7 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,8 @@ import (
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/conntrack"
+	"github.com/flatnet/flatnet/internal/proxy/healthcheck"
+	"github.com/flatnet/flatnet/internal/proxy/metrics"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/runner"
 	"github.com/flatnet/flatnet/internal/proxy/tracker"
@@ -69,6 +72,15 @@ type Config struct {
 	// Conntrack, when set, is where stale UDP and SCTP entries are
 	// deleted after each sync (conntrack.Netlink{} on a node).
 	Conntrack conntrack.Interface
+	// Metrics, when set, records this proxier's metrics.
+	Metrics *metrics.Proxier
+	// Health, when set, is told of queued changes and successful syncs
+	// (/healthz, /livez).
+	Health *healthcheck.Family
+	// Serve, when set, runs for as long as Run does, from before the
+	// caches sync: the node's metrics and health servers, which one of
+	// its proxiers carries. An error from it ends Run.
+	Serve func(ctx context.Context) error
 }
 
 // Proxier keeps one family's Service rules in sync with the API.
@@ -90,6 +102,9 @@ type Proxier struct {
 	// ctReconcile asks the next cleanup to list the conntrack table
 	// rather than trust ctPrevious (at start, after a failed cleanup).
 	ctReconcile bool
+	// triggers are the EndpointSlice trigger times of the changes not
+	// yet synced (kept across failed syncs).
+	triggers []time.Time
 }
 
 // New returns a proxier; Run starts it.
@@ -108,6 +123,30 @@ func New(cfg Config) *Proxier {
 
 // Run watches the API and syncs until ctx ends.
 func (p *Proxier) Run(ctx context.Context) error {
+	if p.cfg.Serve != nil {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			err := p.cfg.Serve(ctx)
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("stopped")
+			}
+			cancel(err)
+		}()
+		err := p.run(ctx)
+		cancel(nil)
+		<-served
+		if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = fmt.Errorf("proxy servers: %w", cause)
+		}
+		return err
+	}
+	return p.run(ctx)
+}
+
+func (p *Proxier) run(ctx context.Context) error {
 	// As kube-proxy: objects another proxy serves (service-proxy-name) and
 	// headless services' slices (left to DNS) are not even watched.
 	factory := informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0,
@@ -156,9 +195,8 @@ func (p *Proxier) onService(obj any, deleted bool) {
 	} else {
 		p.tracker.OnService(svc)
 	}
-	if p.tracker.Pending() {
-		p.runner.Run()
-	}
+	p.cfg.Metrics.ServiceChanged()
+	p.queue()
 }
 
 func (p *Proxier) onSlice(obj any, deleted bool) {
@@ -171,9 +209,35 @@ func (p *Proxier) onSlice(obj any, deleted bool) {
 	} else {
 		p.tracker.OnEndpointSlice(slice)
 	}
-	if p.tracker.Pending() {
-		p.runner.Run()
+	if slice.AddressType == p.addressType() && slice.Labels[discovery.LabelServiceName] != "" {
+		p.cfg.Metrics.EndpointsChanged()
 	}
+	p.queue()
+}
+
+func (p *Proxier) addressType() discovery.AddressType {
+	if p.ipv6 {
+		return discovery.AddressTypeIPv6
+	}
+	return discovery.AddressTypeIPv4
+}
+
+// queue asks for a sync when the event left a change to program.
+func (p *Proxier) queue() {
+	p.cfg.Metrics.SetPending(p.tracker.PendingChanges())
+	if !p.tracker.Pending() {
+		return
+	}
+	p.cfg.Health.QueuedUpdate()
+	p.cfg.Metrics.Queued(p.now())
+	p.runner.Run()
+}
+
+func (p *Proxier) now() time.Time {
+	if p.cfg.Clock != nil {
+		return p.cfg.Clock.Now()
+	}
+	return time.Now()
 }
 
 // syncAndLog is the runner's function: the runner retries a failed sync
@@ -187,17 +251,28 @@ func (p *Proxier) syncAndLog(ctx context.Context, periodic bool) error {
 }
 
 // sync is one transaction, full or partial.
-func (p *Proxier) sync(ctx context.Context, periodic bool) error {
+func (p *Proxier) sync(ctx context.Context, periodic bool) (err error) {
 	logger := klog.FromContext(ctx)
-	start := time.Now()
+	start := p.now()
 	round := p.tracker.Take()
+	p.cfg.Metrics.SetPending(p.tracker.PendingChanges())
 	services, changed := round.Services, round.Changed
 	for key, prev := range round.Previous {
 		if _, ok := p.ctPrevious[key]; !ok {
 			p.ctPrevious[key] = prev
 		}
 	}
+	for _, ts := range round.TriggerTimes {
+		p.triggers = append(p.triggers, ts...)
+	}
 	full := periodic || p.state == nil
+	defer func() {
+		p.cfg.Metrics.SyncDone(full, p.now().Sub(start))
+		if err != nil {
+			// The rules lag the API until a sync succeeds.
+			p.cfg.Health.QueuedUpdate()
+		}
+	}()
 	tx := p.cfg.NFT.NewTransaction()
 	var next *nftables.State
 	if full {
@@ -214,16 +289,52 @@ func (p *Proxier) sync(ctx context.Context, periodic bool) error {
 		// Partial updated the state in place; it no longer matches the
 		// kernel, so the retry is a full sync from a fresh listing.
 		p.state = nil
+		p.cfg.Metrics.SyncFailed()
 		return fmt.Errorf("syncing service rules (%d operations): %w", tx.NumOperations(), err)
 	}
 	p.state = next
+	done := p.now()
+	p.cfg.Health.Updated()
+	p.cfg.Metrics.Synced(done)
+	for _, t := range p.triggers {
+		p.cfg.Metrics.ProgrammingLatency(done.Sub(t))
+	}
+	p.triggers = nil
+	p.cfg.Metrics.NoLocalEndpoints(noLocalEndpoints(services, p.renderer.Config().NodeName))
 	for _, c := range next.Conflicts {
 		logger.Error(c, "Service left out in part")
 	}
 	logger.V(2).Info("Synced service rules", "full", full, "services", len(services), "changed", len(changed),
-		"operations", tx.NumOperations(), "took", time.Since(start))
+		"operations", tx.NumOperations(), "took", done.Sub(start))
 	p.cleanupConntrack(ctx, services)
 	return nil
+}
+
+// noLocalEndpoints counts the service ports with traffic policy Local that
+// have usable endpoints but none on node, for internal traffic (the
+// ClusterIP) and external traffic (NodePort, external and load-balancer
+// IPs), as kube-proxy's metric does. A port with no endpoint at all is
+// rejected, which is another matter.
+func noLocalEndpoints(services []*proxy.Service, node string) (internal, external int) {
+	for _, svc := range services {
+		if !svc.InternalLocal && !svc.ExternalLocal {
+			continue
+		}
+		for i := range svc.Ports {
+			sp := &svc.Ports[i]
+			if len(proxy.Usable(sp.Endpoints, "")) == 0 || (node != "" && len(proxy.Usable(sp.Endpoints, node)) > 0) {
+				continue
+			}
+			if svc.InternalLocal {
+				internal++
+			}
+			reachable := sp.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0
+			if svc.ExternalLocal && reachable {
+				external++
+			}
+		}
+	}
+	return internal, external
 }
 
 // cleanupConntrack deletes the conntrack entries the changes since the
@@ -260,6 +371,7 @@ func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Servic
 		return
 	}
 	n, err := p.cfg.Conntrack.Delete(p.ipv6, filters)
+	p.cfg.Metrics.ConntrackDeleted(n)
 	if err != nil {
 		p.ctReconcile = true
 		logger.Error(err, "Deleting stale conntrack entries failed; the next sync reconciles the table", "filters", len(filters), "deleted", n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"github.com/flatnet/flatnet/internal/nft/nfttrace"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/conntrack"
+	"github.com/flatnet/flatnet/internal/proxy/healthcheck"
+	"github.com/flatnet/flatnet/internal/proxy/metrics"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 )
 
@@ -393,3 +396,147 @@ func TestConntrackCleanup(t *testing.T) {
 		t.Errorf("reconcile after a failed cleanup (-want +got):\n%s", diff)
 	}
 }
+
+// gather returns the value of metric name{labels} ("" for none) from m,
+// counting a histogram by its sample count.
+func gather(t *testing.T, m *metrics.Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue metric
+				}
+			}
+			switch {
+			case mt.Counter != nil:
+				return mt.Counter.GetValue()
+			case mt.Gauge != nil:
+				return mt.Gauge.GetValue()
+			case mt.Histogram != nil:
+				return float64(mt.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// The proxier feeds its metrics and health: changes counted and pending
+// until a sync, durations and timestamps per sync, the network programming
+// latency from the slices' trigger times, failures, and /healthz turning
+// 503 when a change waits past the timeout because syncs fail.
+func TestProxierMetricsAndHealth(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Now()}
+	nf := &failingNFT{Fake: nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)}
+	m := metrics.New()
+	h := healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{NodeName: "node-a", Timeout: time.Minute, Now: clock.Now})
+	p := New(Config{NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family, NodeName: "node-a"}, Clock: clock,
+		Metrics: m.Proxier(metrics.IPv4, true), Health: h.Family(metrics.IPv4)})
+	v4 := map[string]string{"ip_family": "IPv4"}
+
+	triggered := slice("web", "10.244.2.7")
+	triggered.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: time.Now().Add(time.Millisecond).Format(time.RFC3339Nano)}
+	p.onService(service("web", "10.96.0.10"), false)
+	p.onSlice(triggered, false)
+	v6 := slice("web", "fd00::7")
+	v6.Name, v6.AddressType = "web-v6", discovery.AddressTypeIPv6
+	p.onSlice(v6, false) // the IPv6 proxier's to count
+	local := service("local", "10.96.0.30")
+	local.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
+	p.onService(local, false)
+	p.onSlice(slice("local", "10.244.3.3"), false) // on node-b only
+	for name, want := range map[string]float64{
+		"flatnet_sync_proxy_rules_service_changes_total":    2,
+		"flatnet_sync_proxy_rules_endpoint_changes_total":   2,
+		"flatnet_sync_proxy_rules_service_changes_pending":  2,
+		"flatnet_sync_proxy_rules_endpoint_changes_pending": 2,
+	} {
+		if got := gather(t, m, name, nil); got != want {
+			t.Errorf("before the sync: %s = %v, want %v", name, got, want)
+		}
+	}
+	if got := gather(t, m, "flatnet_sync_proxy_rules_last_queued_timestamp_seconds", v4); got == 0 {
+		t.Error("no last queued timestamp")
+	}
+
+	clock.step(time.Second)
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		"flatnet_sync_proxy_rules_service_changes_pending":  0,
+		"flatnet_sync_proxy_rules_endpoint_changes_pending": 0,
+	} {
+		if got := gather(t, m, name, nil); got != want {
+			t.Errorf("after the sync: %s = %v, want %v", name, got, want)
+		}
+	}
+	for name, want := range map[string]float64{
+		"flatnet_sync_proxy_rules_duration_seconds":         1,
+		"flatnet_sync_full_proxy_rules_duration_seconds":    1,
+		"flatnet_sync_partial_proxy_rules_duration_seconds": 0,
+		"flatnet_network_programming_duration_seconds":      1,
+		"flatnet_sync_proxy_rules_last_timestamp_seconds":   float64(clock.Now().UnixNano()) / 1e9,
+	} {
+		if got := gather(t, m, name, v4); got != want {
+			t.Errorf("after the sync: %s = %v, want %v", name, got, want)
+		}
+	}
+	if got := gather(t, m, "flatnet_sync_proxy_rules_no_local_endpoints_total", map[string]string{"ip_family": "IPv4", "traffic_policy": "internal"}); got != 1 {
+		t.Errorf("no local endpoints (internal) = %v, want 1", got)
+	}
+
+	// Syncs fail while a change waits: unhealthy after the timeout.
+	p.onSlice(slice("web", "10.244.2.8"), false)
+	nf.n = 100
+	for range 3 {
+		clock.step(30 * time.Second)
+		if err := p.sync(ctx, false); err == nil {
+			t.Fatal("sync with a failing nft succeeded")
+		}
+	}
+	if got := gather(t, m, "flatnet_sync_proxy_rules_nftables_sync_failures_total", v4); got != 3 {
+		t.Errorf("sync failures = %v, want 3", got)
+	}
+	if got := gather(t, m, "flatnet_sync_proxy_rules_duration_seconds", v4); got != 4 {
+		t.Errorf("failed syncs' durations not observed: count %v, want 4", got)
+	}
+	if h.IsHealthy() {
+		t.Error("healthy although the change has waited 90s with a 60s timeout")
+	}
+	nf.n = 0
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if !h.IsHealthy() {
+		t.Error("unhealthy after a successful sync")
+	}
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func (c *fakeClock) After(time.Duration) <-chan time.Time { return make(chan time.Time) }

@@ -38,6 +38,16 @@ type Tracker struct {
 	// previous holds, for every key changed since the last Take, the model
 	// at the last Take (nil when the service did not exist then).
 	previous map[string]*proxy.Service
+
+	// For metrics, since the last Take: the keys changed by a Service
+	// event, the number of EndpointSlice events that changed something,
+	// and the slices' last-change-trigger-times per key.
+	serviceEvents  map[string]bool
+	endpointEvents int
+	triggers       map[string][]time.Time
+	// start: trigger times from before the tracker existed are not
+	// this proxy's latency.
+	start time.Time
 }
 
 // New returns a tracker for IPv4 (ipv6 false) or IPv6 services.
@@ -48,17 +58,23 @@ func New(ipv6 bool) *Tracker {
 		slices:   map[string]map[string]*discovery.EndpointSlice{},
 		models:   map[string]*proxy.Service{},
 		previous: map[string]*proxy.Service{},
+
+		serviceEvents: map[string]bool{},
+		triggers:      map[string][]time.Time{},
+		start:         time.Now(),
 	}
 }
 
 // OnService records svc as added or updated.
 func (t *Tracker) OnService(svc *v1.Service) {
-	t.update(svc.Namespace+"/"+svc.Name, func(key string) { t.services[key] = svc })
+	key := svc.Namespace + "/" + svc.Name
+	t.update(key, func() { t.services[key] = svc }, func(changed bool) { t.serviceEvent(key, changed) })
 }
 
 // OnServiceDelete records that svc is gone.
 func (t *Tracker) OnServiceDelete(svc *v1.Service) {
-	t.update(svc.Namespace+"/"+svc.Name, func(key string) { delete(t.services, key) })
+	key := svc.Namespace + "/" + svc.Name
+	t.update(key, func() { delete(t.services, key) }, func(changed bool) { t.serviceEvent(key, changed) })
 }
 
 // OnEndpointSlice records slice's new state. Slices without the
@@ -68,14 +84,14 @@ func (t *Tracker) OnEndpointSlice(slice *discovery.EndpointSlice) {
 	if !ok {
 		return
 	}
-	t.update(key, func(key string) {
+	t.update(key, func() {
 		m := t.slices[key]
 		if m == nil {
 			m = map[string]*discovery.EndpointSlice{}
 			t.slices[key] = m
 		}
 		m[slice.Name] = slice
-	})
+	}, func(changed bool) { t.endpointEvent(key, slice, false, changed) })
 }
 
 // OnEndpointSliceDelete records that slice is gone.
@@ -84,12 +100,40 @@ func (t *Tracker) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
 	if !ok {
 		return
 	}
-	t.update(key, func(key string) {
+	t.update(key, func() {
 		delete(t.slices[key], slice.Name)
 		if len(t.slices[key]) == 0 {
 			delete(t.slices, key)
 		}
-	})
+	}, func(changed bool) { t.endpointEvent(key, slice, true, changed) })
+}
+
+func (t *Tracker) serviceEvent(key string, changed bool) {
+	if changed {
+		t.serviceEvents[key] = true
+	}
+}
+
+// endpointEvent notes a slice event for metrics. As kube-proxy: only
+// slices of the tracker's family count, and only when they changed
+// something; a deletion's trigger time would be the slice's last update,
+// not the deletion, so it drops the key's times instead.
+func (t *Tracker) endpointEvent(key string, slice *discovery.EndpointSlice, deleted, changed bool) {
+	want := discovery.AddressTypeIPv4
+	if t.ipv6 {
+		want = discovery.AddressTypeIPv6
+	}
+	if slice.AddressType != want || !changed {
+		return
+	}
+	t.endpointEvents++
+	if deleted {
+		delete(t.triggers, key)
+		return
+	}
+	if at, err := time.Parse(time.RFC3339Nano, slice.Annotations[v1.EndpointsLastChangeTriggerTime]); err == nil && at.After(t.start) {
+		t.triggers[key] = append(t.triggers[key], at)
+	}
 }
 
 func sliceService(slice *discovery.EndpointSlice) (string, bool) {
@@ -100,22 +144,31 @@ func sliceService(slice *discovery.EndpointSlice) (string, bool) {
 	return slice.Namespace + "/" + name, true
 }
 
-func (t *Tracker) update(key string, apply func(key string)) {
+// update applies one event to key's objects, rebuilds its model and tells
+// after whether the model changed.
+func (t *Tracker) update(key string, apply func(), after func(changed bool)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, pending := t.previous[key]; !pending {
-		t.previous[key] = t.models[key]
+	before, pending := t.models[key], false
+	if _, pending = t.previous[key]; !pending {
+		t.previous[key] = before
 	}
-	apply(key)
+	apply()
 	cur := t.build(key)
 	if cur == nil {
 		delete(t.models, key)
 	} else {
 		t.models[key] = cur
 	}
-	if reflect.DeepEqual(t.previous[key], cur) {
+	same := reflect.DeepEqual(t.previous[key], cur)
+	if same {
 		delete(t.previous, key)
 	}
+	changed := !same
+	if pending {
+		changed = !reflect.DeepEqual(before, cur)
+	}
+	after(changed)
 }
 
 // Pending reports whether any service changed since the last Take.
@@ -123,6 +176,20 @@ func (t *Tracker) Pending() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.previous) > 0
+}
+
+// PendingChanges returns, for metrics, how many services a Service event
+// left changed, and how many EndpointSlice events of the tracker's family
+// arrived, since the last Take.
+func (t *Tracker) PendingChanges() (services, endpoints int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.serviceEvents {
+		if _, ok := t.previous[k]; ok {
+			services++
+		}
+	}
+	return services, t.endpointEvents
 }
 
 // Round is what a Take hands over.
@@ -138,6 +205,10 @@ type Round struct {
 	// Take (nil when it did not exist then): what the last sync
 	// programmed, which conntrack cleanup compares with.
 	Previous map[string]*proxy.Service
+	// TriggerTimes holds, for changed keys, the last-change-trigger-times
+	// of the EndpointSlice updates that changed them (for the network
+	// programming latency).
+	TriggerTimes map[string][]time.Time
 }
 
 // Take returns every current service and what changed since the last
@@ -145,11 +216,15 @@ type Round struct {
 func (t *Tracker) Take() Round {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := Round{Changed: make(map[string]bool, len(t.previous)), Previous: t.previous}
+	r := Round{Changed: make(map[string]bool, len(t.previous)), Previous: t.previous, TriggerTimes: map[string][]time.Time{}}
 	for k := range t.previous {
 		r.Changed[k] = true
+		if ts := t.triggers[k]; len(ts) > 0 {
+			r.TriggerTimes[k] = ts
+		}
 	}
 	t.previous = map[string]*proxy.Service{}
+	t.serviceEvents, t.endpointEvents, t.triggers = map[string]bool{}, 0, map[string][]time.Time{}
 	r.Services = make([]*proxy.Service, 0, len(t.models))
 	for _, m := range t.models {
 		r.Services = append(r.Services, m)

@@ -230,3 +230,44 @@ func TestTrackerChanges(t *testing.T) {
 		t.Fatal("add+delete between syncs left a change")
 	}
 }
+
+// The metrics' inputs: pending counts and the slices' trigger times.
+func TestTrackerMetricsInputs(t *testing.T) {
+	tr := New(false)
+	triggered := func(s *discovery.EndpointSlice, at time.Time) *discovery.EndpointSlice {
+		s.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339Nano)}
+		return s
+	}
+	t1 := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	t2 := t1.Add(time.Second)
+	tr.OnService(service("web"))
+	tr.OnEndpointSlice(triggered(slice("web", "web-1", 8080, ep("10.1.0.2")), t1))
+	tr.OnEndpointSlice(triggered(slice("web", "web-1", 8080, ep("10.1.0.3")), t2))
+	// Changes nothing: not counted, its time not kept.
+	tr.OnEndpointSlice(triggered(slice("web", "web-1", 8080, ep("10.1.0.3")), t2.Add(time.Second)))
+	// Another family's slice: not this tracker's change.
+	v6 := triggered(slice("web", "web-v6", 8080, ep("fd00::2")), t2)
+	v6.AddressType = discovery.AddressTypeIPv6
+	tr.OnEndpointSlice(v6)
+	// From before the tracker started: no latency of ours.
+	tr.OnService(service("old"))
+	tr.OnEndpointSlice(triggered(slice("old", "old-1", 8080, ep("10.1.0.9")), time.Now().Add(-time.Hour)))
+	if s, e := tr.PendingChanges(); s != 2 || e != 3 {
+		t.Errorf("PendingChanges = %d services, %d endpoint changes; want 2, 3", s, e)
+	}
+	r := tr.Take()
+	want := map[string][]time.Time{"ns/web": {t1, t2}}
+	if diff := cmp.Diff(want, r.TriggerTimes); diff != "" {
+		t.Errorf("trigger times (-want +got):\n%s", diff)
+	}
+	if s, e := tr.PendingChanges(); s != 0 || e != 0 {
+		t.Errorf("PendingChanges after Take = %d, %d", s, e)
+	}
+
+	// A slice deletion drops the key's trigger times (kube-proxy's rule).
+	tr.OnEndpointSlice(triggered(slice("web", "web-1", 8080, ep("10.1.0.4")), t2.Add(time.Second)))
+	tr.OnEndpointSliceDelete(slice("web", "web-1", 8080))
+	if r := tr.Take(); len(r.TriggerTimes) != 0 || !r.Changed["ns/web"] {
+		t.Errorf("after a slice deletion: changed %v, trigger times %v", r.Changed, r.TriggerTimes)
+	}
+}
