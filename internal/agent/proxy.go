@@ -58,14 +58,18 @@ type proxyServersConfig struct {
 }
 
 // proxyServers are what a node's proxiers (one per IP family) share: the
-// metrics, /healthz and /livez (healthy when every family is). Both
+// metrics, /healthz and /livez (healthy when every family is), and the
+// healthCheckNodePort listeners of LoadBalancer Services with
+// externalTrafficPolicy Local (opened and closed by the proxiers' syncs,
+// closed when the servers stop). Both
 // --proxy and --proxy-only build them with newProxyServers, give every
 // proxier's config to configure, and let the first proxier run them.
 type proxyServers struct {
-	cfg     proxyServersConfig
-	client  kubernetes.Interface
-	metrics *metrics.Metrics
-	health  *healthcheck.ProxierHealth
+	cfg      proxyServersConfig
+	client   kubernetes.Interface
+	metrics  *metrics.Metrics
+	health   *healthcheck.ProxierHealth
+	services *healthcheck.ServiceHealth
 	// configured counts the proxiers configured so far.
 	configured int
 }
@@ -85,16 +89,18 @@ func newProxyServers(client kubernetes.Interface, cfg proxyServersConfig) (*prox
 		return nil, err
 	}
 	m := metrics.New()
+	health := healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{
+		NodeName: cfg.NodeName,
+		// kube-proxy's healthzTimeout.
+		Timeout: 2 * cfg.SyncPeriod,
+		Served:  m.Served,
+	})
 	return &proxyServers{
-		cfg:     cfg,
-		client:  client,
-		metrics: m,
-		health: healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{
-			NodeName: cfg.NodeName,
-			// kube-proxy's healthzTimeout.
-			Timeout: 2 * cfg.SyncPeriod,
-			Served:  m.Served,
-		}),
+		cfg:      cfg,
+		client:   client,
+		metrics:  m,
+		health:   health,
+		services: healthcheck.NewServiceHealth(healthcheck.ServiceHealthConfig{ProxyHealthy: health.IsHealthy}),
 	}, nil
 }
 
@@ -131,6 +137,7 @@ func (s *proxyServers) configure(cfg *proxier.Config) {
 	s.configured++
 	cfg.Metrics = s.metrics.Proxier(family, first)
 	cfg.Health = s.health.Family(family)
+	cfg.ServiceHealth = s.services.Family(family)
 	if first {
 		cfg.Serve = s.run
 	}
@@ -162,6 +169,7 @@ func (s *proxyServers) run(ctx context.Context) error {
 		})
 	}
 	<-ctx.Done()
+	s.services.Close()
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

@@ -61,7 +61,8 @@ func TestProxyServersConfig(t *testing.T) {
 	v6 := proxier.Config{Render: nftables.Config{Family: knftables.IPv6Family}}
 	s.configure(&v4)
 	s.configure(&v6)
-	if v4.Serve == nil || v6.Serve != nil || v4.Metrics == nil || v6.Metrics == nil || v4.Health == nil || v6.Health == nil {
+	if v4.Serve == nil || v6.Serve != nil || v4.Metrics == nil || v6.Metrics == nil || v4.Health == nil || v6.Health == nil ||
+		v4.ServiceHealth == nil || v6.ServiceHealth == nil {
 		t.Errorf("configured: %+v / %+v", v4, v6)
 	}
 }

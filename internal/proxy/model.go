@@ -42,7 +42,11 @@ type Service struct {
 	AffinityTimeout time.Duration
 	ExternalLocal   bool // externalTrafficPolicy: Local
 	InternalLocal   bool // internalTrafficPolicy: Local
-	Ports           []ServicePort
+	// HealthCheckNodePort is spec.healthCheckNodePort of a LoadBalancer
+	// with externalTrafficPolicy Local (0 otherwise): the agent answers
+	// load balancers' health checks there, the rules leave it alone.
+	HealthCheckNodePort uint16
+	Ports               []ServicePort
 }
 
 // Key is "namespace/name".

@@ -24,11 +24,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -77,6 +79,9 @@ type Config struct {
 	// Health, when set, is told of queued changes and successful syncs
 	// (/healthz, /livez).
 	Health *healthcheck.Family
+	// ServiceHealth, when set, gets after each successful sync the
+	// services with a healthCheckNodePort and their local endpoints.
+	ServiceHealth *healthcheck.ServiceFamily
 	// Serve, when set, runs for as long as Run does, from before the
 	// caches sync: the node's metrics and health servers, which one of
 	// its proxiers carries. An error from it ends Run.
@@ -301,6 +306,11 @@ func (p *Proxier) sync(ctx context.Context, periodic bool) (err error) {
 	}
 	p.triggers = nil
 	p.cfg.Metrics.NoLocalEndpoints(noLocalEndpoints(services, p.renderer.Config().NodeName))
+	if p.cfg.ServiceHealth != nil {
+		if err := p.cfg.ServiceHealth.Sync(healthChecks(services, p.renderer.Config().NodeName)); err != nil {
+			logger.Error(err, "Health check node port not served")
+		}
+	}
 	for _, c := range next.Conflicts {
 		logger.Error(c, "Service left out in part")
 	}
@@ -308,6 +318,28 @@ func (p *Proxier) sync(ctx context.Context, periodic bool) (err error) {
 		"operations", tx.NumOperations(), "took", done.Sub(start))
 	p.cleanupConntrack(ctx, services)
 	return nil
+}
+
+// healthChecks returns the services with a healthCheckNodePort and the
+// number of their ready, not terminating endpoints on node (distinct
+// addresses over all ports), as kube-proxy reports them.
+func healthChecks(services []*proxy.Service, node string) map[types.NamespacedName]healthcheck.Service {
+	out := map[types.NamespacedName]healthcheck.Service{}
+	for _, svc := range services {
+		if svc.HealthCheckNodePort == 0 {
+			continue
+		}
+		local := map[netip.Addr]bool{}
+		for i := range svc.Ports {
+			for _, ep := range svc.Ports[i].Endpoints {
+				if ep.Ready && !ep.Terminating && node != "" && ep.NodeName == node {
+					local[ep.IP] = true
+				}
+			}
+		}
+		out[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = healthcheck.Service{Port: svc.HealthCheckNodePort, LocalEndpoints: len(local)}
+	}
+	return out
 }
 
 // noLocalEndpoints counts the service ports with traffic policy Local that

@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/knftables"
@@ -540,3 +542,68 @@ func (c *fakeClock) step(d time.Duration) {
 }
 
 func (c *fakeClock) After(time.Duration) <-chan time.Time { return make(chan time.Time) }
+
+// A LoadBalancer with externalTrafficPolicy Local gets its
+// healthCheckNodePort served with the node's ready local endpoints, and
+// the ruleset leaves that port alone (no DNAT, no reject) while its
+// NodePort is served.
+func TestHealthCheckNodePort(t *testing.T) {
+	ctx := context.Background()
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	var asked []string
+	sh := healthcheck.NewServiceHealth(healthcheck.ServiceHealthConfig{Listen: func(addr string) (net.Listener, error) {
+		asked = append(asked, addr)
+		return net.Listen("tcp", "127.0.0.1:0")
+	}})
+	defer sh.Close()
+	p := New(Config{NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family, NodeName: "node-a"}, ServiceHealth: sh.Family(metrics.IPv4)})
+	lb := service("lb", "10.96.0.40")
+	lb.Spec.Type = v1.ServiceTypeLoadBalancer
+	lb.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.HealthCheckNodePort = 32100
+	lb.Spec.Ports[0].NodePort = 30080
+	sl := slice("lb", "10.244.1.2", "10.244.1.3", "10.244.2.2")
+	sl.Endpoints[0].NodeName = ptr("node-a")
+	sl.Endpoints[1].NodeName = ptr("node-a")
+	sl.Endpoints[1].Conditions = discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+	p.tracker.OnService(lb)
+	p.tracker.OnEndpointSlice(sl)
+	p.tracker.OnService(service("web", "10.96.0.10")) // no health check
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	lbName := types.NamespacedName{Namespace: "ns", Name: "lb"}
+	if diff := cmp.Diff(map[types.NamespacedName]uint16{lbName: 32100}, sh.Ports()); diff != "" {
+		t.Errorf("health check ports (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"0.0.0.0:32100"}, asked); diff != "" {
+		t.Errorf("listened on (-want +got):\n%s", diff)
+	}
+	want := map[types.NamespacedName]healthcheck.Service{lbName: {Port: 32100, LocalEndpoints: 1}}
+	if diff := cmp.Diff(want, healthChecks(p.tracker.Take().Services, "node-a")); diff != "" {
+		t.Errorf("health checks (-want +got):\n%s", diff)
+	}
+
+	tr := nfttrace.New(nf.Fake, a("10.0.0.1"))
+	for _, tt := range []struct {
+		port uint16
+		dnat bool
+	}{{32100, false}, {30080, true}} {
+		res, err := tr.Trace(nfttrace.Packet{Src: a("192.168.5.5"), Dst: a("10.0.0.1"), Proto: "tcp", DPort: tt.port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != nfttrace.Accept || res.DNAT != tt.dnat {
+			t.Errorf("node:%d: %s; want accepted, DNAT %v", tt.port, res, tt.dnat)
+		}
+	}
+
+	// The service goes: its listener closes.
+	p.tracker.OnServiceDelete(lb)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh.Ports(); len(got) != 0 {
+		t.Errorf("health check ports after the delete: %v", got)
+	}
+}

@@ -308,6 +308,9 @@ func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *pro
 	}
 	m.ExternalLocal = svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 	m.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+	if m.Type == proxy.LoadBalancer && m.ExternalLocal && validPort(svc.Spec.HealthCheckNodePort) {
+		m.HealthCheckNodePort = uint16(svc.Spec.HealthCheckNodePort)
+	}
 	for _, sp := range svc.Spec.Ports {
 		proto := proxy.Protocol(strings.ToLower(string(protocolOf(sp.Protocol))))
 		// The API server validates these; a port that slipped through would

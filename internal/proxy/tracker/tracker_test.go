@@ -98,10 +98,20 @@ func TestConvert(t *testing.T) {
 			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
 			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
+			s.Spec.HealthCheckNodePort = 32000
 		}),
 		want: &proxy.Service{Namespace: "ns", Name: "lb", Type: proxy.LoadBalancer, ClusterIP: a("10.96.0.10"),
 			ExternalIPs: []netip.Addr{a("10.200.0.1")}, LoadBalancerIPs: []netip.Addr{a("10.201.0.1")},
-			AffinityTimeout: time.Minute, ExternalLocal: true, InternalLocal: true,
+			AffinityTimeout: time.Minute, ExternalLocal: true, InternalLocal: true, HealthCheckNodePort: 32000,
+			Ports: []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, NodePort: 30080}}},
+	}, {
+		name: "a health check node port only counts for a LoadBalancer with policy Local",
+		svc: service("np", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.HealthCheckNodePort = 32000
+		}),
+		want: &proxy.Service{Namespace: "ns", Name: "np", Type: proxy.NodePort, ClusterIP: a("10.96.0.10"), ExternalLocal: true,
 			Ports: []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, NodePort: 30080}}},
 	}, {
 		name: "IPv6 side of a dual-stack service, default affinity timeout, UDP default",
