@@ -1,8 +1,9 @@
 // Package controller is `flatnet controller`, the cluster-wide half of
 // flatnet: node IPAM (nodeipam) and, for the lab, which has no
-// kube-scheduler, a pod binder (binder), and, with --endpointslices, the
-// EndpointSlice controller (internal/endpointslice). All run over one informer
-// factory, after one cache sync, until the context ends.
+// kube-scheduler, a pod binder (binder), with --endpointslices, the
+// EndpointSlice controller (internal/endpointslice), and with a
+// load-balancer IP pool, LoadBalancer address allocation (lbipam). All run
+// over one informer factory, after one cache sync, until the context ends.
 package controller
 
 import (
@@ -14,7 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -22,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flatnet/flatnet/internal/controller/binder"
+	"github.com/flatnet/flatnet/internal/controller/lbipam"
 	"github.com/flatnet/flatnet/internal/controller/nodeipam"
 	"github.com/flatnet/flatnet/internal/endpointslice"
 	"github.com/flatnet/flatnet/internal/kube"
@@ -39,6 +44,29 @@ type Options struct {
 	// kube-controller-manager runs its own).
 	EndpointSlices       bool
 	MaxEndpointsPerSlice int
+	// LoadBalancerIPPool and LoadBalancerIPPoolConfigMap ("ns/name") give
+	// LoadBalancer Services addresses (lbipam); either turns it on.
+	LoadBalancerIPPool          string
+	LoadBalancerIPPoolConfigMap string
+}
+
+// lbIPAM reports whether o turns load-balancer IP allocation on.
+func (o Options) lbIPAM() bool {
+	return o.LoadBalancerIPPool != "" || o.LoadBalancerIPPoolConfigMap != ""
+}
+
+// lbConfig reads the load-balancer pool flags.
+func (o Options) lbConfig() (lbipam.Config, error) {
+	pool, err := lbipam.ParsePool(o.LoadBalancerIPPool)
+	if err != nil {
+		return lbipam.Config{}, fmt.Errorf("--load-balancer-ip-pool: %w", err)
+	}
+	if o.LoadBalancerIPPoolConfigMap != "" {
+		if _, _, err := lbipam.ParseConfigMapName(o.LoadBalancerIPPoolConfigMap); err != nil {
+			return lbipam.Config{}, fmt.Errorf("--load-balancer-ip-pool-configmap: %w", err)
+		}
+	}
+	return lbipam.Config{Pool: pool, ConfigMap: o.LoadBalancerIPPoolConfigMap}, nil
 }
 
 // NewCommand returns `flatnet controller`.
@@ -54,7 +82,20 @@ Node is deleted. Nodes that already have a podCIDR (kube-controller-manager
 with --allocate-node-cidrs) are left alone.
 
 With --bind-pods it also binds Pods without spec.nodeName to Ready nodes,
-round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.`,
+round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.
+
+With --load-balancer-ip-pool and/or --load-balancer-ip-pool-configmap it
+gives every Service of type LoadBalancer whose spec.loadBalancerClass is
+unset or ` + lbipam.Class + ` one address per IP family of the Service from the
+pool (lowest free first; the deprecated spec.loadBalancerIP picks one if it
+is in the pool and free), written to status.loadBalancer.ingress, and takes
+it back when the Service is deleted or stops being a LoadBalancer. The
+pool is comma-separated CIDRs, a-b ranges or addresses
+("10.251.0.0/25,10.251.1.10-10.251.1.20"); the ConfigMap's key "pool" has
+the same syntax, adds to the flag's and is watched. An address outside a
+shrunk pool stays with its Service until released. Something must route
+the pool to the nodes (a BGP or static route); the agents' --proxy answers
+the addresses on every node.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := kube.SignalContext(cmd.Context(), "controller")
@@ -70,6 +111,9 @@ round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.`,
 	fs.BoolVar(&o.BindPods, "bind-pods", false, "bind Pods without a node to Ready nodes round-robin (the lab has no scheduler)")
 	fs.BoolVar(&o.EndpointSlices, "endpointslices", false, "write EndpointSlices for Services with a selector (managed-by "+endpointslice.ManagedBy+"); leave off where kube-controller-manager runs its own")
 	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", endpointslice.DefaultMaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1..1000)")
+	fs.StringVar(&o.LoadBalancerIPPool, "load-balancer-ip-pool", "", "addresses for Services of type LoadBalancer with spec.loadBalancerClass unset or "+lbipam.Class+
+		": comma-separated CIDRs, a-b ranges or addresses, IPv4 and/or IPv6 (empty: none unless --load-balancer-ip-pool-configmap)")
+	fs.StringVar(&o.LoadBalancerIPPoolConfigMap, "load-balancer-ip-pool-configmap", "", "namespace/name of a ConfigMap whose key \"pool\" (same syntax) adds to --load-balancer-ip-pool; watched, so an edit takes effect")
 	fs.IntVar(&o.Workers, "workers", 2, "concurrent syncs per controller")
 	kube.AddLogFlags(fs)
 	return cmd
@@ -77,8 +121,11 @@ round-robin: the lab runs no kube-scheduler. Leave it off in a real cluster.`,
 
 // Run runs the controllers o enables until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if !o.AllocateNodeCIDRs && !o.BindPods && !o.EndpointSlices {
-		return errors.New("nothing to do: --allocate-node-cidrs=false, no --bind-pods, no --endpointslices")
+	if !o.AllocateNodeCIDRs && !o.BindPods && !o.EndpointSlices && !o.lbIPAM() {
+		return errors.New("nothing to do: --allocate-node-cidrs=false, no --bind-pods, no --endpointslices, no --load-balancer-ip-pool")
+	}
+	if _, err := o.lbConfig(); err != nil {
+		return err
 	}
 	if o.EndpointSlices && (o.MaxEndpointsPerSlice < 1 || o.MaxEndpointsPerSlice > 1000) {
 		return fmt.Errorf("--max-endpoints-per-slice must be 1..1000 (got %d)", o.MaxEndpointsPerSlice)
@@ -145,6 +192,29 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		}
 		runners = append(runners, e)
 	}
+	if o.lbIPAM() {
+		lbCfg, err := o.lbConfig()
+		if err != nil {
+			return err
+		}
+		var cms coreinformers.ConfigMapInformer
+		if lbCfg.ConfigMap != "" {
+			// A factory that watches the one ConfigMap, not all of them.
+			ns, name, _ := lbipam.ParseConfigMapName(lbCfg.ConfigMap)
+			cmFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+				informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+					lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+				}))
+			defer cmFactory.Shutdown()
+			startFactories = append(startFactories, cmFactory)
+			cms = cmFactory.Core().V1().ConfigMaps()
+		}
+		l, err := lbipam.New(client, factory.Core().V1().Services(), cms, lbCfg, recorder)
+		if err != nil {
+			return err
+		}
+		runners = append(runners, l)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, f := range startFactories {
@@ -152,7 +222,8 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 	}
 	defer factory.Shutdown()
 
-	logger.Info("Starting", "allocateNodeCIDRs", o.AllocateNodeCIDRs, "bindPods", o.BindPods, "endpointSlices", o.EndpointSlices)
+	logger.Info("Starting", "allocateNodeCIDRs", o.AllocateNodeCIDRs, "bindPods", o.BindPods, "endpointSlices", o.EndpointSlices,
+		"loadBalancerIPPool", o.LoadBalancerIPPool, "loadBalancerIPPoolConfigMap", o.LoadBalancerIPPoolConfigMap)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
