@@ -602,17 +602,18 @@ func checkUDPReplacement(t *testing.T, l *testLab, client labPod) {
 	vip := netip.MustParseAddr(l.createService(t, svc).Spec.ClusterIP)
 	to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip, 8081))
 
-	var conn *net.UDPConn
-	if err := netns.Do(podNetns(t, s, client.node, "default", client.name), func() error {
-		var err error
-		conn, err = net.DialUDP("udp", nil, to)
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	nsPath := podNetns(t, s, client.node, "default", client.name)
+	open := func() (*net.UDPConn, error) {
+		var conn *net.UDPConn
+		err := netns.Do(nsPath, func() error {
+			var err error
+			conn, err = net.DialUDP("udp", nil, to)
+			return err
+		})
+		return conn, err
 	}
-	defer conn.Close()
 	buf := make([]byte, 512)
-	ask := func() (string, error) {
+	ask := func(conn *net.UDPConn) (string, error) {
 		if _, err := conn.Write([]byte("hostname")); err != nil {
 			return "", err
 		}
@@ -623,8 +624,32 @@ func checkUDPReplacement(t *testing.T, l *testLab, client labPod) {
 		}
 		return string(buf[:n]), nil
 	}
+	// Until the client's proxy serves the Service, with a new socket (a
+	// new conntrack entry) each try: a packet sent before the proxy knows
+	// the Service leaves an entry without DNAT that the socket's later
+	// packets would follow, which is not the case tested here.
 	if err := retry(30*time.Second, func() error {
-		got, err := ask()
+		c, err := open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		got, err := ask(c)
+		if err == nil && got != old {
+			err = fmt.Errorf("answer %q", got)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("UDP from %s -> %s: want %s: %v", client.name, to, old, err)
+	}
+	// The one socket of the test.
+	conn, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := retry(5*time.Second, func() error {
+		got, err := ask(conn)
 		if err == nil && got != old {
 			err = fmt.Errorf("answer %q", got)
 		}
@@ -646,7 +671,7 @@ func checkUDPReplacement(t *testing.T, l *testLab, client labPod) {
 			case <-time.After(100 * time.Millisecond):
 			}
 			at := time.Now()
-			got, err := ask()
+			got, err := ask(conn)
 			mu.Lock()
 			hits = append(hits, hit{at, got, err})
 			mu.Unlock()
