@@ -337,7 +337,9 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		delElems  []knftables.Object
 		flushes   []knftables.Object
 		delSets   []knftables.Object
-		adds      []knftables.Object
+		addSets   []knftables.Object
+		addChains []knftables.Object
+		adds      []knftables.Object // rules and elements
 		delChains []knftables.Object
 	)
 	for _, key := range sortedKeys(changed) {
@@ -381,14 +383,14 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		}
 		for _, s := range sortedKeys(nw.sets) {
 			if d, ok := old.sets[s]; !ok || d != nw.sets[s] {
-				adds = append(adds, r.affinitySet(s, nw.sets[s]))
+				addSets = append(addSets, r.affinitySet(s, nw.sets[s]))
 			}
 		}
 		for _, c := range sortedKeys(nw.chains) {
 			if same(c) {
 				continue
 			}
-			adds = append(adds, &knftables.Chain{Name: c})
+			addChains = append(addChains, &knftables.Chain{Name: c})
 			for _, rule := range nw.chains[c] {
 				adds = append(adds, &knftables.Rule{Chain: c, Rule: rule})
 			}
@@ -408,8 +410,13 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 	for _, o := range delSets {
 		tx.Delete(o)
 	}
-	for _, o := range adds {
-		tx.Add(o)
+	// Every chain is declared before a rule or element refers to it (an
+	// ext- chain's rules go to its svc- and svl- chains, which sort after
+	// it): the kernel refuses a jump to a chain not yet added.
+	for _, os := range [][]knftables.Object{addSets, addChains, adds} {
+		for _, o := range os {
+			tx.Add(o)
+		}
 	}
 	for _, o := range delChains {
 		tx.Delete(o)

@@ -548,3 +548,57 @@ func TestHeadlessServiceIsLeftToDNS(t *testing.T) {
 		t.Errorf("headless service endpoint rendered:\n%s", fake.Dump())
 	}
 }
+
+// requireDeclaredBeforeUse fails t when a rule or map element of tx jumps
+// or goes to a chain that neither exists in fake nor is added earlier in
+// tx: the kernel refuses such a transaction ("No such file or directory"),
+// though knftables' fake accepts it.
+func requireDeclaredBeforeUse(t *testing.T, fake *knftables.Fake, tx *knftables.Transaction) {
+	t.Helper()
+	known := map[string]bool{}
+	if fake.Table != nil {
+		for name := range fake.Table.Chains {
+			known[name] = true
+		}
+	}
+	for _, line := range strings.Split(tx.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && f[0] == "add" && f[1] == "chain" {
+			known[f[4]] = true
+			continue
+		}
+		if len(f) < 2 || f[0] != "add" || (f[1] != "rule" && f[1] != "element") {
+			continue
+		}
+		for i := 0; i+1 < len(f); i++ {
+			if (f[i] == "goto" || f[i] == "jump") && !known[strings.TrimRight(f[i+1], ",}")] {
+				t.Errorf("%q refers to chain %s before it is added:\n%s", line, f[i+1], tx)
+			}
+		}
+	}
+}
+
+// A service whose external entry chain refers to its svc- and svl- chains,
+// added in a partial sync: every chain is declared before a rule or map
+// element refers to it (found in a lab: nft refused the transaction).
+func TestPartialSyncDeclaresChainsFirst(t *testing.T) {
+	fake, r, st := load(t, manyServices(2))
+	lb := svc("lb", "10.96.7.7", 80, ep("10.244.1.2", 8080, "node-a"), ep("10.245.0.2", 8080, "node-b"))
+	lb.Type = proxy.LoadBalancer
+	lb.ExternalLocal = true
+	lb.Ports[0].NodePort = 30777
+	lb.LoadBalancerIPs = []netip.Addr{a("10.201.0.7")}
+	lb.AffinityTimeout = time.Minute
+	tx := fake.NewTransaction()
+	r.Partial(tx, append(manyServices(2), lb), st, map[string]bool{"ns/lb": true})
+	requireDeclaredBeforeUse(t, fake, tx)
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same for a full sync from an empty table.
+	empty := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	tx = empty.NewTransaction()
+	r.Full(tx, append(manyServices(2), lb), nil, nil)
+	requireDeclaredBeforeUse(t, empty, tx)
+}

@@ -367,3 +367,42 @@ func TestRootUDPEndpointReplaced(t *testing.T) {
 		return got == "B", fmt.Sprintf("%q %v", got, err)
 	})
 }
+
+// TestRootPartialSyncNewLocalService: a LoadBalancer with
+// externalTrafficPolicy Local added after the first sync goes through a
+// partial sync the kernel accepts (its ext- chain refers to svc- and svl-
+// chains added in the same transaction).
+func TestRootPartialSyncNewLocalService(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx := context.Background()
+	node := testutil.NewNetNS(t)
+	table := testutil.Name("fntproxy")
+	runner, err := nft.New(knftables.IPv4Family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{NFT: nsNFT{Runner: runner, ns: node}, Render: nftables.Config{Family: knftables.IPv4Family, Table: table,
+		NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.99.0/24")}}})
+	p.tracker.OnService(service("web", "10.246.98.10"))
+	p.tracker.OnEndpointSlice(slice("web", "10.246.99.2"))
+	if err := p.sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	lb := service("lb", "10.246.98.20")
+	lb.Spec.Type = v1.ServiceTypeLoadBalancer
+	lb.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.Ports[0].NodePort = 30777
+	sl := slice("lb", "10.246.99.3", "10.246.99.4")
+	sl.Endpoints[0].NodeName = ptr("node-a")
+	p.tracker.OnService(lb)
+	p.tracker.OnEndpointSlice(sl)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatalf("partial sync of a new policy-Local LoadBalancer: %v", err)
+	}
+	if out := testutil.RunIn(t, node, "nft", "list", "table", "ip", table); !strings.Contains(out, "svl-") || !strings.Contains(out, "30777") {
+		t.Errorf("the LoadBalancer's chains are missing:\n%s", out)
+	}
+}
