@@ -153,6 +153,10 @@ func (m *Metrics) Served(path string, code int) {
 // countServiceChanges: this proxier counts Service events (give it to
 // exactly one of a node's proxiers; every one sees every Service).
 func (m *Metrics) Proxier(family string, countServiceChanges bool) *Proxier {
+	// Counters show from the start, at 0, rather than at their first
+	// increment, so a rate() or an alert has a series to work on.
+	m.syncFailures.WithLabelValues(family)
+	m.conntrackDeleted.WithLabelValues(family)
 	return &Proxier{m: m, family: family, countServices: countServiceChanges}
 }
 

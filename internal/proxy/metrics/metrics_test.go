@@ -78,6 +78,8 @@ func TestMetrics(t *testing.T) {
 		`flatnet_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
 		`flatnet_sync_full_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.032"} 1`,
 		`flatnet_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv6"} 1`,
+		`flatnet_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 0`,
+		`flatnet_conntrack_reconciler_deleted_entries_total{ip_family="IPv6"} 0`,
 		`flatnet_network_programming_duration_seconds_bucket{ip_family="IPv4",le="1"} 0`,
 		`flatnet_network_programming_duration_seconds_bucket{ip_family="IPv4",le="2"} 1`,
 		`flatnet_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 1`,
