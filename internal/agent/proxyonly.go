@@ -31,6 +31,11 @@ package agent
 // logging, ...) are logged as ignored. Unknown fields are tolerated with a
 // warning, as kube-proxy's lenient decoding does.
 //
+// Servers: /metrics, /healthz and /livez are --proxy's (proxy.go:
+// newProxyServers), on kube-proxy's addresses by default (health on
+// 0.0.0.0:10256, where load balancers probe kube-proxy; --proxy keeps it on
+// loopback).
+//
 // Families: one proxier per IP family the kernel has (IPv4, and IPv6 unless
 // the kernel lacks it), each on its own table, as kube-proxy runs
 // dual-stack whenever it can. The cluster CIDR is optional: the renderer
@@ -352,18 +357,29 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 		}
 	}
 
-	// Servers.
-	s.HealthzBindAddress = cfg.HealthzBindAddress
-	if s.HealthzBindAddress == "" {
-		s.HealthzBindAddress = kubeProxyHealthzBindAddress
-	}
-	s.MetricsBindAddress = cfg.MetricsBindAddress
-	if s.MetricsBindAddress == "" {
-		s.MetricsBindAddress = kubeProxyMetricsBindAddress
-	}
-	for _, a := range []struct{ name, v string }{{"healthzBindAddress", s.HealthzBindAddress}, {"metricsBindAddress", s.MetricsBindAddress}} {
-		if err := checkHostPort(a.v); err != nil {
-			errs = append(errs, field(a.name, fmt.Errorf("%q: %w (want IP:port, e.g. 0.0.0.0:10256)", a.v, err)))
+	// Servers: a flag given wins ("" or "0" turns its server off); else
+	// the file's address, or kube-proxy's default when the file has none
+	// (as kube-proxy's defaulting, a file cannot turn a server off).
+	for _, a := range []struct {
+		flag, field, flagValue, fileValue, def string
+		to                                     *string
+	}{
+		{"healthz-bind-address", "healthzBindAddress", in.HealthzBindAddress, cfg.HealthzBindAddress, kubeProxyHealthzBindAddress, &s.HealthzBindAddress},
+		{"metrics-bind-address", "metricsBindAddress", in.MetricsBindAddress, cfg.MetricsBindAddress, kubeProxyMetricsBindAddress, &s.MetricsBindAddress},
+	} {
+		if changed(a.flag) {
+			*a.to = a.flagValue
+			if err := checkBindAddress(a.flagValue); err != nil {
+				errs = append(errs, fmt.Errorf("--%s %q: %w", a.flag, a.flagValue, err))
+			}
+			continue
+		}
+		*a.to = a.fileValue
+		if *a.to == "" {
+			*a.to = a.def
+		}
+		if err := checkHostPort(*a.to); err != nil {
+			errs = append(errs, field(a.field, fmt.Errorf("%q: %w (want IP:port, e.g. %s)", *a.to, err, a.def)))
 		}
 	}
 	s.BindAddressHard = cfg.BindAddressHardFail
@@ -418,18 +434,18 @@ func nodeName(in proxyOnlyInput, cfg *kubeproxy.KubeProxyConfiguration) (string,
 	return "", errors.New("no node name: give --hostname-override (or hostnameOverride in --config, or $NODE_NAME)")
 }
 
+// checkHostPort accepts IP:port (a file's address; checkBindAddress is
+// the flags', which also take "" and "0" for off).
 func checkHostPort(s string) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return err
 	}
-	if host != "" {
-		if _, err := netip.ParseAddr(host); err != nil {
-			return fmt.Errorf("%q is not an IP address", host)
-		}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return fmt.Errorf("%q is not an IP address", host)
 	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
 	}
 	return nil
 }
@@ -511,7 +527,8 @@ func runProxyOnly(ctx context.Context, o Options) error {
 		return err
 	}
 	logger.Info("Starting the Service proxy alone (--proxy-only)", "node", s.NodeName, "clusterCIDRs", s.ClusterCIDRs,
-		"families", len(proxiers), "minSyncPeriod", s.MinSyncPeriod, "syncPeriod", s.SyncPeriod)
+		"families", len(proxiers), "minSyncPeriod", s.MinSyncPeriod, "syncPeriod", s.SyncPeriod,
+		"healthz", s.HealthzBindAddress, "metrics", s.MetricsBindAddress)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -556,15 +573,26 @@ func proxyOnlyRenderConfigs(s *proxyOnlySettings, fams []knftables.Family) []nft
 	return out
 }
 
-// proxyOnlyProxiers returns one proxier per render config.
+// proxyOnlyProxiers returns one proxier per render config; the first also
+// runs the metrics and health servers (shared with --proxy: proxy.go).
 func proxyOnlyProxiers(client kubernetes.Interface, s *proxyOnlySettings, renders []nftables.Config) ([]*proxier.Proxier, error) {
+	servers, err := newProxyServers(client, proxyServersConfig{
+		NodeName:           s.NodeName,
+		SyncPeriod:         s.SyncPeriod,
+		MetricsBindAddress: s.MetricsBindAddress,
+		HealthzBindAddress: s.HealthzBindAddress,
+		HardFail:           s.BindAddressHard,
+	})
+	if err != nil {
+		return nil, err
+	}
 	var out []*proxier.Proxier
 	for _, r := range renders {
 		runner, err := nft.New(r.Family, r.Table)
 		if err != nil {
 			return nil, fmt.Errorf("--proxy-only: %w", err)
 		}
-		out = append(out, proxier.New(proxier.Config{
+		cfg := proxier.Config{
 			Client: client,
 			NFT:    runner,
 			Render: r,
@@ -573,7 +601,9 @@ func proxyOnlyProxiers(client kubernetes.Interface, s *proxyOnlySettings, render
 			MaxSyncInterval: s.SyncPeriod,
 			// Stale UDP/SCTP flows are deleted in the node's netns.
 			Conntrack: conntrack.Netlink{},
-		}))
+		}
+		servers.configure(&cfg)
+		out = append(out, proxier.New(cfg))
 	}
 	return out, nil
 }

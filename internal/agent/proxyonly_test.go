@@ -88,6 +88,8 @@ func input(file string, changed ...string) proxyOnlyInput {
 			ClusterCIDR:        "10.244.0.0/16", // the agent's default, unused unless given
 			ProxyMinSyncPeriod: time.Second,
 			ProxySyncPeriod:    30 * time.Second,
+			MetricsBindAddress: DefaultMetricsBindAddress, // --proxy's defaults, unused unless given
+			HealthzBindAddress: DefaultHealthzBindAddress,
 			ProxyOnlyOptions:   ProxyOnlyOptions{ProxyOnly: true, ProxyConfigFile: "kp.yaml"},
 		},
 		Changed:  func(f string) bool { return slices.Contains(changed, f) },
@@ -189,6 +191,14 @@ nodePortAddresses: [all]
 			s.SyncPeriod, s.MinSyncPeriod = 2*time.Minute, 0
 		}),
 	}, {
+		name: "server flags given win over the file; empty turns a server off",
+		in: func() proxyOnlyInput {
+			in := input(header+"healthzBindAddress: 10.0.0.1:10256\nmetricsBindAddress: 10.0.0.1:10249\n", "healthz-bind-address", "metrics-bind-address")
+			in.HealthzBindAddress, in.MetricsBindAddress = "", "0.0.0.0:9999"
+			return in
+		}(),
+		want: with(func(s *proxyOnlySettings) { s.HealthzBindAddress, s.MetricsBindAddress = "", "0.0.0.0:9999" }),
+	}, {
 		name: "file's hostnameOverride over --node-name's default ($NODE_NAME)",
 		in:   input(header + "hostnameOverride: from-file\n"),
 		want: with(func(s *proxyOnlySettings) { s.NodeName = "from-file" }),
@@ -289,7 +299,13 @@ func TestResolveProxyOnlyErrors(t *testing.T) {
 			return in
 		}(), []string{"--proxy-sync-period -1s: must be greater than 0"}},
 		{"bad healthz address", input(header + "healthzBindAddress: localhost:10256\n"), []string{"healthzBindAddress", `"localhost" is not an IP address`, "want IP:port"}},
-		{"bad metrics address", input(header + "metricsBindAddress: 127.0.0.1\n"), []string{"metricsBindAddress", "missing port"}},
+		{"bad metrics address", input(header + "metricsBindAddress: 127.0.0.1\n"), []string{"metricsBindAddress", "missing port", "want IP:port, e.g. 127.0.0.1:10249"}},
+		{"a file cannot turn a server off", input(header + "healthzBindAddress: \"0\"\n"), []string{"healthzBindAddress", `"0"`, "missing port"}},
+		{"bad --healthz-bind-address", func() proxyOnlyInput {
+			in := input("", "healthz-bind-address")
+			in.HealthzBindAddress = "10256"
+			return in
+		}(), []string{`--healthz-bind-address "10256"`, "want IP:port"}},
 		{"blank hostnameOverride", input(header + "hostnameOverride: '  '\n"), []string{"hostnameOverride", "blank"}},
 		{"names disagree", func() proxyOnlyInput {
 			in := input("", "node-name")
