@@ -2,7 +2,8 @@
 # make demo: installs what it needs, builds flatnet and the upstream
 # control plane, brings up a 3-node lab, starts a netexec pod on every
 # node and shows pod-to-pod traffic across nodes (with the client's own
-# IP seen by the server: no NAT). The lab keeps running afterwards.
+# IP seen by the server: no NAT), then a Service answered by the pods of
+# every node through its ClusterIP and its NodePort. The lab keeps running afterwards.
 #
 #   LAB_NAME   lab name (default flatnet)
 #   NODES      number of nodes (default 3)
@@ -64,6 +65,46 @@ for ((k = 0; k < n; k++)); do
   esac
 done
 
+step "a Service: one ClusterIP in front of the netexec pods on every node"
+cat <<'YAML' | lab kubectl -- apply -f -
+apiVersion: v1
+kind: Service
+metadata:
+  name: netexec
+spec:
+  type: NodePort
+  selector:
+    app: netexec
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+YAML
+vip=$(lab kubectl -- get service netexec -o jsonpath='{.spec.clusterIP}')
+nodeport=$(lab kubectl -- get service netexec -o jsonpath='{.spec.ports[0].nodePort}')
+lab kubectl -- get service netexec
+lab kubectl -- get endpointslices -l kubernetes.io/service-name=netexec -o wide
+# The EndpointSlice and every node's nftables rules follow within about a
+# second; poll until every pod has answered through the ClusterIP.
+echo "-- 30 requests from ${pods[0]} to the ClusterIP $vip:80, answered by:"
+echo "   \$ flatnet lab exec ${pods[0]} -- curl -s 'http://127.0.0.1:8080/dial?request=hostname&protocol=http&host=$vip&port=80&tries=30'"
+seen=""
+for _ in $(seq 1 30); do
+  ans=$(lab exec "${pods[0]}" -- curl -s "http://127.0.0.1:8080/dial?request=hostname&protocol=http&host=$vip&port=80&tries=30")
+  seen=$(grep -o 'netexec-[0-9]*' <<<"$ans" | sort | uniq -c || true)
+  [ "$(wc -l <<<"$seen")" -ge "$n" ] && break
+  sleep 1
+done
+echo "$seen" | sed 's/^ */   /'
+if [ "$(wc -l <<<"$seen")" -lt "$n" ]; then
+  echo "   not every pod answered through the Service: $ans" >&2
+  exit 1
+fi
+echo "   every pod, on every node, answered through one virtual IP"
+node1ip=$(lab kubectl -- get node "${node_names[0]}" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+echo "-- NodePort $nodeport on ${node_names[0]} ($node1ip), from ${pods[n - 1]}:"
+echo "   $(lab exec "${pods[n - 1]}" -- curl -s "http://127.0.0.1:8080/dial?request=hostname&protocol=http&host=$node1ip&port=$nodeport&tries=5")"
+
 node1=$(lab status | awk '/^NODE/ {getline; print $5; exit}')
 cat <<MSG
 
@@ -71,6 +112,7 @@ The lab keeps running. Explore it:
   $cmd status                        nodes, pods, IPs
   $cmd kubectl -- get pods -o wide
   $cmd exec netexec-1 -- ip route    a pod's view
+  ip netns exec $node1 nft list table ip flatnet-proxy   a node's Service rules
   ip netns exec $node1 ip route             a node's host-gw routes (one per peer node)
   export KUBECONFIG=\$($cmd kubeconfig)
 Take it down (leaves nothing behind):
