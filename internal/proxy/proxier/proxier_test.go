@@ -607,3 +607,30 @@ func TestHealthCheckNodePort(t *testing.T) {
 		t.Errorf("health check ports after the delete: %v", got)
 	}
 }
+
+// Config.Serve runs alongside the proxier: its failure ends Run with the
+// error; the end of Run stops it.
+func TestServeRunsAlongside(t *testing.T) {
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	p := New(Config{Client: fake.NewClientset(), NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family},
+		Serve: func(context.Context) error { return errors.New("address in use") }})
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "address in use") {
+		t.Errorf("Run with a failing Serve: %v", err)
+	}
+
+	stopped := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	p = New(Config{Client: fake.NewClientset(), NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family},
+		Serve: func(ctx context.Context) error { <-ctx.Done(); close(stopped); return nil }})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("Run returned before Serve stopped")
+	}
+}
