@@ -21,6 +21,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ import (
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/proc"
+	proxynft "github.com/flatnet/flatnet/internal/proxy/nftables"
 )
 
 // dialAll asks the netexec pod client to make tries HTTP requests for its
@@ -184,6 +186,7 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 		// is [60, 143], 20% to 47.7% (mean 100, sd 8.2).
 		const tries, batch = 300, 100
 		lo, hi := spreadBounds(tries, len(backends), 1e-6)
+		seenFrom(t, clients[0], vip, backends, true) // the client's proxy has all three
 		count := map[string]int{}
 		var errs []string
 		for range tries / batch {
@@ -197,7 +200,7 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 			errs = append(errs, e...)
 		}
 		if len(errs) > 0 {
-			t.Errorf("%d of %d requests failed: %q", len(errs), tries, errs)
+			t.Errorf("%d of %d requests failed: %s", len(errs), tries, sample(errs))
 		}
 		for h := range count {
 			if !contains(backends, h) {
@@ -513,7 +516,7 @@ func checkScale(t *testing.T, l *testLab, client labPod) {
 		t.Errorf("scale up: %s first answered %s after it was seen Ready, want within 1s (+%s polling slack)", added, lat.Round(time.Millisecond), slack)
 	}
 	if errs := failed(all); len(errs) > 0 {
-		t.Errorf("scale up: %d of %d requests failed while %s was Ready: %q", len(errs), len(all), first, errs)
+		t.Errorf("scale up: %d of %d requests failed while %s was Ready: %s", len(errs), len(all), first, sample(errs))
 	}
 
 	// Scale down. A second or more since the last change: the proxy's
@@ -556,7 +559,7 @@ func checkScale(t *testing.T, l *testLab, client labPod) {
 		t.Errorf("scale down: %s still answered a request sent %s after its deletion, want none after 1s", first, drop.Round(time.Millisecond))
 	}
 	if errs := failed(down); len(errs) > 0 {
-		t.Errorf("scale down: %d of %d requests failed while %s stayed Ready: %q", len(errs), len(down), added, errs)
+		t.Errorf("scale down: %d of %d requests failed while %s stayed Ready: %s", len(errs), len(down), added, sample(errs))
 	}
 	all = append(all, down...)
 	for _, h := range all {
@@ -565,6 +568,14 @@ func checkScale(t *testing.T, l *testLab, client labPod) {
 			break
 		}
 	}
+}
+
+// sample is the first and last few of a long list of errors.
+func sample(errs []string) string {
+	if len(errs) <= 6 {
+		return fmt.Sprintf("%q", errs)
+	}
+	return fmt.Sprintf("%q ... %q", errs[:3], errs[len(errs)-3:])
 }
 
 func failed(hits []hit) []string {
@@ -800,29 +811,35 @@ func checkAgentRestart(t *testing.T, l *testLab, client labPod, addr string, wan
 		t.Fatalf("agent on %s not restarted (pid %d, then %d running=%v):\n%s", n.Name, pid0, pid1, ok, out)
 	}
 	restartTook := time.Since(t0)
-	// The restarted proxier serves a Service created after the restart.
+	// The restarted proxier serves a Service created after the restart:
+	// once its table maps the new ClusterIP (one transaction writes the
+	// whole Service), the first request must get an answer.
 	fresh := newService()
 	faddr := net.JoinHostPort(fresh.Spec.ClusterIP, "80")
 	t1 := time.Now()
+	key := fresh.Spec.ClusterIP + " . tcp . 80"
 	if err := retry(20*time.Second, func() error {
-		body, err := httpGet(nsPath, faddr, "/hostname")
-		if err == nil && !contains(want, strings.TrimSpace(body)) {
-			err = fmt.Errorf("answer %q", body)
+		out, err := exec.Command("ip", "netns", "exec", n.Netns, "nft", "list", "table", "ip", proxynft.DefaultTable).CombinedOutput()
+		if err == nil && !strings.Contains(string(out), key) {
+			err = fmt.Errorf("no %q in the table", key)
 		}
 		return err
 	}); err != nil {
-		t.Errorf("a Service created after the agent restart (%s): %v", faddr, err)
+		t.Errorf("the restarted agent's proxy never programmed the Service created after the restart: %v", err)
 	}
 	freshTook := time.Since(t1)
+	if body, err := httpGet(nsPath, faddr, "/hostname"); err != nil || !contains(want, strings.TrimSpace(body)) {
+		t.Errorf("a Service created after the agent restart (%s): %q, %v", faddr, body, err)
+	}
 	mu.Lock()
 	restarting = false
 	mu.Unlock()
 	time.Sleep(500 * time.Millisecond)
 	stopLoop()
-	t.Logf("agent on %s: stopped (pid %d) in %s, started again by lab up (pid %d) %s after the stop; new Service %s served after %s; %d requests, %d of them while restarting, %d failed",
+	t.Logf("agent on %s: stopped (pid %d) in %s, started again by lab up (pid %d) %s after the stop; new Service %s programmed %s after its creation; %d requests, %d of them while restarting, %d failed",
 		n.Name, pid0, stopped.Round(time.Millisecond), pid1, restartTook.Round(time.Millisecond), faddr, freshTook.Round(time.Millisecond), sent, duringRestart, len(fails))
 	if len(fails) > 0 {
-		t.Errorf("%d of %d requests from %s to %s failed across the agent restart: %q", len(fails), sent, client.name, addr, fails)
+		t.Errorf("%d of %d requests from %s to %s failed across the agent restart: %s", len(fails), sent, client.name, addr, sample(fails))
 	}
 	if duringRestart < 20 {
 		t.Errorf("only %d requests while the agent restarted: the loop did not cover it", duringRestart)
