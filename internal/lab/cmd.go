@@ -72,6 +72,8 @@ func newUp(root, name *string) *cobra.Command {
 	f.StringVar(&o.Underlay, "underlay-cidr", "", "underlay network of the nodes and the host (default 10.250.0.0/24 for the default lab, 10.250.N.0/24 for others); with --subnets 2, A,B names both")
 	f.IntVar(&o.Subnets, "subnets", 1, "1: every node on one underlay; 2: odd nodes on the first, even nodes on a second underlay behind a router namespace (needs --backend vxlan or vxlan-direct)")
 	f.BoolVar(&o.External, "external", false, "add an external host on the underlay (.250, outside every cluster range) serving netexec on :8080 (HTTP, /clientip) and :8081 (UDP), to see egress masquerade")
+	f.StringVar(&o.LBPool, "lb-pool", DefaultLBPool, "load-balancer range, routed from the external host to the nodes (ECMP): its lower half is the controller's pool for "+
+		"Services of type LoadBalancer, its upper half is left for spec.externalIPs; \"\" for none (a running lab keeps its range; one from before this flag gets it)")
 	f.StringVar(&cfg.K8sBinDir, "k8s-bin-dir", "", "directory with kube-apiserver, etcd and kubectl (default: where make k8s builds them)")
 	f.DurationVar(&cfg.ReadyTimeout, "timeout", 2*time.Minute, "how long to wait for the nodes to be Ready")
 	return cmd

@@ -6,7 +6,12 @@ package lab
 // second underlay's bridge inside it) and a route in the root namespace to
 // the second underlay via the router, on the lab's own bridge (so replies
 // from the apiserver to nodes there never follow the machine's default
-// route). The external host is one more namespace on the first bridge.
+// route). The external host is one more namespace on the first bridge; it
+// routes the load-balancer range to the nodes of the first underlay with
+// one ECMP route hashing flows by their ports (fib_multipath_hash_policy
+// 1), as a BGP router announcing the range from every node would, so
+// several connections spread over the nodes. That route lives only in its
+// namespace: the root namespace never reaches LoadBalancer IPs.
 // Every function here is idempotent: it checks each piece and makes only
 // what is missing, so a half-built lab (an interrupted up) is completed.
 //
@@ -73,8 +78,21 @@ type endpoint struct {
 	ip       netip.Addr
 	bits     int
 	routes   []route
-	forward  bool // net.ipv4.ip_forward=1 inside
+	// ecmp are routes over several gateways on eth0.
+	ecmp    []ecmpRoute
+	forward bool // net.ipv4.ip_forward=1 inside
+	// sysctls are set inside (and checked by endpointReady).
+	sysctls []sysctlValue
 }
+
+// ecmpRoute is dst over every gateway in vias on eth0 (two or more: the
+// kernel stores a single nexthop as a plain route).
+type ecmpRoute struct {
+	dst  netip.Prefix
+	vias []netip.Addr
+}
+
+type sysctlValue struct{ key, value string }
 
 // firstSegment is the first underlay: the bridge in the root namespace.
 func (s *Spec) firstSegment() segment { return segment{bridge: s.Bridge} }
@@ -113,14 +131,36 @@ func (s *Spec) routerEndpoint() endpoint {
 }
 
 // externalEndpoint is the external host: on the first underlay, reaching
-// the second through the router. It forwards nothing.
+// the second through the router, and the load-balancer range through the
+// nodes. It forwards nothing.
 func (s *Spec) externalEndpoint() endpoint {
 	e := endpoint{what: "external host", netns: s.External.Netns, hostVeth: s.External.HostVeth, ip: s.External.IP,
 		bits: s.Underlay.Bits(), seg: s.firstSegment()}
 	if s.Router != nil {
 		e.routes = []route{{s.Underlay2, s.Router.IP}}
 	}
+	if gws := s.lbGateways(); len(gws) == 1 {
+		e.routes = append(e.routes, route{dst: s.LBPool, via: gws[0]})
+	} else if len(gws) > 1 {
+		e.ecmp = []ecmpRoute{{dst: s.LBPool, vias: gws}}
+		e.sysctls = []sysctlValue{{"net.ipv4.fib_multipath_hash_policy", "1"}}
+	}
 	return e
+}
+
+// lbGateways are the external host's next hops to the load-balancer
+// range: every node on the first underlay (none without an LBPool).
+func (s *Spec) lbGateways() []netip.Addr {
+	if !s.LBPool.IsValid() {
+		return nil
+	}
+	var gws []netip.Addr
+	for _, n := range s.Nodes {
+		if n.Subnet == 0 {
+			gws = append(gws, n.IP)
+		}
+	}
+	return gws
 }
 
 // hostRoutes are the routes the lab puts in the root namespace, on its own
@@ -174,6 +214,53 @@ func hasRoute(l netlink.Link, r route) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// hasECMPRoute reports whether the main table routes r.dst over exactly
+// r.vias on l.
+func hasECMPRoute(l netlink.Link, r ecmpRoute) (bool, error) {
+	got, err := netlinkx.RouteListFiltered(netlink.FAMILY_V4,
+		&netlink.Route{Dst: ipNet(r.dst.Addr(), r.dst.Bits()), Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("listing routes to %s: %w", r.dst, err)
+	}
+	for _, x := range got {
+		if len(x.MultiPath) != len(r.vias) {
+			continue
+		}
+		want := map[netip.Addr]bool{}
+		for _, g := range r.vias {
+			want[g] = true
+		}
+		for _, nh := range x.MultiPath {
+			gw, ok := netip.AddrFromSlice(nh.Gw)
+			if ok && nh.LinkIndex == l.Attrs().Index {
+				delete(want, gw.Unmap())
+			}
+		}
+		if len(want) == 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ensureECMPRoute makes the main table route r.dst over r.vias on l
+// (replacing another route to r.dst).
+func ensureECMPRoute(l netlink.Link, r ecmpRoute) error {
+	ok, err := hasECMPRoute(l, r)
+	if err != nil || ok {
+		return err
+	}
+	nr := &netlink.Route{Dst: ipNet(r.dst.Addr(), r.dst.Bits()), Protocol: unix.RTPROT_STATIC, Table: unix.RT_TABLE_MAIN}
+	for _, g := range r.vias {
+		nr.MultiPath = append(nr.MultiPath, &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: g.AsSlice()})
+	}
+	if err := netlink.RouteReplace(nr); err != nil {
+		return fmt.Errorf("route %s via %v dev %s: %w", r.dst, r.vias, l.Attrs().Name, err)
+	}
+	return nil
 }
 
 // ensureRoute makes the main table route r.dst via r.via on l (replacing
@@ -389,9 +476,19 @@ func (k kernel) endpointReady(e endpoint) (bool, error) {
 				return err
 			}
 		}
+		for _, r := range e.ecmp {
+			if ok, err := hasECMPRoute(eth, r); err != nil || !ok {
+				return err
+			}
+		}
 		if e.forward {
 			fwd, err := sysctl.Get("net.ipv4.ip_forward")
 			if err != nil || fwd != "1" {
+				return err
+			}
+		}
+		for _, sc := range e.sysctls {
+			if v, err := sysctl.Get(sc.key); err != nil || v != sc.value {
 				return err
 			}
 		}
@@ -527,10 +624,20 @@ func (k kernel) ensureEndpoint(e endpoint) error {
 				return fmt.Errorf("%s: %w", e.what, err)
 			}
 		}
+		for _, r := range e.ecmp {
+			if err := ensureECMPRoute(eth, r); err != nil {
+				return fmt.Errorf("%s: %w", e.what, err)
+			}
+		}
 		if e.forward {
 			// A node routes between its pods and the underlay; the router
 			// between the underlays.
 			if err := sysctl.Set("net.ipv4.ip_forward", "1"); err != nil {
+				return fmt.Errorf("%s: %w", e.what, err)
+			}
+		}
+		for _, sc := range e.sysctls {
+			if err := sysctl.Set(sc.key, sc.value); err != nil {
 				return fmt.Errorf("%s: %w", e.what, err)
 			}
 		}

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -63,9 +64,12 @@ type Observed struct {
 	// ControllerWithoutEndpointSlices: the running controller was started
 	// without --endpointslices: up restarts it.
 	ControllerWithoutEndpointSlices bool
-	Router                          bool // the router is wired (two-subnet labs)
-	External                        bool // the external host's namespace is wired
-	ExternalServer                  bool // its netexec runs
+	// ControllerLBPool is the running controller's --load-balancer-ip-pool;
+	// up restarts it when the Spec wants another.
+	ControllerLBPool string
+	Router           bool // the router is wired (two-subnet labs)
+	External         bool // the external host's namespace is wired
+	ExternalServer   bool // its netexec runs
 }
 
 // Plan lists the steps that make spec from what is observed. It is pure.
@@ -105,17 +109,29 @@ func Plan(s *Spec, o Observed) []Step {
 	}
 	if x := s.External; x != nil {
 		ready := o.Underlay && o.External
+		lbRoute := ""
+		if gws := s.lbGateways(); len(gws) > 0 {
+			lbRoute = fmt.Sprintf(", route %s via %s", s.LBPool, joinAddrs(gws))
+		}
 		steps = append(steps, Step{Kind: StepExternal,
-			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s, netexec HTTP :%d, UDP :%d", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
-				ExternalHTTPPort, ExternalUDPPort),
+			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s%s, netexec HTTP :%d, UDP :%d", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
+				lbRoute, ExternalHTTPPort, ExternalUDPPort),
 			Present: ready && o.ExternalServer,
 			Restart: o.ExternalServer && !ready})
 	}
+	controllerWhat := "flatnet controller (node IPAM, pod binder, EndpointSlices)"
+	if pool := s.LoadBalancerPool(); pool != "" {
+		controllerWhat = "flatnet controller (node IPAM, pod binder, EndpointSlices, LoadBalancer IPs " + pool + ")"
+	}
+	controllerOutdated := o.ControllerWithoutEndpointSlices || o.ControllerLBPool != s.LoadBalancerPool()
+	if o.Controller && o.ControllerLBPool != s.LoadBalancerPool() {
+		controllerWhat += "; was with LoadBalancer IPs " + orNone(o.ControllerLBPool)
+	}
 	steps = append(steps,
 		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s", s.HostAddr), Present: o.ControlPlane},
-		Step{Kind: StepController, What: "flatnet controller (node IPAM, pod binder)",
-			Present: o.Controller && !o.ControllerWithoutEndpointSlices,
-			Restart: o.Controller && o.ControllerWithoutEndpointSlices},
+		Step{Kind: StepController, What: controllerWhat,
+			Present: o.Controller && !controllerOutdated,
+			Restart: o.Controller && controllerOutdated},
 	)
 	for _, n := range s.Nodes {
 		what := fmt.Sprintf("flatnet agent on %s (lab runtime, %s)", n.Name, s.Backend)
@@ -134,6 +150,21 @@ func Plan(s *Spec, o Observed) []Step {
 	}
 	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config", len(s.Nodes))})
 	return steps
+}
+
+func joinAddrs(as []netip.Addr) string {
+	ss := make([]string, len(as))
+	for i, a := range as {
+		ss[i] = a.String()
+	}
+	return strings.Join(ss, " ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // cniPluginNames are the names flatnet-cni answers to.

@@ -62,7 +62,17 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		if req.Changed["node-cidr-mask-size"] && o.NodeCIDRMaskSize != recorded.NodeCIDRMaskSize {
 			return nil, mismatch("node-cidr-mask-size", strconv.Itoa(o.NodeCIDRMaskSize), strconv.Itoa(recorded.NodeCIDRMaskSize))
 		}
+		if req.Changed["lb-pool"] && recorded.LBPool.IsValid() {
+			if p, err := netip.ParsePrefix(o.LBPool); err != nil || p != recorded.LBPool {
+				return nil, mismatch("lb-pool", o.LBPool, recorded.LBPool.String())
+			}
+		}
 		opts := recorded.Options()
+		if !recorded.LBPool.IsValid() {
+			// A lab recorded before --lb-pool gets the requested (or
+			// default) one: up restarts its controller with it.
+			opts.LBPool = o.LBPool
+		}
 		if req.Changed["nodes"] {
 			if o.Nodes < len(recorded.Nodes) {
 				return nil, fmt.Errorf("lab %s has %d nodes; `up` adds nodes but never removes them (--nodes %d); `flatnet lab down --name %s` first", o.Name, len(recorded.Nodes), o.Nodes, o.Name)
@@ -160,6 +170,9 @@ func checkHost(s *Spec, host, others []netip.Prefix) error {
 	}
 	if s.Router != nil {
 		rs = append(rs, rng{"second underlay", "--underlay-cidr A,B", s.Underlay2, true})
+	}
+	if s.LBPool.IsValid() {
+		rs = append(rs, rng{"load-balancer pool", "--lb-pool", s.LBPool, false})
 	}
 	for _, r := range rs {
 		for _, h := range host {

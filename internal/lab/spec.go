@@ -9,7 +9,10 @@
 // the other subnet are not on-link and only an overlay reaches their pods.
 // An optional external host (--external) sits on the first underlay with
 // an address outside every cluster range and answers with the client's
-// address, so egress masquerade can be seen.
+// address, so egress masquerade can be seen. It routes the load-balancer
+// range (--lb-pool) to the nodes, ECMP over every node of the first
+// underlay, as a BGP router would, so it reaches LoadBalancer IPs and
+// externalIPs.
 //
 // Design: the requested lab is plain data (Spec: every name, address and
 // path, computed from a few options), the running lab is read from the
@@ -40,6 +43,15 @@ const (
 	DefaultClusterCIDR = "10.244.0.0/16"
 	DefaultServiceCIDR = "10.96.0.0/16"
 	DefaultNodeMask    = 24
+	// DefaultLBPool is routed to the nodes from the external host: its
+	// lower half is the controller's LoadBalancer pool, its upper half is
+	// left for spec.externalIPs. Outside the underlays (10.250.0.0/16),
+	// since an address inside an underlay would need someone to answer
+	// ARP for it.
+	DefaultLBPool = "10.251.0.0/24"
+	// maxLBPoolBits leaves the controller at least three addresses (a /29:
+	// .1-.3 of its lower half).
+	maxLBPoolBits = 29
 	// MaxNodes keeps node addresses (.11 upward) inside the underlay /24.
 	MaxNodes = 200
 )
@@ -82,6 +94,8 @@ type Options struct {
 	Underlay string
 	Subnets  int  // 1 (default) or 2: nodes on two underlay subnets joined by a router
 	External bool // an external host on the first underlay
+	// LBPool is the load-balancer range (see Spec.LBPool); "" for none.
+	LBPool string
 }
 
 // Spec is a lab as data: every name, address and path it uses.
@@ -101,6 +115,12 @@ type Spec struct {
 	Underlay2 netip.Prefix `json:"underlay2,omitzero"`
 	Router    *Router      `json:"router,omitempty"`
 	External  *External    `json:"external,omitempty"`
+	// LBPool is the load-balancer range: the external host routes it to
+	// the nodes; its lower half (without the network address) is the
+	// controller's --load-balancer-ip-pool (LoadBalancerPool), its upper
+	// half is left for spec.externalIPs (ExternalIPRange). Zero in a lab
+	// recorded before it existed.
+	LBPool netip.Prefix `json:"lbPool,omitzero"`
 }
 
 // Router joins the two underlays of a two-subnet lab: a namespace with
@@ -345,6 +365,17 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		named["second underlay"] = underlay2
 		nets = append(nets, "second underlay")
 	}
+	var lbPool netip.Prefix
+	if opts.LBPool != "" {
+		if lbPool, err = parseV4Prefix("--lb-pool", opts.LBPool); err != nil {
+			return nil, err
+		}
+		if lbPool.Bits() > maxLBPoolBits {
+			return nil, fmt.Errorf("--lb-pool %s: want a /%d or larger (its lower half goes to LoadBalancer Services, its upper half to externalIPs)", lbPool, maxLBPoolBits)
+		}
+		named["load-balancer pool"] = lbPool
+		nets = append(nets, "load-balancer pool")
+	}
 	for _, a := range nets {
 		for _, b := range nets {
 			if a < b && named[a].Overlaps(named[b]) {
@@ -367,6 +398,7 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		HostAddr:         underlay.Addr().Next(),
 		Bridge:           BridgeName(opts.Name),
 		PodNetnsPrefix:   PodNetnsPrefix(opts.Name),
+		LBPool:           lbPool,
 	}
 	if subnets == 2 {
 		s.Underlay2 = underlay2
@@ -464,7 +496,47 @@ func (s *Spec) Options() Options {
 		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend,
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
+		LBPool: s.lbPoolOption(),
 	}
+}
+
+func (s *Spec) lbPoolOption() string {
+	if !s.LBPool.IsValid() {
+		return ""
+	}
+	return s.LBPool.String()
+}
+
+// halves splits LBPool into its lower and upper half.
+func (s *Spec) halves() (lo, hi netip.Prefix) {
+	lo = netip.PrefixFrom(s.LBPool.Addr(), s.LBPool.Bits()+1)
+	b := s.LBPool.Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += 1 << (31 - s.LBPool.Bits())
+	hi = netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.LBPool.Bits()+1)
+	return lo, hi
+}
+
+// LoadBalancerPool is the controller's --load-balancer-ip-pool: the lower
+// half of LBPool without its network address ("10.251.0.1-10.251.0.127"
+// for 10.251.0.0/24), or "" without an LBPool.
+func (s *Spec) LoadBalancerPool() string {
+	if !s.LBPool.IsValid() {
+		return ""
+	}
+	lo, hi := s.halves()
+	return lo.Addr().Next().String() + "-" + hi.Addr().Prev().String()
+}
+
+// ExternalIPRange is the upper half of LBPool, routed like the
+// LoadBalancer pool but never handed out by the controller: for
+// spec.externalIPs. Invalid without an LBPool.
+func (s *Spec) ExternalIPRange() netip.Prefix {
+	if !s.LBPool.IsValid() {
+		return netip.Prefix{}
+	}
+	_, hi := s.halves()
+	return hi
 }
 
 // Paths in the state dir.

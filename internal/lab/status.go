@@ -293,6 +293,13 @@ func (st *Status) Print(w io.Writer) {
 	fmt.Fprintf(w, "control plane: %s\n", cp)
 	fmt.Fprintf(w, "controller:    %s\n", pidOrDown(st.Controller))
 	fmt.Fprintf(w, "networks:      cluster %s (/%d per node), services %s, backend %s\n", s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR, s.Backend)
+	if s.LBPool.IsValid() {
+		reach := "routed to the nodes from the external host"
+		if s.External == nil {
+			reach = "no external host routes it (add one with up --external)"
+		}
+		fmt.Fprintf(w, "load balancer: %s: LoadBalancer IPs %s, externalIPs %s; %s\n", s.LBPool, s.LoadBalancerPool(), s.ExternalIPRange(), reach)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tINTERNAL-IP\tPOD-CIDR\tREADY\tNETNS\tAGENT")

@@ -110,6 +110,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	if s.External != nil {
 		layout += fmt.Sprintf(", external host %s", s.External.IP)
 	}
+	if s.LBPool.IsValid() {
+		layout += fmt.Sprintf(", load-balancer range %s", s.LBPool)
+	}
 	fmt.Fprintf(out, "lab %s: %d nodes, backend %s, %s, cluster CIDR %s (/%d per node), service CIDR %s\n",
 		s.Name, len(s.Nodes), s.Backend, layout, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)
 	start := time.Now()
@@ -250,6 +253,7 @@ func observe(k kernel, s *Spec) (Observed, error) {
 	var cpid int
 	if cpid, o.Controller = proc.Running(s.StateDir, ProcController); o.Controller {
 		o.ControllerWithoutEndpointSlices = !hasFlag(cpid, "--endpointslices")
+		o.ControllerLBPool = flagOf(cpid, "--load-balancer-ip-pool")
 	}
 	return o, nil
 }
@@ -265,7 +269,7 @@ func makeStateDirs(s *Spec) error {
 
 // controllerArgv is the command line of the lab's flatnet controller.
 func controllerArgv(s *Spec) []string {
-	return []string{
+	argv := []string{
 		filepath.Join(s.BinDir(), "flatnet"), "controller",
 		"--kubeconfig", s.Kubeconfig(),
 		"--cluster-cidr", s.ClusterCIDR.String(),
@@ -276,6 +280,11 @@ func controllerArgv(s *Spec) []string {
 		// EndpointSlices the agents' Service proxies read.
 		"--endpointslices",
 	}
+	if pool := s.LoadBalancerPool(); pool != "" {
+		// No cloud: flatnet gives LoadBalancer Services their addresses.
+		argv = append(argv, "--load-balancer-ip-pool", pool)
+	}
+	return argv
 }
 
 // hasFlag reports whether process pid was started with the boolean flag
