@@ -376,3 +376,26 @@ func TestProxyOnlyRenderConfigs(t *testing.T) {
 		t.Errorf("without a cluster CIDR: %+v", got)
 	}
 }
+
+// FuzzResolveProxyOnly: any file is an error or settings the proxy can run
+// with, never a panic.
+func FuzzResolveProxyOnly(f *testing.F) {
+	f.Add([]byte(kubeadmConfig))
+	f.Add([]byte(header + "mode: ipvs\nnodePortAddresses: [primary]\n"))
+	f.Add([]byte(header + "nftables: {syncPeriod: soon, masqueradeBit: 40}\nclusterCIDR: 10.0.0.0/8,fd00::/64\n"))
+	f.Add([]byte(`{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration", "x": {"syncPeriod": 1}}`))
+	f.Fuzz(func(t *testing.T, file []byte) {
+		s, err := resolveProxyOnly(input(string(file)))
+		if err != nil {
+			return
+		}
+		if s.NodeName == "" || s.SyncPeriod <= 0 || s.MinSyncPeriod < 0 || s.MinSyncPeriod > s.SyncPeriod || s.MasqueradeMark == 0 {
+			t.Errorf("accepted settings the proxy cannot run with: %+v", s)
+		}
+		for _, a := range []string{s.HealthzBindAddress, s.MetricsBindAddress} {
+			if checkBindAddress(a) != nil {
+				t.Errorf("accepted bind address %q", a)
+			}
+		}
+	})
+}
