@@ -576,6 +576,11 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		if needLocal {
 			dispatch(localChain, local)
 		}
+		if len(internalEPs) > 0 {
+			if m := r.offClusterMasq(svc.ClusterIP, sp); m != "" {
+				o.chains[internalChain] = append([]string{m}, o.chains[internalChain]...)
+			}
+		}
 		// extReachable: the external entry has somewhere to send some
 		// packets. With policy Local and no endpoint on this node, pods
 		// still reach the service through it (short-circuited to the
@@ -635,6 +640,33 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		}
 	}
 	return o
+}
+
+// offClusterMasq is the rule that masquerades ClusterIP traffic from
+// outside the pod network (a host-network client, a router sending to the
+// service CIDR), as kube-proxy does when it knows the cluster CIDR: the
+// endpoint's reply then comes back through this node to be un-DNATed,
+// whatever route the endpoint's node has to the client. It matches the
+// ClusterIP itself, so traffic reaching the chain from a NodePort or an
+// external address (masqueraded or not by its own policy) is left alone.
+// Without cluster CIDRs nothing tells pods apart, and nothing is added.
+func (r *Renderer) offClusterMasq(clusterIP netip.Addr, sp *proxy.ServicePort) string {
+	var cidrs []string
+	for _, c := range r.cfg.ClusterCIDRs {
+		if c.Addr().Is4() != r.cfg.v6() {
+			cidrs = append(cidrs, c.String())
+		}
+	}
+	if len(cidrs) == 0 {
+		return ""
+	}
+	src := cidrs[0]
+	if len(cidrs) > 1 {
+		src = "{ " + strings.Join(cidrs, " , ") + " }"
+	}
+	ip := r.cfg.ipKw()
+	return fmt.Sprintf("%s daddr %s %s dport %d %s saddr != %s jump %s",
+		ip, clusterIP, sp.Protocol, sp.Port, ip, src, chainMarkMasq)
 }
 
 func (r *Renderer) family(eps []proxy.Endpoint) []proxy.Endpoint {

@@ -146,6 +146,10 @@ func TestPacketFlows(t *testing.T) {
 	}{
 		{"ClusterIP reaches every endpoint", tcp(remotePod, a("10.96.0.10"), 80),
 			[]string{"10.244.1.5:8080", "10.244.2.5:8080", "10.244.3.5:8080"}, nil},
+		{"ClusterIP from outside the pod network is masqueraded", tcp(outside, a("10.96.0.23"), 80),
+			[]string{"10.244.2.5:8080", "10.244.3.5:8080"}, []string{"10.244.2.5:8080", "10.244.3.5:8080"}},
+		{"ClusterIP from the node itself is masqueraded", nfttrace.Packet{Src: nodeIP, Dst: a("10.96.0.23"), Proto: "tcp", DPort: 80, Local: true},
+			[]string{"10.244.2.5:8080", "10.244.3.5:8080"}, []string{"10.244.2.5:8080", "10.244.3.5:8080"}},
 		{"ClusterIP wrong port is not touched", tcp(remotePod, a("10.96.0.10"), 81), []string{"accept"}, nil},
 		{"named targetPort resolved per endpoint", tcp(remotePod, a("10.96.0.11"), 80),
 			[]string{"10.244.2.6:8080", "10.244.3.6:9090"}, nil},
