@@ -493,6 +493,8 @@ func TestLab(t *testing.T) {
 
 	t.Run("Services", func(t *testing.T) { checkServices(t, l, labPods) })
 
+	t.Run("External", func(t *testing.T) { checkExternal(t, l) })
+
 	t.Run("FullSizePacket", func(t *testing.T) {
 		// host-gw adds no header: pods get the underlay's MTU, and a
 		// packet of that size with DF set crosses to another node.
