@@ -8,6 +8,10 @@ package endpointslice
 // before the cache has caught up with our own writes would otherwise
 // create the same slices twice. Slices of a deleted Service are deleted
 // here (the lab runs no garbage collector to follow the ownerReference).
+// The trigger time tracker (triggertime.go) is consulted once per sync
+// that gets as far as planning, after the stale-cache check (a sync that
+// must wait does not consume the changes it saw), and forgets a Service
+// when the Service is gone.
 
 import (
 	"context"
@@ -43,6 +47,7 @@ type Controller struct {
 	synced      []cache.InformerSynced
 	queue       workqueue.TypedRateLimitingInterface[string]
 	maxPerSlice int
+	triggers    *TriggerTimeTracker
 
 	mu      sync.Mutex                 // protects pending
 	pending map[string]map[string]bool // service key -> slice name -> true: created, false: deleted; not yet in the cache
@@ -69,6 +74,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		slices:      sliceInf.Lister(),
 		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice"}),
 		maxPerSlice: maxPerSlice,
+		triggers:    NewTriggerTimeTracker(),
 		pending:     map[string]map[string]bool{},
 	}
 	handlers := []struct {
@@ -211,6 +217,7 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 	}
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.triggers.DeleteService(ns, name)
 		return c.apply(ctx, key, Plan{Delete: existing})
 	}
 	if err != nil {
@@ -224,7 +231,10 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	plan, planErr := Reconcile(svc, pods, c.getNode, existing, c.maxPerSlice)
+	// Computed even when the plan turns out empty, so that the tracker
+	// keeps up with what this sync saw, as upstream does.
+	triggerTime := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
+	plan, planErr := Reconcile(svc, pods, c.getNode, existing, c.maxPerSlice, triggerTime)
 	return errors.Join(c.apply(ctx, key, plan), planErr)
 }
 

@@ -281,3 +281,99 @@ func TestControllerRun(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+func TestControllerStampsTriggerTime(t *testing.T) {
+	pods := []*corev1.Pod{
+		with(pod("p1", "s", "node-a", "10.1.0.1"), readySince(at(1))),
+		with(pod("p2", "s", "node-b", "10.1.0.2"), readySince(at(2))),
+	}
+	f := newFixture(t, objects(service("s", createdAt(at(0))), pods)...)
+	triggerTimes := func() []string {
+		var out []string
+		for _, s := range list(t, f.client) {
+			out = append(out, s.Annotations[corev1.EndpointsLastChangeTriggerTime])
+		}
+		return out
+	}
+	rfc := func(t time.Time) []string { return []string{t.Format(time.RFC3339Nano)} }
+	setReady := func(p *corev1.Pod, ready bool, since time.Time) {
+		t.Helper()
+		p = p.DeepCopy()
+		p.Status.Conditions[0].Status = map[bool]corev1.ConditionStatus{true: corev1.ConditionTrue, false: corev1.ConditionFalse}[ready]
+		p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(since)
+		if _, err := f.client.CoreV1().Pods(ns).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitFor("pod update in cache", func() bool {
+			got, err := f.c.pods.Pods(ns).Get(p.Name)
+			return err == nil && podTriggerTime(got).Equal(since)
+		})
+	}
+
+	// First sight: the Service's creation.
+	if got := f.sync("s"); got != [3]int{1, 0, 0} {
+		t.Fatalf("first sync writes %v, want 1 create", got)
+	}
+	if d := cmp.Diff(rfc(at(0)), triggerTimes()); d != "" {
+		t.Errorf("first sync: trigger times (-want +got):\n%s", d)
+	}
+	f.waitSlices()
+	if got := f.sync("s"); got != [3]int{} {
+		t.Errorf("second sync writes %v, want none", got)
+	}
+
+	// A pod turns not ready: the slice is rewritten with that moment.
+	setReady(pods[0], false, at(30))
+	if got := f.sync("s"); got != [3]int{0, 1, 0} {
+		t.Fatalf("pod not ready: writes %v, want 1 update", got)
+	}
+	if d := cmp.Diff(rfc(at(30)), triggerTimes()); d != "" {
+		t.Errorf("pod not ready: trigger times (-want +got):\n%s", d)
+	}
+	f.waitSlices()
+
+	// A sync that must wait for the cache does not use up the change:
+	// the one after it still stamps it.
+	setReady(pods[0], true, at(40))
+	f.c.expect(ns+"/s", "s-notyet", true)
+	if err := f.c.Sync(f.ctx, ns+"/s"); !errors.Is(err, errStale) {
+		t.Fatalf("sync on a stale cache: %v, want errStale", err)
+	}
+	f.c.mu.Lock()
+	delete(f.c.pending, ns+"/s")
+	f.c.mu.Unlock()
+	if got := f.sync("s"); got != [3]int{0, 1, 0} {
+		t.Fatalf("pod ready again: writes %v, want 1 update", got)
+	}
+	if d := cmp.Diff(rfc(at(40)), triggerTimes()); d != "" {
+		t.Errorf("pod ready again: trigger times (-want +got):\n%s", d)
+	}
+	f.waitSlices()
+
+	// The Service goes: the tracker forgets it, and a new Service of the
+	// same name starts from its own creation.
+	if err := f.client.CoreV1().Services(ns).Delete(f.ctx, "s", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("service deletion in cache", func() bool { _, err := f.c.services.Services(ns).Get("s"); return err != nil })
+	f.sync("s")
+	f.c.triggers.mu.Lock()
+	_, kept := f.c.triggers.states[ns+"/s"]
+	f.c.triggers.mu.Unlock()
+	if kept {
+		t.Error("trigger time state kept after the Service was deleted")
+	}
+	f.waitSlices()
+	again := service("s", createdAt(at(100)))
+	again.UID = "uid-s-again"
+	if _, err := f.client.CoreV1().Services(ns).Create(f.ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("new service in cache", func() bool { s, err := f.c.services.Services(ns).Get("s"); return err == nil && s.UID == again.UID })
+	if got := f.sync("s"); got != [3]int{1, 0, 0} {
+		t.Fatalf("service recreated: writes %v, want 1 create", got)
+	}
+	if d := cmp.Diff(rfc(at(100)), triggerTimes()); d != "" {
+		t.Errorf("service recreated: trigger times (-want +got):\n%s", d)
+	}
+}

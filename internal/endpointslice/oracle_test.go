@@ -5,9 +5,14 @@ package endpointslice
 // pods, nodes and existing slices, each against its own fake clientset,
 // and the slices each leaves behind are compared field by field.
 // Upstream is told to use flatnet's managed-by value, so labels compare
-// exactly. Ignored, because they legitimately differ: object names
-// (generated), annotations (upstream writes a last-change-trigger-time),
-// the order of a slice's ports (see portsText), and, when a port group needs several slices, which endpoint lands in
+// exactly. Both are given the same trigger time, so the slices' annotations
+// (the last-change-trigger-time) compare too: every case runs once with
+// a trigger time and once without one, the existing slices carrying an
+// older one (from upstream's first run), so that both stamping a new time
+// and clearing an old one are covered. Ignored, because they
+// legitimately differ: object names (generated), the order of a slice's
+// ports (see portsText), and, when a port group needs several slices,
+// which endpoint lands in
 // which slice (upstream pops from a map in random order): there the
 // group's endpoints are compared as one sorted list plus the sorted list
 // of slice sizes. The numbers of creates, updates and deletes must match.
@@ -18,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -117,7 +123,7 @@ func writes(c *fake.Clientset) (cr, up, del int) {
 	return
 }
 
-func runUpstream(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*corev1.Node, existing []*discovery.EndpointSlice, max int) state {
+func runUpstream(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*corev1.Node, existing []*discovery.EndpointSlice, max int, trigger time.Time) state {
 	t.Helper()
 	var objs []runtime.Object
 	for _, s := range existing {
@@ -132,20 +138,20 @@ func runUpstream(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []
 		}
 	}
 	r := upstream.NewReconciler(c, corelisters.NewNodeLister(idx), int32(max), upstreamutil.NewEndpointSliceTracker(), nil, record.NewFakeRecorder(100), ManagedBy)
-	_ = r.Reconcile(klog.Background(), svc, pods, existing, metav1.Now().Time) // errors: missing nodes, as ours
+	_ = r.Reconcile(klog.Background(), svc, pods, existing, trigger) // errors: missing nodes, as ours
 	st := state{slices: list(t, c)}
 	st.creates, st.updates, st.dels = writes(c)
 	return st
 }
 
-func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*corev1.Node, existing []*discovery.EndpointSlice, max int) state {
+func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*corev1.Node, existing []*discovery.EndpointSlice, max int, trigger time.Time) state {
 	t.Helper()
 	var objs []runtime.Object
 	for _, s := range existing {
 		objs = append(objs, s.DeepCopy())
 	}
 	c := fake.NewClientset(objs...)
-	plan, _ := Reconcile(svc, pods, nodeGetter(nodes), existing, max)
+	plan, _ := Reconcile(svc, pods, nodeGetter(nodes), existing, max, trigger)
 	ctrl := &Controller{client: c, pending: map[string]map[string]bool{}}
 	if err := ctrl.apply(context.Background(), ns+"/"+svc.Name, plan); err != nil {
 		t.Fatal(err)
@@ -158,7 +164,7 @@ func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*cor
 // groups is a state in comparable form: per (family, ports) group, the
 // slices' shared metadata, their sizes, and all their endpoints.
 type group4cmp struct {
-	Meta      []string // one line per slice: labels, owners, ports; sorted
+	Meta      []string // one line per slice: labels, annotations, owners, ports; sorted
 	Sizes     []int
 	Endpoints []discovery.Endpoint
 }
@@ -172,7 +178,7 @@ func comparable(ss []*discovery.EndpointSlice) map[string]*group4cmp {
 			g = &group4cmp{}
 			out[k] = g
 		}
-		g.Meta = append(g.Meta, fmt.Sprintf("ns=%s gen=%s labels=%v owners=%s ports=%s", s.Namespace, s.GenerateName, s.Labels, owners(s.OwnerReferences), portsText(s.Ports)))
+		g.Meta = append(g.Meta, fmt.Sprintf("ns=%s gen=%s labels=%v annotations=%v owners=%s ports=%s", s.Namespace, s.GenerateName, s.Labels, s.Annotations, owners(s.OwnerReferences), portsText(s.Ports)))
 		g.Sizes = append(g.Sizes, len(s.Endpoints))
 		g.Endpoints = append(g.Endpoints, s.Endpoints...)
 	}
@@ -212,40 +218,60 @@ func portsText(ps []discovery.EndpointPort) string {
 
 func TestMatchesUpstreamReconciler(t *testing.T) {
 	nodes := []*corev1.Node{node("node-a", "zone-a"), node("node-b", "zone-b")}
+	// The existing slices' trigger time, and this sync's (not in UTC, with
+	// nanoseconds: both must format it the same way).
+	older := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	triggers := []struct {
+		name string
+		at   time.Time
+	}{
+		{"trigger time", time.Date(2026, 1, 2, 4, 4, 6, 789000001, time.FixedZone("CET", 3600))},
+		{"no trigger time", time.Time{}},
+	}
 	for _, tc := range oracleCases() {
-		t.Run(tc.name, func(t *testing.T) {
-			max := tc.max
-			if max == 0 {
-				max = DefaultMaxEndpointsPerSlice
-			}
-			// The existing slices: upstream's own result for before (with
-			// the ports-change case, of the Service before its change).
-			var existing []*discovery.EndpointSlice
-			if tc.before != nil {
-				prev := tc.svc
-				if tc.name == "ports change" {
-					prev = service("s")
+		for _, tr := range triggers {
+			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
+				max := tc.max
+				if max == 0 {
+					max = DefaultMaxEndpointsPerSlice
 				}
-				existing = runUpstream(t, prev, tc.before, nodes, nil, max).slices
-			}
-			cached := make([]*discovery.EndpointSlice, len(existing))
-			for i, s := range existing {
-				cached[i] = s.DeepCopy()
-			}
-			want := runUpstream(t, tc.svc, tc.after, nodes, existing, max)
-			got := runOurs(t, tc.svc, tc.after, nodes, existing, max)
-			if d := cmp.Diff(comparable(want.slices), comparable(got.slices), cmpopts.EquateEmpty()); d != "" {
-				t.Errorf("slices differ from upstream's (-upstream +flatnet):\n%s", d)
-			}
-			if w, g := [3]int{want.creates, want.updates, want.dels}, [3]int{got.creates, got.updates, got.dels}; w != g {
-				t.Errorf("creates/updates/deletes: upstream %v, flatnet %v", w, g)
-			}
-			if d := cmp.Diff(cached, existing, cmpopts.EquateEmpty()); d != "" {
-				t.Errorf("existing slices were modified:\n%s", d)
-			}
-			if len(got.slices) == 0 {
-				t.Error("no slices at all (there is always at least the placeholder)")
-			}
-		})
+				// The existing slices: upstream's own result for before (with
+				// the ports-change case, of the Service before its change).
+				var existing []*discovery.EndpointSlice
+				if tc.before != nil {
+					prev := tc.svc
+					if tc.name == "ports change" {
+						prev = service("s")
+					}
+					existing = runUpstream(t, prev, tc.before, nodes, nil, max, older).slices
+				}
+				cached := make([]*discovery.EndpointSlice, len(existing))
+				for i, s := range existing {
+					cached[i] = s.DeepCopy()
+				}
+				want := runUpstream(t, tc.svc, tc.after, nodes, existing, max, tr.at)
+				got := runOurs(t, tc.svc, tc.after, nodes, existing, max, tr.at)
+				if d := cmp.Diff(comparable(want.slices), comparable(got.slices), cmpopts.EquateEmpty()); d != "" {
+					t.Errorf("slices differ from upstream's (-upstream +flatnet):\n%s", d)
+				}
+				if w, g := [3]int{want.creates, want.updates, want.dels}, [3]int{got.creates, got.updates, got.dels}; w != g {
+					t.Errorf("creates/updates/deletes: upstream %v, flatnet %v", w, g)
+				}
+				if d := cmp.Diff(cached, existing, cmpopts.EquateEmpty()); d != "" {
+					t.Errorf("existing slices were modified:\n%s", d)
+				}
+				if len(got.slices) == 0 {
+					t.Error("no slices at all (there is always at least the placeholder)")
+				}
+				// The comparison covers the annotation only if someone
+				// writes it: with a trigger time and any write, some
+				// slice carries it.
+				if !tr.at.IsZero() && got.creates+got.updates > 0 && !slices.ContainsFunc(got.slices, func(s *discovery.EndpointSlice) bool {
+					return s.Annotations[corev1.EndpointsLastChangeTriggerTime] == "2026-01-02T03:04:06.789000001Z"
+				}) {
+					t.Error("slices written, none with the trigger time")
+				}
+			})
+		}
 	}
 }

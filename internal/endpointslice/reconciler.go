@@ -15,10 +15,15 @@
 // that would coincide with creates become updates of the doomed slice, so
 // a change of ports rewrites a slice instead of churning its name. A
 // Service with no endpoints keeps one empty placeholder slice per family,
-// as upstream does. Unlike upstream, the order is deterministic (pods in
-// name order), so a test can compare plans literally. Not done (yet):
-// topology hints / trafficDistribution and the last-change-trigger-time
-// annotation. controller.go applies the plan.
+// as upstream does. Every slice the plan creates or updates (and only
+// those) carries the sync's trigger time in the
+// endpoints.kubernetes.io/last-change-trigger-time annotation
+// (RFC 3339 with nanoseconds, UTC), or loses the annotation when the
+// trigger time is zero; the caller computes it (triggertime.go), so the
+// plan stays a function of its arguments. Unlike upstream, the order is
+// deterministic (pods in name order), so a test can compare plans
+// literally. Not done (yet): topology hints / trafficDistribution.
+// controller.go applies the plan.
 package endpointslice
 
 import (
@@ -29,6 +34,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -67,9 +73,10 @@ func (e *MissingNodeError) Error() string {
 
 // Reconcile computes the plan that makes existing (the slices labelled
 // with svc's name and managed by flatnet) match pods (those selected by
-// svc). It never modifies its arguments. A non-nil error is a
-// *MissingNodeError; the plan is to be applied anyway.
-func Reconcile(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, existing []*discovery.EndpointSlice, maxPerSlice int) (Plan, error) {
+// svc). The slices it creates or updates carry triggerTime (see
+// TriggerTimeTracker; zero: none). It never modifies its arguments. A
+// non-nil error is a *MissingNodeError; the plan is to be applied anyway.
+func Reconcile(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, existing []*discovery.EndpointSlice, maxPerSlice int, triggerTime time.Time) (Plan, error) {
 	if maxPerSlice < 1 {
 		maxPerSlice = DefaultMaxEndpointsPerSlice
 	}
@@ -93,6 +100,13 @@ func Reconcile(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, existi
 		plan.Create = append(plan.Create, p.Create...)
 		plan.Update = append(plan.Update, p.Update...)
 		plan.Delete = append(plan.Delete, p.Delete...)
+	}
+	// Creates are new objects and updates deep copies: ours to annotate.
+	for _, s := range plan.Create {
+		stampTriggerTime(s, triggerTime)
+	}
+	for _, s := range plan.Update {
+		stampTriggerTime(s, triggerTime)
 	}
 	var err error
 	if len(missing) > 0 {
@@ -176,7 +190,9 @@ func reconcileType(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, ex
 		}
 	}
 
-	// Turn create+delete pairs into updates of the slice to be deleted.
+	// Turn create+delete pairs into updates of the slice to be deleted
+	// (keeping its annotations other than the trigger time, which
+	// upstream's rewrite, a fresh object, drops).
 	for i := 0; i < len(plan.Delete) && len(plan.Create) > 0; {
 		d := plan.Delete[i]
 		c := plan.Create[len(plan.Create)-1]
@@ -277,6 +293,20 @@ func reconcilePorts(svc *corev1.Service, existing []*discovery.EndpointSlice, g 
 		rest = rest[n:]
 	}
 	return plan
+}
+
+// stampTriggerTime sets s's last-change-trigger-time annotation to t, in
+// UTC with nanoseconds, or removes it when t is zero (a write with no
+// known trigger must not keep an older one).
+func stampTriggerTime(s *discovery.EndpointSlice, t time.Time) {
+	if t.IsZero() {
+		delete(s.Annotations, corev1.EndpointsLastChangeTriggerTime)
+		return
+	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[corev1.EndpointsLastChangeTriggerTime] = t.UTC().Format(time.RFC3339Nano)
 }
 
 // podWanted: not finished (Succeeded/Failed) and has an IP. Terminating

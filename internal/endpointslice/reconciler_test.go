@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -164,7 +165,7 @@ func TestReconcileFromNothing(t *testing.T) {
 			for i, p := range tc.pods {
 				before[i] = p.DeepCopy()
 			}
-			plan, err := Reconcile(tc.svc, tc.pods, nodeGetter(nodes), nil, tc.max)
+			plan, err := Reconcile(tc.svc, tc.pods, nodeGetter(nodes), nil, tc.max, time.Time{})
 			var me *MissingNodeError
 			if tc.wantErr != errors.As(err, &me) {
 				t.Fatalf("error %v, want error: %v", err, tc.wantErr)
@@ -223,7 +224,7 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 	nodes := nodeGetter([]*corev1.Node{node("node-a", "zone-a"), node("node-b", "")})
 	svc := service("s")
 	pods := manyPods("s", 250)
-	plan, err := Reconcile(svc, pods, nodes, nil, 100)
+	plan, err := Reconcile(svc, pods, nodes, nil, 100, time.Time{})
 	if err != nil || len(plan.Create) != 3 {
 		t.Fatalf("first: %d creates, err %v", len(plan.Create), err)
 	}
@@ -250,10 +251,12 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 		{"all pods gone: the last slice becomes the placeholder", func() { pods = nil }, counts{0, 1, 2}},
 		{"placeholder kept", func() {}, counts{}},
 	}
-	for _, st := range steps {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, st := range steps {
 		st.change()
 		before := snapshot()
-		plan, err := Reconcile(svc, pods, nodes, state, 100)
+		at := base.Add(time.Duration(i) * time.Second)
+		plan, err := Reconcile(svc, pods, nodes, state, 100, at)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -263,6 +266,11 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 		}
 		if !equality.Semantic.DeepEqual(before, state) {
 			t.Fatalf("%s: Reconcile modified the existing slices", st.name)
+		}
+		for _, s := range slices.Concat(plan.Create, plan.Update) {
+			if got, want := s.Annotations[corev1.EndpointsLastChangeTriggerTime], at.Format(time.RFC3339Nano); got != want {
+				t.Errorf("%s: written slice has trigger time %q, want %q", st.name, got, want)
+			}
 		}
 		state = named(plan, state)
 		// The state now holds exactly the wanted endpoints, each once.
@@ -284,8 +292,10 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 		if d := cmp.Diff(want, have); d != "" {
 			t.Errorf("%s: endpoints (-want +got):\n%s", st.name, d)
 		}
-		// Idempotent: planning again on the result writes nothing.
-		if again, _ := Reconcile(svc, pods, nodes, state, 100); !again.Empty() {
+		// Idempotent: planning again on the result writes nothing, even
+		// with another trigger time (the annotation alone is no reason
+		// to write).
+		if again, _ := Reconcile(svc, pods, nodes, state, 100, at.Add(time.Hour)); !again.Empty() {
 			t.Errorf("%s: second run not empty: %d/%d/%d", st.name, len(again.Create), len(again.Update), len(again.Delete))
 		}
 	}
@@ -295,7 +305,7 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	nodes := nodeGetter([]*corev1.Node{node("node-b", "")})
 	svc := service("s")
 	pods := []*corev1.Pod{pod("p1", "s", "node-b", "10.1.0.1")}
-	first, _ := Reconcile(svc, pods, nodes, nil, 0)
+	first, _ := Reconcile(svc, pods, nodes, nil, 0, time.Time{})
 	state := named(first, nil)
 
 	// A slice of an earlier Service of the same name (other UID) is
@@ -303,10 +313,10 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	// rewritten instead (same name, new owner).
 	old := service("s")
 	old.UID = "uid-old"
-	oldPlan, _ := Reconcile(old, pods, nodes, nil, 0)
+	oldPlan, _ := Reconcile(old, pods, nodes, nil, 0, time.Time{})
 	stale := named(oldPlan, nil)[0]
 	stale.Name = "s-stale"
-	plan, _ := Reconcile(svc, pods, nodes, []*discovery.EndpointSlice{stale}, 0)
+	plan, _ := Reconcile(svc, pods, nodes, []*discovery.EndpointSlice{stale}, 0, time.Time{})
 	if len(plan.Create) != 1 || len(plan.Delete) != 1 || len(plan.Update) != 0 {
 		t.Errorf("old owner: %d/%d/%d, want a create and a delete (never adopt another owner's slice)", len(plan.Create), len(plan.Update), len(plan.Delete))
 	}
@@ -314,14 +324,14 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	// A slice of a family the Service no longer has is deleted.
 	v6 := state[0].DeepCopy()
 	v6.Name, v6.AddressType = "s-v6", discovery.AddressTypeIPv6
-	plan, _ = Reconcile(svc, pods, nodes, append(slices.Clone(state), v6), 0)
+	plan, _ = Reconcile(svc, pods, nodes, append(slices.Clone(state), v6), 0, time.Time{})
 	if len(plan.Delete) != 1 || plan.Delete[0].Name != "s-v6" || len(plan.Create)+len(plan.Update) != 0 {
 		t.Errorf("other family: %v", plan)
 	}
 
 	// Ports changed: the slice is rewritten, not deleted and created.
 	svc2 := service("s", withPorts(corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(9000)}))
-	plan, _ = Reconcile(svc2, pods, nodes, state, 0)
+	plan, _ = Reconcile(svc2, pods, nodes, state, 0, time.Time{})
 	if len(plan.Create)+len(plan.Delete) != 0 || len(plan.Update) != 1 || plan.Update[0].Name != state[0].Name {
 		t.Fatalf("ports changed: %d/%d/%d", len(plan.Create), len(plan.Update), len(plan.Delete))
 	}
@@ -332,7 +342,87 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	// A Service being deleted gets no new slices.
 	gone := service("s")
 	gone.DeletionTimestamp = pods[0].CreationTimestamp.DeepCopy()
-	if plan, _ := Reconcile(gone, pods, nodes, nil, 0); len(plan.Create) != 0 {
+	if plan, _ := Reconcile(gone, pods, nodes, nil, 0, time.Time{}); len(plan.Create) != 0 {
 		t.Errorf("deleting service: %d creates", len(plan.Create))
 	}
+}
+
+func TestReconcileStampsTriggerTime(t *testing.T) {
+	nodes := nodeGetter([]*corev1.Node{node("node-a", "zone-a"), node("node-b", "")})
+	svc := service("s")
+	pods := manyPods("s", 150)
+	annotation := func(s *discovery.EndpointSlice) string { return s.Annotations[corev1.EndpointsLastChangeTriggerTime] }
+
+	// Created slices carry the time in UTC, nanoseconds kept.
+	t0 := time.Date(2026, 1, 2, 4, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	plan, _ := Reconcile(svc, pods, nodes, nil, 100, t0)
+	if len(plan.Create) != 2 {
+		t.Fatalf("first: %d creates, want 2", len(plan.Create))
+	}
+	for _, s := range plan.Create {
+		if got := annotation(s); got != "2026-01-02T03:04:05.123456789Z" {
+			t.Errorf("created slice: trigger time %q", got)
+		}
+	}
+	state := named(plan, nil)
+	for _, s := range state {
+		s.Annotations["other"] = "kept" // someone else's annotation
+	}
+	before := make([]*discovery.EndpointSlice, len(state))
+	for i, s := range state {
+		before[i] = s.DeepCopy()
+	}
+
+	// One pod changes: only its slice is written, with the new time; the
+	// other keeps its old one (it is not in the plan at all).
+	notReady(pods[120])
+	t1 := t0.Add(time.Minute)
+	plan, _ = Reconcile(svc, pods, nodes, state, 100, t1)
+	if len(plan.Create)+len(plan.Delete) != 0 || len(plan.Update) != 1 {
+		t.Fatalf("one pod changed: %d/%d/%d, want one update", len(plan.Create), len(plan.Update), len(plan.Delete))
+	}
+	u := plan.Update[0]
+	if got := annotation(u); got != "2026-01-02T03:05:05.123456789Z" || u.Annotations["other"] != "kept" {
+		t.Errorf("updated slice: annotations %v", u.Annotations)
+	}
+	if !equality.Semantic.DeepEqual(before, state) {
+		t.Fatal("Reconcile modified the existing slices")
+	}
+	state = named(plan, state)
+
+	// A write with no known trigger removes the annotation instead of
+	// leaving a stale time; other annotations stay.
+	pods = pods[:110]
+	plan, _ = Reconcile(svc, pods, nodes, state, 100, time.Time{})
+	if len(plan.Update) != 1 || len(plan.Create) != 0 {
+		t.Fatalf("pods gone: %d/%d/%d, want one update", len(plan.Create), len(plan.Update), len(plan.Delete))
+	}
+	if _, ok := plan.Update[0].Annotations[corev1.EndpointsLastChangeTriggerTime]; ok || plan.Update[0].Annotations["other"] != "kept" {
+		t.Errorf("zero trigger time: annotations %v", plan.Update[0].Annotations)
+	}
+
+	// Deleted slices are left as they are.
+	plan, _ = Reconcile(svc, nil, nodes, state, 100, t1.Add(time.Minute))
+	if len(plan.Delete) == 0 {
+		t.Fatal("no pods: nothing deleted")
+	}
+	for _, s := range plan.Delete {
+		if got := annotation(s); got != annotation(findByName(state, s.Name)) {
+			t.Errorf("deleted slice %s: trigger time %q changed", s.Name, got)
+		}
+	}
+	for _, s := range slices.Concat(plan.Create, plan.Update) {
+		if got := annotation(s); got != "2026-01-02T03:06:05.123456789Z" {
+			t.Errorf("placeholder %s: trigger time %q", s.Name, got)
+		}
+	}
+}
+
+func findByName(ss []*discovery.EndpointSlice, name string) *discovery.EndpointSlice {
+	for _, s := range ss {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
 }

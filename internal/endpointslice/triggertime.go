@@ -1,0 +1,122 @@
+package endpointslice
+
+// Trigger times. The endpoints.kubernetes.io/last-change-trigger-time
+// annotation on a slice says when the change that led to the slice's last
+// write happened, so that a proxy can measure network programming latency
+// from that moment to its rules being in place (ours:
+// flatnet_network_programming_duration_seconds in internal/proxy).
+//
+// As kube-controller-manager does (k8s.io/endpointslice/util's
+// TriggerTimeTracker), the controller remembers per Service the trigger
+// time of the Service (its creationTimestamp) and of each selected pod
+// (its Ready condition's lastTransitionTime) as seen by the last sync. A
+// sync's trigger time is the earliest of those that moved forward since
+// then, zero when none did; the first sync of a Service gives its
+// creationTimestamp. Reconcile stamps the result on the slices it creates
+// or updates and removes the annotation from them when it is zero.
+//
+// The state is updated by every sync that gets as far as planning, even
+// one that writes nothing or whose writes fail (as upstream: a retried
+// write then carries no trigger time), and forgotten with the Service.
+// Approximations, upstream's too: an object that changes twice between
+// two syncs counts only with its last change, and a pod's deletion or a
+// change of labels has no trigger time.
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// triggerState is what a Service's last sync saw.
+type triggerState struct {
+	service time.Time            // the Service's trigger time
+	pods    map[string]time.Time // pod name -> trigger time (pods that have one)
+}
+
+// lastChangeTriggerTime is the pure step: the trigger time of a sync of
+// svc and pods given the state of the previous one (prev nil: none), and
+// the state to keep for the next.
+func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*corev1.Pod) (time.Time, triggerState) {
+	next := triggerState{service: svc.CreationTimestamp.Time, pods: make(map[string]time.Time, len(pods))}
+	var last triggerState
+	if prev != nil {
+		last = *prev
+	}
+	var earliest time.Time
+	changed := func(t time.Time) {
+		if earliest.IsZero() || t.Before(earliest) {
+			earliest = t
+		}
+	}
+	for _, pod := range pods {
+		t := podTriggerTime(pod)
+		if t.IsZero() {
+			continue
+		}
+		next.pods[pod.Name] = t
+		if t.After(last.pods[pod.Name]) {
+			changed(t)
+		}
+	}
+	if next.service.After(last.service) {
+		changed(next.service)
+	}
+	if prev == nil {
+		return svc.CreationTimestamp.Time, next
+	}
+	return earliest, next
+}
+
+// podTriggerTime is the lastTransitionTime of pod's Ready condition (zero
+// without one).
+func podTriggerTime(pod *corev1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// TriggerTimeTracker keeps the per-Service state that trigger times are
+// computed from. It is safe for concurrent use, but one Service must not
+// be computed concurrently (the work queue never syncs a key twice at
+// once).
+type TriggerTimeTracker struct {
+	mu     sync.Mutex
+	states map[string]triggerState // by Service key "namespace/name"
+}
+
+// NewTriggerTimeTracker returns a tracker that has seen nothing.
+func NewTriggerTimeTracker() *TriggerTimeTracker {
+	return &TriggerTimeTracker{states: map[string]triggerState{}}
+}
+
+// ComputeEndpointLastChangeTriggerTime returns the trigger time to stamp
+// on the slices of svc (in namespace) written by this sync, zero for none,
+// and remembers svc and pods for the next one.
+func (t *TriggerTimeTracker) ComputeEndpointLastChangeTriggerTime(namespace string, svc *corev1.Service, pods []*corev1.Pod) time.Time {
+	key := namespace + "/" + svc.Name
+	t.mu.Lock()
+	prev, known := t.states[key]
+	t.mu.Unlock()
+	var p *triggerState
+	if known {
+		p = &prev
+	}
+	at, next := lastChangeTriggerTime(p, svc, pods)
+	t.mu.Lock()
+	t.states[key] = next
+	t.mu.Unlock()
+	return at
+}
+
+// DeleteService forgets the Service namespace/name: if one of that name
+// comes back, its first sync is a first sight again.
+func (t *TriggerTimeTracker) DeleteService(namespace, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.states, namespace+"/"+name)
+}
