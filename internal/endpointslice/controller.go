@@ -223,8 +223,10 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if svc.Spec.Selector == nil {
+	if svc.Spec.Selector == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		// Endpoints of selector-less Services are the user's; ours go.
+		// An ExternalName Service is a DNS alias and has no endpoints
+		// even with a selector (upstream skips it too).
 		return c.apply(ctx, key, Plan{Delete: existing})
 	}
 	pods, err := c.pods.Pods(ns).List(labels.SelectorFromValidatedSet(svc.Spec.Selector))

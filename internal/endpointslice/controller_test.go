@@ -222,6 +222,31 @@ func TestControllerLeavesOthersSlicesAlone(t *testing.T) {
 	}
 }
 
+func TestControllerExternalNameHasNoSlices(t *testing.T) {
+	svc := service("s")
+	f := newFixture(t, objects(svc, manyPods("s", 2))...)
+	if got := f.sync("s"); got != [3]int{1, 0, 0} {
+		t.Errorf("writes %v, want 1 create", got)
+	}
+	f.waitSlices()
+	// Turned into a DNS alias, the selector kept: the slices go.
+	svc = svc.DeepCopy()
+	svc.Spec.Type, svc.Spec.ExternalName, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = corev1.ServiceTypeExternalName, "example.org", "", nil
+	if _, err := f.client.CoreV1().Services(ns).Update(f.ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("type change in cache", func() bool {
+		s, err := f.c.services.Services(ns).Get("s")
+		return err == nil && s.Spec.Type == corev1.ServiceTypeExternalName
+	})
+	if got := f.sync("s"); got != [3]int{0, 0, 1} {
+		t.Errorf("ExternalName: writes %v, want 1 delete", got)
+	}
+	if left := list(t, f.client); len(left) != 0 {
+		t.Errorf("left: %v", left)
+	}
+}
+
 func TestControllerWaitsForItsOwnWrites(t *testing.T) {
 	f := newFixture(t, objects(service("s"), manyPods("s", 2))...)
 	f.sync("s")
