@@ -119,13 +119,12 @@ func Plan(s *Spec, o Observed) []Step {
 			Present: ready && o.ExternalServer,
 			Restart: o.ExternalServer && !ready})
 	}
-	controllerWhat := "flatnet controller (node IPAM, pod binder, EndpointSlices)"
-	if pool := s.LoadBalancerPool(); pool != "" {
-		controllerWhat = "flatnet controller (node IPAM, pod binder, EndpointSlices, LoadBalancer IPs " + pool + ")"
-	}
+	// (The pool shows in up's header line and in status; this text is
+	// matched by tooling as it is.)
+	controllerWhat := "flatnet controller (node IPAM, pod binder)"
 	controllerOutdated := o.ControllerWithoutEndpointSlices || o.ControllerLBPool != s.LoadBalancerPool()
 	if o.Controller && o.ControllerLBPool != s.LoadBalancerPool() {
-		controllerWhat += "; was with LoadBalancer IPs " + orNone(o.ControllerLBPool)
+		controllerWhat += fmt.Sprintf("; LoadBalancer IPs %s, was %s", orNone(s.LoadBalancerPool()), orNone(o.ControllerLBPool))
 	}
 	steps = append(steps,
 		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s", s.HostAddr), Present: o.ControlPlane},
