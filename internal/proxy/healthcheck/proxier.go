@@ -19,9 +19,7 @@ package healthcheck
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -33,6 +31,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flatnet/flatnet/internal/httpserver"
 )
 
 // ToBeDeletedTaint is the taint the cluster autoscaler puts on a node it
@@ -251,27 +251,5 @@ func (h *ProxierHealth) answer(w http.ResponseWriter, path string, withNode bool
 // Serve serves /healthz and /livez on addr (host:port) until ctx ends. It
 // returns the listen error at once, nil when ctx ends.
 func (h *ProxierHealth) Serve(ctx context.Context, addr string) error {
-	return serve(ctx, addr, h.Handler())
-}
-
-// serve runs an HTTP server for handler on addr until ctx ends.
-func serve(ctx context.Context, addr string, handler http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = srv.Close()
-		case <-done:
-		}
-	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving on %s: %w", addr, err)
-	}
-	return nil
+	return httpserver.Serve(ctx, addr, h.Handler())
 }

@@ -14,9 +14,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -25,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flatnet/flatnet/internal/httpserver"
 )
 
 const namespace = "flatnet"
@@ -133,7 +132,7 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Serve(ctx context.Context, addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
-	return serve(ctx, addr, mux)
+	return httpserver.Serve(ctx, addr, mux)
 }
 
 // Served counts a /healthz or /livez answer (the health server's hook).
@@ -265,25 +264,3 @@ func (p *Proxier) ConntrackDeleted(n int) {
 }
 
 func seconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-
-// serve runs an HTTP server for h on addr until ctx ends.
-func serve(ctx context.Context, addr string, h http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = srv.Close()
-		case <-done:
-		}
-	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving on %s: %w", addr, err)
-	}
-	return nil
-}

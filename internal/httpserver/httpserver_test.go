@@ -1,0 +1,57 @@
+package httpserver
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeUntilContextEnds(t *testing.T) {
+	// A free port: listen, note it, close.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Serve(ctx, addr, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hi") }))
+	}()
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		break
+	}
+	if body != "hi" {
+		t.Fatalf("body %q, want hi", body)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("Serve after cancel: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+}
+
+func TestServeListenError(t *testing.T) {
+	err := Serve(context.Background(), "256.0.0.1:1", http.NotFoundHandler())
+	if err == nil || !strings.Contains(err.Error(), "listening on 256.0.0.1:1") {
+		t.Fatalf("err = %v, want a listen error naming the address", err)
+	}
+}
