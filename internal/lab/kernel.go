@@ -193,13 +193,22 @@ func hasAddr(l netlink.Link, want netip.Addr, bits int) (bool, error) {
 
 func isUp(l netlink.Link) bool { return l.Attrs().Flags&net.FlagUp != 0 }
 
-// hasRoute reports whether the main table routes r.dst via r.via on l.
-func hasRoute(l netlink.Link, r route) (bool, error) {
+// mainRoutesTo lists the main table's IPv4 routes to dst.
+func mainRoutesTo(dst netip.Prefix) ([]netlink.Route, error) {
 	got, err := netlinkx.RouteListFiltered(netlink.FAMILY_V4,
-		&netlink.Route{Dst: ipNet(r.dst.Addr(), r.dst.Bits()), Table: unix.RT_TABLE_MAIN},
+		&netlink.Route{Dst: ipNet(dst.Addr(), dst.Bits()), Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return false, fmt.Errorf("listing routes to %s: %w", r.dst, err)
+		return nil, fmt.Errorf("listing routes to %s: %w", dst, err)
+	}
+	return got, nil
+}
+
+// hasRoute reports whether the main table routes r.dst via r.via on l.
+func hasRoute(l netlink.Link, r route) (bool, error) {
+	got, err := mainRoutesTo(r.dst)
+	if err != nil {
+		return false, err
 	}
 	for _, x := range got {
 		if !r.via.IsValid() {
@@ -219,11 +228,9 @@ func hasRoute(l netlink.Link, r route) (bool, error) {
 // hasECMPRoute reports whether the main table routes r.dst over exactly
 // r.vias on l.
 func hasECMPRoute(l netlink.Link, r ecmpRoute) (bool, error) {
-	got, err := netlinkx.RouteListFiltered(netlink.FAMILY_V4,
-		&netlink.Route{Dst: ipNet(r.dst.Addr(), r.dst.Bits()), Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	got, err := mainRoutesTo(r.dst)
 	if err != nil {
-		return false, fmt.Errorf("listing routes to %s: %w", r.dst, err)
+		return false, err
 	}
 	for _, x := range got {
 		if len(x.MultiPath) != len(r.vias) {
