@@ -34,7 +34,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -448,21 +447,7 @@ func TestProxyOnly(t *testing.T) {
 	})
 
 	t.Run("NoEndpointsRefusedAtOnce", func(t *testing.T) {
-		var last string
-		err := retry(30*time.Second, func() error {
-			answers, errs, err := dialAll(pod, empty.Spec.ClusterIP, 80, 1)
-			if err != nil {
-				return err
-			}
-			last = fmt.Sprintf("answers %q, errors %q", answers, errs)
-			if len(answers) != 0 || len(errs) != 1 || !strings.Contains(errs[0], "connection refused") {
-				return errors.New("not refused")
-			}
-			return nil
-		})
-		if err != nil {
-			t.Errorf("pod -> %s:80 (no endpoints): want connection refused: %v (%s)", empty.Spec.ClusterIP, err, last)
-		}
+		checkRefused(t, pod, "pod", empty.Spec.ClusterIP)
 	})
 
 	t.Run("NodePortOnTheNodeFromALabNode", func(t *testing.T) {

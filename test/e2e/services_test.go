@@ -17,6 +17,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -59,6 +60,27 @@ func dialAll(client labPod, host string, port, tries int) (answers, errs []strin
 		return nil, nil, fmt.Errorf("decoding /dial answer %q: %w", body, err)
 	}
 	return r.Responses, r.Errors, nil
+}
+
+// checkRefused polls client's /dial to vip:80 until one try is refused:
+// a TCP reset from the proxy, not a dial timeout.
+func checkRefused(t *testing.T, client labPod, from, vip string) {
+	t.Helper()
+	var last string
+	err := retry(30*time.Second, func() error {
+		answers, errs, err := dialAll(client, vip, 80, 1)
+		if err != nil {
+			return err
+		}
+		last = fmt.Sprintf("answers %q, errors %q", answers, errs)
+		if len(answers) != 0 || len(errs) != 1 || !strings.Contains(errs[0], "connection refused") {
+			return errors.New("not refused")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%s -> %s:80 (no endpoints): want connection refused: %v (%s)", from, vip, err, last)
+	}
 }
 
 func (l *testLab) createService(t *testing.T, svc *corev1.Service) *corev1.Service {
@@ -279,22 +301,7 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 
 	t.Run("NoEndpointsRefusedAtOnce", func(t *testing.T) {
 		for _, c := range clients {
-			var last string
-			err := retry(30*time.Second, func() error {
-				answers, errs, err := dialAll(c, empty.Spec.ClusterIP, 80, 1)
-				if err != nil {
-					return err
-				}
-				// A refusal (TCP reset from the proxy), not a dial timeout.
-				last = fmt.Sprintf("answers %q, errors %q", answers, errs)
-				if len(answers) != 0 || len(errs) != 1 || !strings.Contains(errs[0], "connection refused") {
-					return fmt.Errorf("not refused")
-				}
-				return nil
-			})
-			if err != nil {
-				t.Errorf("%s -> %s:80 (no endpoints): want connection refused: %v (%s)", c.name, empty.Spec.ClusterIP, err, last)
-			}
+			checkRefused(t, c, c.name, empty.Spec.ClusterIP)
 		}
 	})
 
