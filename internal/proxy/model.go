@@ -38,6 +38,11 @@ type Service struct {
 	ClusterIP       netip.Addr
 	ExternalIPs     []netip.Addr
 	LoadBalancerIPs []netip.Addr // status.loadBalancer.ingress[].ip
+	// SourceRanges are spec.loadBalancerSourceRanges of this family;
+	// Firewall says the Service had any (of either family), so that
+	// the load-balancer IPs only take traffic from SourceRanges.
+	SourceRanges []netip.Prefix
+	Firewall     bool
 	// AffinityTimeout > 0 means sessionAffinity ClientIP with that timeout.
 	AffinityTimeout time.Duration
 	ExternalLocal   bool // externalTrafficPolicy: Local

@@ -279,6 +279,49 @@ func checkExternal(t *testing.T, l *testLab) {
 		}
 	})
 
+	t.Run("LoadBalancerSourceRanges", func(t *testing.T) {
+		ctx := context.Background()
+		setRanges := func(ranges ...string) {
+			t.Helper()
+			svc, err := l.c.CoreV1().Services("default").Get(ctx, cluster.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Spec.LoadBalancerSourceRanges = ranges
+			if _, err := l.c.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("setting loadBalancerSourceRanges %v: %v", ranges, err)
+			}
+		}
+		lbAddr := hostPort(clusterLB.String(), 80)
+		// A range without the external host: its connections to the
+		// LoadBalancer IP are dropped on every node ...
+		setRanges("10.99.99.0/24")
+		err := retry(30*time.Second, func() error {
+			if body, err := quick(lbAddr, "/hostname"); err == nil {
+				return fmt.Errorf("answered %q", body)
+			}
+			return nil
+		})
+		for i := 0; err == nil && i < 3; i++ {
+			if body, gerr := quick(lbAddr, "/hostname"); gerr == nil {
+				err = fmt.Errorf("answered %q", body)
+			}
+		}
+		if err != nil {
+			t.Errorf("external host -> %s with loadBalancerSourceRanges 10.99.99.0/24: %v; want no answer", lbAddr, err)
+		}
+		// ... while the NodePort is not filtered, as with kube-proxy.
+		if name, err := get(hostPort(s.Nodes[0].IP.String(), cnp), "/hostname"); err != nil || !isPod(name) {
+			t.Errorf("external host -> NodePort with loadBalancerSourceRanges: %q, %v", name, err)
+		}
+		// With the external host in range it answers again.
+		setRanges("10.99.99.0/24", extIP+"/32")
+		if name, err := get(lbAddr, "/hostname"); err != nil || !isPod(name) {
+			t.Errorf("external host -> %s with its own address in loadBalancerSourceRanges: %q, %v", lbAddr, name, err)
+		}
+		setRanges()
+	})
+
 	t.Run("DeletedServiceReleasesItsIP", func(t *testing.T) {
 		ctx := context.Background()
 		if err := l.c.CoreV1().Services("default").Delete(ctx, cluster.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -61,11 +61,15 @@ const (
 	chainReject         = "reject-chain"
 	chainMarkMasq       = "mark-for-masquerade"
 	chainMasquerading   = "masquerading"
+	chainFwPrerouting   = "firewall-prerouting"
+	chainFwOutput       = "firewall-output"
+	chainFwCheck        = "firewall-check"
 
 	mapServiceIPs        = "service-ips"
 	mapServiceNodePorts  = "service-nodeports"
 	mapNoEndpointIPs     = "no-endpoint-services"
 	mapNoEndpointNodePts = "no-endpoint-nodeports"
+	mapFirewallIPs       = "firewall-ips"
 
 	// DefaultMasqueradeMark is the packet mark bit asking for masquerade.
 	DefaultMasqueradeMark = 0x4000
@@ -225,7 +229,7 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	for _, name := range sortedKeys(base) {
 		tx.Flush(&knftables.Chain{Name: name})
 	}
-	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts} {
+	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
 		tx.Flush(&knftables.Map{Name: m})
 	}
 	wantChains := map[string]bool{}
@@ -448,7 +452,11 @@ func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
 	base(chainFilterInput, knftables.FilterType, knftables.InputHook, "filter - 10")
 	base(chainFilterForward, knftables.FilterType, knftables.ForwardHook, "filter - 10")
 	base(chainFilterOutput, knftables.FilterType, knftables.OutputHook, "filter - 10")
-	for _, c := range []string{chainServices, chainNoEndpoints, chainReject, chainMarkMasq, chainMasquerading} {
+	// Before DNAT (dstnat - 10), spelled as a number: nft 1.0 refuses the
+	// dstnat keyword in a filter chain on the output hook.
+	base(chainFwPrerouting, knftables.FilterType, knftables.PreroutingHook, "-110")
+	base(chainFwOutput, knftables.FilterType, knftables.OutputHook, "-110")
+	for _, c := range []string{chainServices, chainNoEndpoints, chainReject, chainMarkMasq, chainMasquerading, chainFwCheck} {
 		tx.Add(&knftables.Chain{Name: c})
 	}
 	at := r.cfg.addrType()
@@ -456,6 +464,7 @@ func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Map{Name: mapNoEndpointIPs, Type: at + " . inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapServiceNodePorts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapNoEndpointNodePts, Type: "inet_proto . inet_service : verdict"})
+	tx.Add(&knftables.Map{Name: mapFirewallIPs, Type: at + " . inet_proto . inet_service : verdict"})
 }
 
 // baseChains returns the fixed chains' rules.
@@ -473,6 +482,9 @@ func (r *Renderer) baseChains() map[string][]string {
 		chainFilterInput:    {"ct state new jump " + chainNoEndpoints},
 		chainFilterForward:  {"ct state new jump " + chainNoEndpoints},
 		chainFilterOutput:   {"ct state new jump " + chainNoEndpoints},
+		chainFwPrerouting:   {"jump " + chainFwCheck},
+		chainFwOutput:       {"jump " + chainFwCheck},
+		chainFwCheck:        {ip + " daddr . meta l4proto . th dport vmap @" + mapFirewallIPs},
 		chainServices: {
 			ip + " daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
 			ip + " daddr != " + loopback + " fib daddr type local meta l4proto . th dport vmap @" + mapServiceNodePorts,
@@ -612,6 +624,21 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 
 		proto := string(sp.Protocol)
 		port := fmt.Sprint(sp.Port)
+		if fw := r.firewall(svc); fw != "" {
+			var lbIPs []netip.Addr
+			for _, a := range svc.LoadBalancerIPs {
+				if r.cfg.wantAddr(a) {
+					lbIPs = append(lbIPs, a)
+				}
+			}
+			if len(lbIPs) > 0 {
+				fwChain := "fw-" + h + "-" + id
+				o.chains[fwChain] = []string{fw}
+				for _, a := range lbIPs {
+					o.elems[elemKey{mapFirewallIPs, a.String() + " . " + proto + " . " + port}] = "goto " + fwChain
+				}
+			}
+		}
 		switch {
 		case len(internalEPs) > 0:
 			o.elems[elemKey{mapServiceIPs, svc.ClusterIP.String() + " . " + proto + " . " + port}] = "goto " + internalChain
@@ -640,6 +667,33 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		}
 	}
 	return o
+}
+
+// firewall is the rule of a LoadBalancer Service's fw- chain, which every
+// packet to one of its load-balancer IPs and ports passes before DNAT
+// (priority dstnat - 10, -110): drop unless the source is in
+// spec.loadBalancerSourceRanges. "" when the Service has no ranges. A
+// Service whose ranges are all of the other family drops everything on
+// this one (kube-proxy would leave it open; a user who lists ranges expects
+// the rest kept out). Only the load-balancer IPs are filtered, as in
+// kube-proxy: NodePorts and externalIPs are not.
+func (r *Renderer) firewall(svc *proxy.Service) string {
+	if svc.Type != proxy.LoadBalancer || !svc.Firewall {
+		return ""
+	}
+	var ranges []string
+	for _, p := range svc.SourceRanges {
+		if p.Addr().Is4() != r.cfg.v6() {
+			ranges = append(ranges, p.String())
+		}
+	}
+	switch len(ranges) {
+	case 0:
+		return "drop"
+	case 1:
+		return r.cfg.ipKw() + " saddr != " + ranges[0] + " drop"
+	}
+	return r.cfg.ipKw() + " saddr != { " + strings.Join(ranges, " , ") + " } drop"
 }
 
 // offClusterMasq is the rule that masquerades ClusterIP traffic from

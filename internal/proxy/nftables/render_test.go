@@ -130,10 +130,19 @@ func TestPacketFlows(t *testing.T) {
 	itpNoLocal := svc("itp-none", "10.96.0.25", 80, remote1)
 	itpNoLocal.InternalLocal = true
 
+	fw := nodePort(svc("fw", "10.96.0.26", 80, remote1), 30026)
+	fw.Type = proxy.LoadBalancer
+	fw.LoadBalancerIPs = []netip.Addr{a("172.29.1.26")}
+	fw.Firewall, fw.SourceRanges = true, []netip.Prefix{netip.MustParsePrefix("172.31.0.0/16"), netip.MustParsePrefix("fd00::/8")}
+	fw6 := nodePort(svc("fw6", "10.96.0.27", 80, remote1), 30027)
+	fw6.Type = proxy.LoadBalancer
+	fw6.LoadBalancerIPs = []netip.Addr{a("172.29.1.27")}
+	fw6.Firewall = true // ranges of the other family only
+
 	services := []*proxy.Service{
 		svc("web", "10.96.0.10", 80, local1, remote1, remote2),
 		named, ext, lb, empty, emptyUDP, mixed, draining, gone, etpLocal, etpNoLocal, itpLocal, hairpin, np,
-		etpEmpty, itpNoLocal,
+		etpEmpty, itpNoLocal, fw, fw6,
 	}
 	fake, _, _ := load(t, services)
 	tr := nfttrace.New(fake, nodeIP)
@@ -150,6 +159,14 @@ func TestPacketFlows(t *testing.T) {
 			[]string{"10.244.2.5:8080", "10.244.3.5:8080"}, []string{"10.244.2.5:8080", "10.244.3.5:8080"}},
 		{"ClusterIP from the node itself is masqueraded", nfttrace.Packet{Src: nodeIP, Dst: a("10.96.0.23"), Proto: "tcp", DPort: 80, Local: true},
 			[]string{"10.244.2.5:8080", "10.244.3.5:8080"}, []string{"10.244.2.5:8080", "10.244.3.5:8080"}},
+		{"loadBalancerSourceRanges: a client in range reaches the LB IP", tcp(outside, a("172.29.1.26"), 80),
+			[]string{"10.244.2.5:8080"}, []string{"10.244.2.5:8080"}},
+		{"loadBalancerSourceRanges: a client out of range is dropped", tcp(a("172.28.0.1"), a("172.29.1.26"), 80), []string{"drop"}, nil},
+		{"loadBalancerSourceRanges: other ports of the LB IP are not touched", tcp(a("172.28.0.1"), a("172.29.1.26"), 81), []string{"accept"}, nil},
+		{"loadBalancerSourceRanges: the NodePort is not filtered", tcp(a("172.28.0.1"), nodeIP, 30026),
+			[]string{"10.244.2.5:8080"}, []string{"10.244.2.5:8080"}},
+		{"loadBalancerSourceRanges: the ClusterIP is not filtered", tcp(remotePod, a("10.96.0.26"), 80), []string{"10.244.2.5:8080"}, nil},
+		{"loadBalancerSourceRanges of the other family only: dropped", tcp(outside, a("172.29.1.27"), 80), []string{"drop"}, nil},
 		{"ClusterIP wrong port is not touched", tcp(remotePod, a("10.96.0.10"), 81), []string{"accept"}, nil},
 		{"named targetPort resolved per endpoint", tcp(remotePod, a("10.96.0.11"), 80),
 			[]string{"10.244.2.6:8080", "10.244.3.6:9090"}, nil},

@@ -300,6 +300,18 @@ func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *pro
 			}
 		}
 	}
+	if m.Type == proxy.LoadBalancer {
+		for _, r := range svc.Spec.LoadBalancerSourceRanges {
+			p, err := netip.ParsePrefix(strings.TrimSpace(r))
+			if err != nil {
+				continue // the API server validates these
+			}
+			m.Firewall = true
+			if fam(p.Addr()) {
+				m.SourceRanges = append(m.SourceRanges, p.Masked())
+			}
+		}
+	}
 	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
 		m.AffinityTimeout = defaultAffinityTimeout
 		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {

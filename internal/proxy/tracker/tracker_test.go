@@ -99,9 +99,11 @@ func TestConvert(t *testing.T) {
 			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
 			s.Spec.HealthCheckNodePort = 32000
+			s.Spec.LoadBalancerSourceRanges = []string{" 192.168.7.1/24", "fd00::/8", "bogus"}
 		}),
 		want: &proxy.Service{Namespace: "ns", Name: "lb", Type: proxy.LoadBalancer, ClusterIP: a("10.96.0.10"),
 			ExternalIPs: []netip.Addr{a("10.200.0.1")}, LoadBalancerIPs: []netip.Addr{a("10.201.0.1")},
+			SourceRanges: []netip.Prefix{netip.MustParsePrefix("192.168.7.0/24")}, Firewall: true,
 			AffinityTimeout: time.Minute, ExternalLocal: true, InternalLocal: true, HealthCheckNodePort: 32000,
 			Ports: []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, NodePort: 30080}}},
 	}, {
@@ -142,7 +144,8 @@ func TestConvert(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Convert(tt.svc, tt.slices, tt.ipv6)
-			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(x, y netip.Addr) bool { return x == y }),
+				cmp.Comparer(func(x, y netip.Prefix) bool { return x == y })); diff != "" {
 				t.Errorf("Convert (-want +got):\n%s", diff)
 			}
 		})
