@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay clean
+.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy clean
 
 all: build
 
@@ -65,6 +65,13 @@ bench-lab: build
 # (docs/benchmarks.md, Overlay). Needs root and make k8s.
 bench-overlay: build
 	hack/bench-overlay.sh
+
+# bench-proxy: flatnet's Service proxy against upstream kube-proxy in its
+# nftables mode, same apiserver, same run (docs/benchmarks.md, Service
+# proxy). Builds kube-proxy into make k8s's cache on first use. Needs root
+# and make k8s.
+bench-proxy: build
+	hack/bench-proxy.sh
 
 clean:
 	rm -rf bin

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# bench-proxy: flatnet's Service proxy against upstream kube-proxy v1.37 in
+# its nftables mode, in one run against one apiserver (docs/benchmarks.md,
+# "Service proxy vs kube-proxy (nftables mode)").
+#
+# Builds kube-proxy from the Go module proxy (the module pinned in
+# test/bench/proxy/kubeproxy, into the cache make k8s uses; only here, never
+# in CI), brings up a 1-node lab of its own, and runs test/bench/proxy: two
+# network namespaces of this run on the lab's underlay, one running
+# `kube-proxy --config`, the other `flatnet agent --proxy-only --config`
+# with the same KubeProxyConfiguration; selector-less Services with
+# EndpointSlices written directly, no pods. See test/bench/proxy/main.go for
+# what is measured. The lab, the namespaces and every process started are
+# removed at the end, also on failure or Ctrl-C.
+#
+# Needs root, the upstream binaries (make k8s), Go and the module proxy for
+# the first kube-proxy build (a few minutes on 2 cores).
+#
+#   SIZES     numbers of Services, ascending (default 1000,5000)
+#   REPS      partial updates per proxy, size and min sync period (default 10)
+#   MIN_SYNC  min sync periods, both proxies alike (default 1s,0s)
+#   ENDPOINTS endpoints per Service (default 3)
+#   RESULTS   keep the raw results (JSON lines) at this path
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+[ "$(id -u)" = 0 ] || { echo "bench-proxy: needs root (network namespaces, nftables)" >&2; exit 1; }
+[ -x bin/flatnet ] || { echo "bench-proxy: bin/flatnet missing: run make build" >&2; exit 1; }
+hack/deps.sh >/dev/null
+
+k8sbin=$(hack/build-k8s.sh --bin-dir)
+for b in kube-apiserver etcd kubectl; do
+  [ -x "$k8sbin/$b" ] || { echo "bench-proxy: $k8sbin/$b missing: run make k8s" >&2; exit 1; }
+done
+
+# kube-proxy, built like hack/build-k8s.sh builds the others (static,
+# -trimpath, stripped, upstream's version variables), from a module of its
+# own so that hack/k8s's go.sum, and with it make k8s's stamps, stay put.
+build_kube_proxy() {
+  local mod=test/bench/proxy/kubeproxy cache stamp want date flags p
+  cache=$(dirname "$k8sbin")
+  local kv
+  kv=$(awk '$1 == "k8s.io/kubernetes" && $2 != "=>" { print $2; exit }' "$mod/go.mod")
+  [ "$cache" = "$(dirname "$k8sbin")" ] && [[ $k8sbin == *"k8s-$kv/bin" ]] ||
+    { echo "bench-proxy: $mod pins kubernetes $kv, make k8s's cache is $k8sbin: keep them together" >&2; exit 1; }
+  date=$(cd "$mod" && go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)
+  local v=${kv#v}
+  flags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $p.gitVersion=$kv -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v") -X $p.buildDate=$date"
+  done
+  want=$(printf 'binary=kube-proxy\nkubernetes=%s\ngo=%s\nmodsum=%s\nldflags=%s\n' "$kv" "$(go env GOVERSION)" \
+    "$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -d' ' -f1)" "$flags")
+  stamp=$cache/stamps/kube-proxy
+  mkdir -p "$cache/stamps" "$cache/logs"
+  exec 9>"$cache/.lock"
+  flock 9 # one build at a time per cache (build-k8s.sh takes the same lock)
+  if [ -x "$k8sbin/kube-proxy" ] && [ -f "$stamp" ] && [ "$want" = "$(cat "$stamp")" ]; then
+    exec 9>&-
+    return
+  fi
+  echo "bench-proxy: building kube-proxy $kv (static, -trimpath; minutes the first time); log $cache/logs/kube-proxy.log"
+  local t0=$SECONDS
+  if ! (cd "$mod" && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "$flags" -o "$k8sbin/kube-proxy.tmp" k8s.io/kubernetes/cmd/kube-proxy) \
+    >"$cache/logs/kube-proxy.log" 2>&1; then
+    tail -n 30 "$cache/logs/kube-proxy.log" >&2
+    rm -f "$k8sbin/kube-proxy.tmp"
+    exit 1
+  fi
+  "$k8sbin/kube-proxy.tmp" --version | grep -q "$kv\$" || { echo "bench-proxy: kube-proxy does not report $kv" >&2; exit 1; }
+  mv -f "$k8sbin/kube-proxy.tmp" "$k8sbin/kube-proxy"
+  echo "$want" >"$stamp"
+  exec 9>&-
+  echo "bench-proxy: kube-proxy built in $((SECONDS - t0))s"
+}
+build_kube_proxy
+
+root=$(mktemp -d /tmp/flatnet-bench-proxy.XXXXXX)
+name=pb$$
+prefix=pb$$
+bench_pid=
+labup=
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$bench_pid" ] && kill -0 "$bench_pid" 2>/dev/null; then
+    kill "$bench_pid"; wait "$bench_pid" 2>/dev/null
+  fi
+  # Whatever the benchmark left if it was killed: its proxies by PID, the
+  # lab agent it paused, its namespaces and veths by name.
+  for f in "$root"/work/pids/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  for f in "$root"/work/pids/paused-*; do [ -f "$f" ] && kill -CONT "${f##*paused-}" 2>/dev/null; done
+  for s in kp fl; do
+    ip link del "$prefix$s" 2>/dev/null
+    ip netns del "$prefix-$s" 2>/dev/null
+  done
+  if [ -n "$labup" ]; then
+    bin/flatnet lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
+      { echo "bench-proxy: lab down $name failed:" >&2; cat "$root/down.log" >&2; rc=1; }
+  fi
+  if [ -n "${RESULTS:-}" ] && [ -f "$root/results.jsonl" ]; then cp "$root/results.jsonl" "$RESULTS"; fi
+  if [ "$rc" != 0 ] && [ -d "$root/work" ]; then
+    for f in "$root"/work/*.log; do [ -f "$f" ] && { echo "--- $f (last 20 lines)"; tail -n 20 "$f"; } >&2; done
+  fi
+  rm -rf "$root"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+go build -o "$root/proxybench" ./test/bench/proxy
+mkdir -p "$root/work" "$root/labs"
+
+echo "bench-proxy: $(date -u +%FT%TZ), $(nproc) cores, $(uname -r), flatnet $(git describe --tags --always --dirty 2>/dev/null || echo dev), $("$k8sbin/kube-proxy" --version), $(nft --version | cut -d' ' -f1-2); load $(cut -d' ' -f1-3 /proc/loadavg)"
+labup=1
+bin/flatnet lab --state-dir "$root/labs" --name "$name" up --nodes 1 >"$root/up.log" 2>&1 || { cat "$root/up.log" >&2; exit 1; }
+echo "bench-proxy: lab $name up"
+
+"$root/proxybench" run -state-dir "$root/labs" -lab "$name" -prefix "$prefix" \
+  -kube-proxy "$k8sbin/kube-proxy" -flatnet "$PWD/bin/flatnet" \
+  -sizes "${SIZES:-1000,5000}" -reps "${REPS:-10}" -min-sync "${MIN_SYNC:-1s,0s}" -endpoints "${ENDPOINTS:-3}" \
+  -dir "$root/work" -out "$root/results.jsonl" &
+bench_pid=$!
+wait "$bench_pid"
+bench_pid=
+
+echo
+echo "Results (kube-proxy is the anchor; ratio above 1: flatnet takes less; medians where repeated):"
+"$root/proxybench" report -in "$root/results.jsonl"
+echo
+echo "load at end $(cut -d' ' -f1-3 /proc/loadavg)"
