@@ -59,6 +59,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	kubeproxy "k8s.io/kube-proxy/config/v1alpha1"
@@ -138,11 +140,16 @@ type proxyOnlySettings struct {
 	ContentType        string
 	AcceptContentTypes string
 
-	NodeName           string
-	ClusterCIDRs       []netip.Prefix
-	MinSyncPeriod      time.Duration
-	SyncPeriod         time.Duration
-	MasqueradeMark     uint32
+	NodeName       string
+	ClusterCIDRs   []netip.Prefix
+	MinSyncPeriod  time.Duration
+	SyncPeriod     time.Duration
+	MasqueradeMark uint32
+	// NodePortAddresses (nodePortAddresses CIDRs) and NodePortPrimary
+	// ("primary": the Node's InternalIPs, added at start) restrict
+	// NodePorts; neither: every local address.
+	NodePortAddresses  []netip.Prefix
+	NodePortPrimary    bool
 	HealthzBindAddress string
 	MetricsBindAddress string
 	BindAddressHard    bool
@@ -347,14 +354,31 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 		s.Warnings = append(s.Warnings, "iptables.localhostNodePorts: NodePorts are not served on 127.0.0.1 (nor by kube-proxy's nftables mode)")
 	}
 
-	// NodePort addresses: the renderer serves NodePorts on every local
-	// address except loopback ("all"); it cannot restrict them yet.
+	// NodePort addresses, as kube-proxy reads them: "all" (or nothing)
+	// for every local address but loopback, "primary" for the Node's
+	// InternalIPs (resolved at start), CIDRs for the node's addresses in
+	// them. Loopback is never served (nor by kube-proxy's nftables mode).
+	all := false
 	for _, a := range cfg.NodePortAddresses {
-		switch a {
-		case "all", "0.0.0.0/0", "::/0":
+		switch a = strings.TrimSpace(a); a {
+		case "all":
+			all = true
+		case "primary":
+			s.NodePortPrimary = true
 		default:
-			errs = append(errs, field("nodePortAddresses", fmt.Errorf("%q is not supported: flatnet serves NodePorts on every local address of the node except loopback; remove the field or set it to [all]", a)))
+			p, err := netip.ParsePrefix(a)
+			switch {
+			case err != nil:
+				errs = append(errs, field("nodePortAddresses", fmt.Errorf("%q is not a CIDR, \"primary\" or \"all\"", a)))
+			case p.Addr().IsLoopback():
+				errs = append(errs, field("nodePortAddresses", fmt.Errorf("%q: NodePorts are not served on loopback addresses (nor by kube-proxy's nftables mode); remove it", a)))
+			default:
+				s.NodePortAddresses = append(s.NodePortAddresses, p.Masked())
+			}
 		}
+	}
+	if all && len(cfg.NodePortAddresses) > 1 {
+		errs = append(errs, field("nodePortAddresses", errors.New(`"all" cannot be combined with other values: use [all] alone, or list CIDRs / "primary"`)))
 	}
 
 	// Servers: a flag given wins ("" or "0" turns its server off); else
@@ -522,6 +546,16 @@ func runProxyOnly(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("building the API client: %w", err)
 	}
+	if s.NodePortPrimary {
+		ips, err := nodeInternalIPs(ctx, client, s.NodeName, 30*time.Second)
+		if err != nil {
+			return fmt.Errorf("nodePortAddresses [primary]: %w", err)
+		}
+		for _, ip := range ips {
+			s.NodePortAddresses = append(s.NodePortAddresses, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+		logger.Info("NodePorts on the Node's primary addresses", "node", s.NodeName, "addresses", ips)
+	}
 	proxiers, err := proxyOnlyProxiers(client, s, proxyOnlyRenderConfigs(s, kernelFamilies()))
 	if err != nil {
 		return err
@@ -557,6 +591,35 @@ func kernelFamilies() []knftables.Family {
 	return fams
 }
 
+// nodeInternalIPs returns the InternalIP addresses of Node name, waiting up
+// to wait for the Node to be registered (kube-proxy waits for its Node too).
+func nodeInternalIPs(ctx context.Context, client kubernetes.Interface, name string, wait time.Duration) ([]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var last error
+	for {
+		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			var ips []netip.Addr
+			for _, a := range node.Status.Addresses {
+				if ip, perr := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && perr == nil {
+					ips = append(ips, ip.Unmap())
+				}
+			}
+			if len(ips) > 0 {
+				return ips, nil
+			}
+			err = errors.New("it has no InternalIP address")
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading Node %s's InternalIPs: %w (is --hostname-override the Node's name? or list CIDRs instead)", name, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // proxyOnlyRenderConfigs returns one renderer config per family, each
 // with the cluster CIDRs of its family (possibly none).
 func proxyOnlyRenderConfigs(s *proxyOnlySettings, fams []knftables.Family) []nftables.Config {
@@ -568,7 +631,8 @@ func proxyOnlyRenderConfigs(s *proxyOnlySettings, fams []knftables.Family) []nft
 				cidrs = append(cidrs, c)
 			}
 		}
-		out = append(out, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: s.NodeName, ClusterCIDRs: cidrs, MasqueradeMark: s.MasqueradeMark})
+		out = append(out, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: s.NodeName, ClusterCIDRs: cidrs,
+			MasqueradeMark: s.MasqueradeMark, NodePortAddresses: s.NodePortAddresses})
 	}
 	return out
 }

@@ -10,6 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
@@ -167,6 +170,13 @@ nodePortAddresses: [all]
 			BindAddressHard:    true,
 		},
 	}, {
+		name: "nodePortAddresses: CIDRs and primary",
+		in:   input(header + "nodePortAddresses: [\" 10.250.0.7/24\", primary, fd00::/64]\n"),
+		want: with(func(s *proxyOnlySettings) {
+			s.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/24"), netip.MustParsePrefix("fd00::/64")}
+			s.NodePortPrimary = true
+		}),
+	}, {
 		name: "mode unset: the iptables section stands in field by field",
 		in:   input(header + "iptables: {syncPeriod: 10s, minSyncPeriod: 3s, masqueradeBit: 15}\nnftables: {syncPeriod: 20s}\n"),
 		want: with(func(s *proxyOnlySettings) {
@@ -285,8 +295,9 @@ func TestResolveProxyOnlyErrors(t *testing.T) {
 		{"masqueradeAll", input(header + "nftables: {masqueradeAll: true}\n"), []string{"nftables.masqueradeAll", "true is not supported", "set it to false"}},
 		{"iptables masqueradeAll, mode unset", input(header + "iptables: {masqueradeAll: true}\n"), []string{"iptables.masqueradeAll"}},
 		{"masqueradeBit", input(header + "nftables: {masqueradeBit: 32}\n"), []string{"nftables.masqueradeBit", "32: want 0 to 31"}},
-		{"nodePortAddresses primary", input(header + "nodePortAddresses: [primary]\n"), []string{"nodePortAddresses", `"primary" is not supported`, "remove the field or set it to [all]"}},
-		{"nodePortAddresses CIDR", input(header + "nodePortAddresses: [10.0.0.0/8]\n"), []string{"nodePortAddresses", `"10.0.0.0/8" is not supported`}},
+		{"nodePortAddresses not a CIDR", input(header + "nodePortAddresses: [eth0]\n"), []string{"nodePortAddresses", `"eth0" is not a CIDR, "primary" or "all"`}},
+		{"nodePortAddresses loopback", input(header + "nodePortAddresses: [127.0.0.0/8]\n"), []string{"nodePortAddresses", "not served on loopback"}},
+		{"nodePortAddresses all and more", input(header + "nodePortAddresses: [all, 10.0.0.0/8]\n"), []string{"nodePortAddresses", `"all" cannot be combined`}},
 		{"periods", input(header + "nftables: {syncPeriod: 1s, minSyncPeriod: 5s}\n"), []string{"--config kp.yaml: nftables.minSyncPeriod 5s is longer than", "nftables.syncPeriod 1s"}},
 		{"period flag under the default minimum", func() proxyOnlyInput {
 			in := input("", "proxy-sync-period")
@@ -313,7 +324,7 @@ func TestResolveProxyOnlyErrors(t *testing.T) {
 			return in
 		}(), []string{`--hostname-override "b" and --node-name "a" disagree`}},
 		{"node flags", input("", "backend", "lab-runtime"), []string{"--backend is not used with --proxy-only", "--lab-runtime is not used with --proxy-only"}},
-		{"several errors at once", input(header + "mode: ipvs\nnodePortAddresses: [primary]\n"), []string{"mode", "nodePortAddresses"}},
+		{"several errors at once", input(header + "mode: ipvs\nnodePortAddresses: [eth0]\n"), []string{"mode", "nodePortAddresses"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := resolveProxyOnly(tc.in)
@@ -358,13 +369,17 @@ func TestProxyOnlyRenderConfigs(t *testing.T) {
 		NodeName:       "n1",
 		ClusterCIDRs:   []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00::/56"), netip.MustParsePrefix("10.96.0.0/16")},
 		MasqueradeMark: 0x20,
+		// The renderer picks each family's own.
+		NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("10.250.0.11/32")},
 	}
 	got := proxyOnlyRenderConfigs(s, []knftables.Family{knftables.IPv4Family, knftables.IPv6Family})
 	want := []nftables.Config{
 		{Family: knftables.IPv4Family, Table: nftables.DefaultTable, NodeName: "n1", MasqueradeMark: 0x20,
-			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")}},
+			ClusterCIDRs:      []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")},
+			NodePortAddresses: s.NodePortAddresses},
 		{Family: knftables.IPv6Family, Table: nftables.DefaultTable, NodeName: "n1", MasqueradeMark: 0x20,
-			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00::/56")}},
+			ClusterCIDRs:      []netip.Prefix{netip.MustParsePrefix("fd00::/56")},
+			NodePortAddresses: s.NodePortAddresses},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
 		t.Errorf("render configs (-want +got):\n%s", diff)
@@ -381,7 +396,7 @@ func TestProxyOnlyRenderConfigs(t *testing.T) {
 // with, never a panic.
 func FuzzResolveProxyOnly(f *testing.F) {
 	f.Add([]byte(kubeadmConfig))
-	f.Add([]byte(header + "mode: ipvs\nnodePortAddresses: [primary]\n"))
+	f.Add([]byte(header + "mode: ipvs\nnodePortAddresses: [primary, 10.0.0.0/8]\n"))
 	f.Add([]byte(header + "nftables: {syncPeriod: soon, masqueradeBit: 40}\nclusterCIDR: 10.0.0.0/8,fd00::/64\n"))
 	f.Add([]byte(`{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration", "x": {"syncPeriod": 1}}`))
 	f.Fuzz(func(t *testing.T, file []byte) {
@@ -398,4 +413,25 @@ func FuzzResolveProxyOnly(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestNodeInternalIPs(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeHostName, Address: "n1"},
+		{Type: corev1.NodeInternalIP, Address: "10.250.0.11"},
+		{Type: corev1.NodeExternalIP, Address: "10.251.0.9"},
+		{Type: corev1.NodeInternalIP, Address: "fd00::11"},
+	}}}
+	client := fake.NewClientset(node)
+	got, err := nodeInternalIPs(context.Background(), client, "n1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("10.250.0.11"), netip.MustParseAddr("fd00::11")}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	_, err = nodeInternalIPs(context.Background(), client, "missing", 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "reading Node missing's InternalIPs") || !strings.Contains(err.Error(), "--hostname-override") {
+		t.Errorf("missing Node: err = %v, want one naming the Node and the fix", err)
+	}
 }

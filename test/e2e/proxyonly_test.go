@@ -62,6 +62,8 @@ const (
 	otherPodSubnet   = "10.245.0.0/24"
 	otherClusterCIDR = "10.244.0.0/15"
 	otherNodeHost    = 240 // the other node's address on the underlay: .240
+	// A second address of the other node, outside its nodePortAddresses.
+	otherNodeHost2 = 241
 )
 
 // refCNIDir returns the directory of the reference CNI plugins
@@ -183,6 +185,7 @@ func newOtherNode(t *testing.T, l *testLab) *otherNode {
 	testutil.Run(t, "ip", "link", "set", o.hostVeth, "master", s.Bridge, "up")
 	ipIn(t, o.path(), "link", "set", "lo", "up")
 	ipIn(t, o.path(), "addr", "add", netip.PrefixFrom(o.ip, s.Underlay.Bits()).String(), "dev", "eth0")
+	ipIn(t, o.path(), "addr", "add", netip.PrefixFrom(nthAddr(s.Underlay, otherNodeHost2), 32).String(), "dev", "eth0")
 	ipIn(t, o.path(), "link", "set", "eth0", "up")
 	// The node forwards its pods' traffic: the CNI's and the host's
 	// business, not kube-proxy's (which sets no such sysctl).
@@ -340,6 +343,7 @@ nftables:
   syncPeriod: 30s
 healthzBindAddress: %s:10256
 metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [%s/32]
 # Fields kube-proxy has that flatnet ignores or tolerates:
 conntrack:
   maxPerCore: 0
@@ -367,7 +371,7 @@ func TestProxyOnly(t *testing.T) {
 	}
 
 	cfg := filepath.Join(t.TempDir(), "kube-proxy.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, s.Kubeconfig(), o.name, otherClusterCIDR, o.ip), 0o644); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, s.Kubeconfig(), o.name, otherClusterCIDR, o.ip, o.ip), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	agent := startIn(t, "agent", o.path(), l.flatnet, "agent", "--proxy-only", "--config", cfg, "-v=2")
@@ -468,6 +472,20 @@ func TestProxyOnly(t *testing.T) {
 			})
 			if err != nil {
 				t.Errorf("lab node %s -> %s:%s (NodePort): %v", from.Name, o.ip, port, err)
+			}
+		}
+	})
+
+	t.Run("NodePortOnlyOnNodePortAddresses", func(t *testing.T) {
+		// The node's second address is outside nodePortAddresses: nothing
+		// listens there, so the kernel refuses the connection.
+		second := nthAddr(s.Underlay, otherNodeHost2).String()
+		addr := net.JoinHostPort(second, strconv.Itoa(int(np.Spec.Ports[0].NodePort)))
+		for i := 0; i < 3; i++ {
+			if body, err := httpGet(lab.NetnsPath(s.Nodes[0].Netns), addr, "/hostname"); err == nil {
+				t.Fatalf("lab node %s -> %s (NodePort on an address outside nodePortAddresses): answered %q", s.Nodes[0].Name, addr, body)
+			} else if !strings.Contains(err.Error(), "connection refused") {
+				t.Fatalf("lab node %s -> %s: %v; want connection refused (the address is up, only the NodePort is not there)", s.Nodes[0].Name, addr, err)
 			}
 		}
 	})

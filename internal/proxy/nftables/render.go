@@ -85,6 +85,10 @@ type Config struct {
 	// Local address is short-circuited to the internal endpoints.
 	ClusterCIDRs   []netip.Prefix
 	MasqueradeMark uint32 // DefaultMasqueradeMark when zero
+	// NodePortAddresses limits NodePorts to the node's addresses in these
+	// prefixes (kube-proxy's nodePortAddresses); without a prefix of this
+	// family (as kube-proxy reads it): every local address but loopback.
+	NodePortAddresses []netip.Prefix
 }
 
 func (c Config) withDefaults() Config {
@@ -475,6 +479,9 @@ func (r *Renderer) baseChains() map[string][]string {
 		loopback = "::1"
 	}
 	mark := fmt.Sprintf("0x%x", r.cfg.MasqueradeMark)
+	nodePorts := func(m string) string {
+		return ip + " daddr != " + loopback + r.nodePortDaddr() + " fib daddr type local meta l4proto . th dport vmap @" + m
+	}
 	return map[string][]string{
 		chainNatPrerouting:  {"jump " + chainServices},
 		chainNatOutput:      {"jump " + chainServices},
@@ -487,11 +494,11 @@ func (r *Renderer) baseChains() map[string][]string {
 		chainFwCheck:        {ip + " daddr . meta l4proto . th dport vmap @" + mapFirewallIPs},
 		chainServices: {
 			ip + " daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
-			ip + " daddr != " + loopback + " fib daddr type local meta l4proto . th dport vmap @" + mapServiceNodePorts,
+			nodePorts(mapServiceNodePorts),
 		},
 		chainNoEndpoints: {
 			ip + " daddr . meta l4proto . th dport vmap @" + mapNoEndpointIPs,
-			ip + " daddr != " + loopback + " fib daddr type local meta l4proto . th dport vmap @" + mapNoEndpointNodePts,
+			nodePorts(mapNoEndpointNodePts),
 		},
 		chainReject: {
 			"meta l4proto tcp reject with tcp reset",
@@ -504,6 +511,24 @@ func (r *Renderer) baseChains() map[string][]string {
 			"masquerade fully-random",
 		},
 	}
+}
+
+// nodePortDaddr is the destination match NodePorts add to "a local
+// address": "" for every one, " ip daddr { ... }" for nodePortAddresses.
+func (r *Renderer) nodePortDaddr() string {
+	var ps []string
+	for _, p := range r.cfg.NodePortAddresses {
+		if p.Addr().Is4() != r.cfg.v6() {
+			ps = append(ps, p.Masked().String())
+		}
+	}
+	switch len(ps) {
+	case 0:
+		return ""
+	case 1:
+		return " " + r.cfg.ipKw() + " daddr " + ps[0]
+	}
+	return " " + r.cfg.ipKw() + " daddr { " + strings.Join(ps, " , ") + " }"
 }
 
 // renderService computes one service's chains, sets and map elements.

@@ -623,3 +623,43 @@ func TestPartialSyncDeclaresChainsFirst(t *testing.T) {
 	r.Full(tx, append(manyServices(2), lb), nil, nil)
 	requireDeclaredBeforeUse(t, empty, tx)
 }
+
+func TestNodePortAddresses(t *testing.T) {
+	np := svc("np", "10.96.0.23", 80, ep("10.244.2.5", 8080, "node-b"))
+	np.Type, np.Ports[0].NodePort = proxy.NodePort, 30023
+	render := func(addrs ...string) *nfttrace.Tracer {
+		cfg := testConfig()
+		for _, s := range addrs {
+			cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.MustParsePrefix(s))
+		}
+		fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+		tx := fake.NewTransaction()
+		New(cfg).Full(tx, []*proxy.Service{np}, nil, nil)
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatalf("%v\n%s", err, tx)
+		}
+		// The node has two addresses: nodeIP (172.30.0.10) and 172.30.9.10.
+		return nfttrace.New(fake, nodeIP, a("172.30.9.10"))
+	}
+	tests := []struct {
+		name  string
+		addrs []string
+		dst   netip.Addr
+		want  string
+	}{
+		{"unset: every local address", nil, a("172.30.9.10"), "10.244.2.5:8080"},
+		{"in a listed prefix", []string{"172.30.0.0/24"}, nodeIP, "10.244.2.5:8080"},
+		{"a local address outside the prefixes", []string{"172.30.0.0/24"}, a("172.30.9.10"), "accept"},
+		{"two prefixes", []string{"172.30.0.0/24", "172.30.9.0/24"}, a("172.30.9.10"), "10.244.2.5:8080"},
+		{"prefixes of the other family only: every local address", []string{"fd00::/8"}, a("172.30.9.10"), "10.244.2.5:8080"},
+		{"a listed prefix does not make a foreign address local", []string{"172.31.0.0/16"}, a("172.31.0.1"), "accept"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := reach(t, render(tc.addrs...), tcp(outside, tc.dst, 30023))
+			if diff := cmp.Diff([]string{tc.want}, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
