@@ -351,6 +351,51 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 	t.Run("ScaleUpAndDown", func(t *testing.T) { checkScale(t, l, clients[0]) })
 
 	t.Run("UDPAcrossEndpointReplacement", func(t *testing.T) { checkUDPReplacement(t, l, clients[0]) })
+
+	// After all the above every node's proxy has synced and programmed
+	// endpoint changes: its metrics (on the node's loopback, as
+	// kube-proxy's) say so, including the network programming latency,
+	// measured from the EndpointSlice's last-change-trigger-time.
+	t.Run("Metrics", func(t *testing.T) {
+		for _, n := range s.Nodes {
+			body, err := httpGet(lab.NetnsPath(n.Netns), "127.0.0.1:10249", "/metrics")
+			if err != nil {
+				t.Errorf("node %s: /metrics: %v", n.Name, err)
+				continue
+			}
+			for _, m := range []string{"flatnet_sync_proxy_rules_duration_seconds_count", "flatnet_network_programming_duration_seconds_count"} {
+				if c := metricSum(body, m); c <= 0 {
+					t.Errorf("node %s: %s = %v, want > 0", n.Name, m, c)
+				}
+			}
+			if c := metricSum(body, "flatnet_network_programming_duration_seconds_count"); c > 0 {
+				t.Logf("node %s: %v endpoint changes programmed, %.0f ms after their trigger time on average", n.Name, c,
+					1000*metricSum(body, "flatnet_network_programming_duration_seconds_sum")/c)
+			}
+			if c := metricSum(body, "flatnet_sync_proxy_rules_last_timestamp_seconds"); c <= 0 {
+				t.Errorf("node %s: flatnet_sync_proxy_rules_last_timestamp_seconds = %v, want a time", n.Name, c)
+			}
+		}
+	})
+}
+
+// metricSum adds up the samples of metric (any labels) in a Prometheus
+// text exposition.
+func metricSum(body, metric string) float64 {
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		name, rest, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if base, _, _ := strings.Cut(name, "{"); base != metric {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // spreadBounds returns [lo, hi] for the count X ~ Binomial(n, 1/k) of one
