@@ -126,7 +126,7 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 	var backends, remote []string
 	for _, n := range s.Nodes {
 		p := netexecPod(label+"-"+strconv.Itoa(n.Index), n.Name)
-		p.Labels = map[string]string{"e2e-service": label}
+		p.Labels = map[string]string{"e2e-service": label, "e2e-pod": p.Name}
 		if n.Name != clients[0].node.Name {
 			p.Labels["e2e-remote"] = "yes"
 			remote = append(remote, p.Name)
@@ -144,8 +144,11 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 		}
 		l.deleteAndWait(t, left...)
 	})
+	backendPods := map[string]labPod{}
 	for _, b := range backends {
-		l.waitReady(t, b)
+		p := l.waitReady(t, b)
+		n, _ := s.Node(p.Spec.NodeName)
+		backendPods[b] = labPod{b, p.Status.PodIP, n}
 	}
 	web := l.createService(t, service(label+"-web", corev1.ServiceTypeClusterIP, sel))
 	empty := l.createService(t, service(label+"-none", corev1.ServiceTypeClusterIP, map[string]string{"e2e-service": label + "-nothing"}))
@@ -296,6 +299,37 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 			t.Errorf("after switching %s to affinity None, %s still lands on one endpoint: %v", aff.Name, clients[0].name, last)
 		} else {
 			t.Logf("affinity None again: 30 requests from %s -> %v", clients[0].name, last)
+		}
+	})
+
+	// Hairpin: a pod reaching itself through a Service whose only endpoint
+	// it is. Without masquerade its reply would go straight to itself
+	// from its own address and the connection would never complete.
+	t.Run("Hairpin", func(t *testing.T) {
+		self := backendPods[backends[0]]
+		hp := l.createService(t, service(label+"-hairpin", corev1.ServiceTypeClusterIP, map[string]string{"e2e-pod": self.name}))
+		var answers, errs []string
+		err := retry(30*time.Second, func() error {
+			var err error
+			answers, errs, err = dialAll(self, hp.Spec.ClusterIP, 80, 3)
+			if err == nil && (len(answers) != 3 || len(errs) != 0) {
+				err = errors.New("not every try answered")
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s -> its own Service %s:80: answers %q, errors %q: %v", self.name, hp.Spec.ClusterIP, answers, errs, err)
+		}
+		for _, a := range answers {
+			if strings.TrimSpace(a) != self.name {
+				t.Errorf("%s -> its own Service: answered by %q", self.name, a)
+			}
+		}
+		// The server saw a masqueraded source, not the pod's own address.
+		body, err := httpGet(lab.NetnsPath(self.node.Netns), net.JoinHostPort(self.ip, "8080"),
+			fmt.Sprintf("/dial?request=clientip&protocol=http&host=%s&port=80&tries=1", hp.Spec.ClusterIP))
+		if err != nil || strings.Contains(body, `"`+self.ip+`:`) || !strings.Contains(body, "responses") {
+			t.Errorf("%s -> its own Service, /clientip: %q (%v); want an address other than the pod's %s", self.name, body, err, self.ip)
 		}
 	})
 
