@@ -20,12 +20,16 @@
 #   REPS      partial updates per proxy, size and min sync period (default 10)
 #   MIN_SYNC  min sync periods, both proxies alike (default 1s,0s)
 #   ENDPOINTS endpoints per Service (default 3)
+#   TIMEOUT   longest wait for a proxy to program one step (default 5m)
 #   RESULTS   keep the raw results (JSON lines) at this path
+#   FLATNET   the flatnet binary measured and running the lab (default
+#             bin/flatnet, which make bench-proxy builds from the work tree)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 [ "$(id -u)" = 0 ] || { echo "bench-proxy: needs root (network namespaces, nftables)" >&2; exit 1; }
-[ -x bin/flatnet ] || { echo "bench-proxy: bin/flatnet missing: run make build" >&2; exit 1; }
+flatnet=$(realpath "${FLATNET:-bin/flatnet}")
+[ -x "$flatnet" ] || { echo "bench-proxy: $flatnet missing: run make build" >&2; exit 1; }
 hack/deps.sh >/dev/null
 
 k8sbin=$(hack/build-k8s.sh --bin-dir)
@@ -39,12 +43,12 @@ done
 build_kube_proxy() {
   local mod=test/bench/proxy/kubeproxy cache stamp want date flags p
   cache=$(dirname "$k8sbin")
-  local kv
-  kv=$(awk '$1 == "k8s.io/kubernetes" && $2 != "=>" { print $2; exit }' "$mod/go.mod")
-  [ "$cache" = "$(dirname "$k8sbin")" ] && [[ $k8sbin == *"k8s-$kv/bin" ]] ||
+  local kv v
+  kv=$(awk '$1 == "require" { $1 = ""; $0 = $0 } $1 == "k8s.io/kubernetes" && $2 != "=>" { print $2; exit }' "$mod/go.mod")
+  [ -n "$kv" ] && [[ $k8sbin == *"/k8s-$kv/bin" ]] ||
     { echo "bench-proxy: $mod pins kubernetes $kv, make k8s's cache is $k8sbin: keep them together" >&2; exit 1; }
   date=$(cd "$mod" && go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)
-  local v=${kv#v}
+  v=${kv#v}
   flags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     flags+=" -X $p.gitVersion=$kv -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v") -X $p.buildDate=$date"
@@ -95,7 +99,7 @@ cleanup() {
     ip netns del "$prefix-$s" 2>/dev/null
   done
   if [ -n "$labup" ]; then
-    bin/flatnet lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
+    "$flatnet" lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
       { echo "bench-proxy: lab down $name failed:" >&2; cat "$root/down.log" >&2; rc=1; }
   fi
   if [ -n "${RESULTS:-}" ] && [ -f "$root/results.jsonl" ]; then cp "$root/results.jsonl" "$RESULTS"; fi
@@ -112,15 +116,15 @@ trap 'exit 143' TERM
 go build -o "$root/proxybench" ./test/bench/proxy
 mkdir -p "$root/work" "$root/labs"
 
-echo "bench-proxy: $(date -u +%FT%TZ), $(nproc) cores, $(uname -r), flatnet $(git describe --tags --always --dirty 2>/dev/null || echo dev), $("$k8sbin/kube-proxy" --version), $(nft --version | cut -d' ' -f1-2); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-proxy: $(date -u +%FT%TZ), $(nproc) cores, $(uname -r), $("$flatnet" version 2>/dev/null | head -1) ($flatnet), $("$k8sbin/kube-proxy" --version), $(nft --version | cut -d' ' -f1-2); load $(cut -d' ' -f1-3 /proc/loadavg)"
 labup=1
-bin/flatnet lab --state-dir "$root/labs" --name "$name" up --nodes 1 >"$root/up.log" 2>&1 || { cat "$root/up.log" >&2; exit 1; }
+"$flatnet" lab --state-dir "$root/labs" --name "$name" up --nodes 1 >"$root/up.log" 2>&1 || { cat "$root/up.log" >&2; exit 1; }
 echo "bench-proxy: lab $name up"
 
 "$root/proxybench" run -state-dir "$root/labs" -lab "$name" -prefix "$prefix" \
-  -kube-proxy "$k8sbin/kube-proxy" -flatnet "$PWD/bin/flatnet" \
+  -kube-proxy "$k8sbin/kube-proxy" -flatnet "$flatnet" \
   -sizes "${SIZES:-1000,5000}" -reps "${REPS:-10}" -min-sync "${MIN_SYNC:-1s,0s}" -endpoints "${ENDPOINTS:-3}" \
-  -dir "$root/work" -out "$root/results.jsonl" &
+  -timeout "${TIMEOUT:-5m}" -dir "$root/work" -out "$root/results.jsonl" &
 bench_pid=$!
 wait "$bench_pid"
 bench_pid=

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -78,8 +79,16 @@ func (o *objects) ensureNode(ctx context.Context, name string, ip netip.Addr) er
 	if err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
-	if _, err := o.c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// The lab's controller writes the new Node too (its pod CIDR).
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if n, err = o.c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
+		_, err = o.c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("node %s status: %w", name, err)
 	}
 	return nil

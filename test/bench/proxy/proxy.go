@@ -168,13 +168,20 @@ func (p *proxy) serviceChain(ip string, port int32) (string, error) {
 }
 
 // chainHasEndpoint reports whether chain dispatches to endpoint ip:port:
-// both proxies name an endpoint's chain ...__<ip>/<port>.
+// through an endpoint chain (both proxies name it ...__<ip>/<port>) or, as
+// kube-proxy v1.37 does when no endpoint needs rules of its own, with a
+// dnat map straight from the service chain (`0 : <ip> . <port>`).
 func (p *proxy) chainHasEndpoint(chain, ip string, port int32) (bool, error) {
 	out, err := p.nft("list", "chain", "ip", p.table, chain)
 	if err != nil {
 		return false, err
 	}
-	return strings.Contains(out, fmt.Sprintf("__%s/%d", ip, port)), nil
+	return hasEndpoint(out, ip, port), nil
+}
+
+func hasEndpoint(listing, ip string, port int32) bool {
+	re := regexp.MustCompile(fmt.Sprintf(`(__|\s)%s(/| \. )%d\b`, regexp.QuoteMeta(ip), port))
+	return re.MatchString(listing)
 }
 
 // tableSize counts the proxy's IPv4 table: chains, rules, map and set

@@ -408,7 +408,8 @@ func (r *runner) alone(p *proxy, n int, minSync, config string, size bool) error
 		})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%s: waiting for %s in %s: %w", p.label, newIP, chain, err)
+			listing, _ := p.nft("list", "chain", "ip", p.table, chain)
+			return fmt.Errorf("%s: waiting for %s (replacing %s) in %s: %w; the chain now:\n%s", p.label, newIP, oldIP, chain, err, listing)
 		}
 		k := seen.Sub(t0).Seconds()
 		// The sync that programmed it has returned: wait for its metrics.
