@@ -20,12 +20,13 @@ import (
 )
 
 const (
-	managedBy     = "proxybench.flatnet.io"
-	triggerTime   = "endpoints.kubernetes.io/last-change-trigger-time"
-	servicePort   = 80
-	endpointPort  = 8080
-	portName      = "http"
-	endpointsBase = "10.245.0.0" // endpoints: inside the cluster CIDR given to both proxies, never dialled
+	benchNamespace = "proxybench"
+	managedBy      = "proxybench.flatnet.io"
+	triggerTime    = "endpoints.kubernetes.io/last-change-trigger-time"
+	servicePort    = 80
+	endpointPort   = 8080
+	portName       = "http"
+	endpointsBase  = "10.245.0.0" // endpoints: inside the cluster CIDR given to both proxies, never dialled
 )
 
 func newClient(kubeconfig string) (kubernetes.Interface, error) {

@@ -75,14 +75,18 @@ type proxy struct {
 	logs    int
 }
 
-// start deletes the proxy's tables in its namespace (a cold start programs
-// from nothing) and starts it with the configuration given.
+// deleteTables removes the proxy's tables in its namespace, so that a
+// cold start programs from nothing.
+func (p *proxy) deleteTables() {
+	for _, fam := range []string{"ip", "ip6"} {
+		_, _ = p.nft("delete", "table", fam, p.table)
+	}
+}
+
+// start starts the proxy with the configuration given.
 func (p *proxy) start(config string) error {
 	if p.cmd != nil {
 		return fmt.Errorf("%s already running", p.label)
-	}
-	for _, fam := range []string{"ip", "ip6"} {
-		_, _ = p.nft("delete", "table", fam, p.table)
 	}
 	p.logs++
 	logPath := filepath.Join(p.dir, fmt.Sprintf("%s-%d.log", p.label, p.logs))

@@ -180,7 +180,7 @@ func runCmd(args []string) error {
 		}
 	}
 
-	objs := &objects{c: c, ns: "proxybench", endpoints: *endpoints, workers: *workers, clusterIPs: map[int]string{}}
+	objs := &objects{c: c, ns: benchNamespace, endpoints: *endpoints, workers: *workers, clusterIPs: map[int]string{}}
 	if err := objs.ensureNamespace(ctx); err != nil {
 		return err
 	}
@@ -251,13 +251,28 @@ func runCmd(args []string) error {
 func (r *runner) size(have, n int, configs map[*proxy]map[string]string) error {
 	first := r.minSyncs[0]
 	// 1. churn: both running and caught up at have, then create up to n.
+	mons := map[*proxy]*monitor{}
+	defer func() {
+		for _, m := range mons {
+			m.stop()
+		}
+	}()
 	for _, p := range r.proxies {
+		p.deleteTables()
+		m, err := startMonitor(r.ctx, p, "elements")
+		if err != nil {
+			return err
+		}
+		mons[p] = m
 		if err := p.start(configs[p][first]); err != nil {
 			return err
 		}
 	}
 	for _, p := range r.proxies {
-		if _, err := r.waitPorts(p, have); err != nil {
+		if err := r.waitTable(p); err != nil {
+			return err
+		}
+		if _, err := r.waitPorts(p, mons[p], have); err != nil {
 			return err
 		}
 	}
@@ -278,7 +293,7 @@ func (r *runner) size(have, n int, configs map[*proxy]map[string]string) error {
 	ch := make(chan caught, len(r.proxies))
 	for _, p := range r.proxies {
 		go func() {
-			at, err := r.waitPorts(p, n)
+			at, err := r.waitPorts(p, mons[p], n)
 			ch <- caught{p, at, err}
 		}()
 	}
@@ -292,6 +307,8 @@ func (r *runner) size(have, n int, configs map[*proxy]map[string]string) error {
 		r.record(result{Proxy: c.p.label, N: n, MinSync: first, Metric: "churn_catchup_s", Value: d})
 	}
 	for _, p := range r.proxies {
+		mons[p].stop()
+		delete(mons, p)
 		p.stop()
 	}
 
@@ -306,29 +323,55 @@ func (r *runner) size(have, n int, configs map[*proxy]map[string]string) error {
 	return nil
 }
 
-// waitPorts waits for n of the benchmark's service ports in p's kernel map
-// and returns when it saw them.
-func (r *runner) waitPorts(p *proxy, n int) (time.Time, error) {
+// waitTable waits for p's service-ips map to exist (its first sync).
+func (r *runner) waitTable(p *proxy) error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
-	var got int
 	var lastErr error
-	var at time.Time
-	err := poll(ctx, 20*time.Millisecond, func() (bool, error) {
+	err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
 		if !p.running() {
 			return false, fmt.Errorf("%s exited; log in %s", p.label, r.dir)
 		}
-		c, err := p.servicePorts(r.objs.ns)
-		at = time.Now()
-		if err != nil {
-			lastErr = err // no table yet
+		var out string
+		if out, lastErr = p.nft("list", "tables"); lastErr != nil {
 			return false, nil
 		}
-		got = c
-		return c >= n, nil
+		for _, l := range strings.Split(out, "\n") {
+			if strings.TrimSpace(l) == "table ip "+p.table {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
-		return at, fmt.Errorf("%s: %d of %d service ports in the kernel: %w (last nft error: %v)", p.label, got, n, err, lastErr)
+		return fmt.Errorf("%s: no table ip %s: %w (%v)", p.label, p.table, err, lastErr)
+	}
+	return nil
+}
+
+// waitPorts waits until m has seen n of the benchmark's service ports
+// added to p's service-ips map, returns when the n-th was, and checks
+// (untimed) that the map holds them.
+func (r *runner) waitPorts(p *proxy, m *monitor, n int) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	defer cancel()
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-p.done:
+			cancel()
+		case <-exited:
+		}
+	}()
+	at, seen, err := m.waitPorts(ctx, n)
+	close(exited)
+	if err != nil {
+		return at, fmt.Errorf("%s: %d of %d service ports added to service-ips: %w (running: %v; logs in %s)", p.label, seen, n, err, p.running(), r.dir)
+	}
+	if n > 0 {
+		if c, err := p.servicePorts(r.objs.ns); err != nil || c != n {
+			return at, fmt.Errorf("%s: the monitor saw %d service ports added, the map holds %d (%v)", p.label, n, c, err)
+		}
 	}
 	return at, nil
 }
@@ -340,11 +383,18 @@ func (r *runner) alone(p *proxy, n int, minSync, config string, size bool) error
 		r.record(result{Proxy: p.label, N: n, MinSync: minSync, Metric: metric, Value: v, Note: note})
 	}
 	time.Sleep(time.Second)
+	p.deleteTables()
+	em, err := startMonitor(r.ctx, p, "elements")
+	if err != nil {
+		return err
+	}
 	if err := p.start(config); err != nil {
+		em.stop()
 		return err
 	}
 	defer p.stop()
-	at, err := r.waitPorts(p, n)
+	at, err := r.waitPorts(p, em, n)
+	em.stop()
 	if err != nil {
 		return err
 	}
@@ -378,10 +428,16 @@ func (r *runner) alone(p *proxy, n int, minSync, config string, size bool) error
 		logf("N=%d: %s table ip %s: %d chains, %d rules, %d map/set elements, %d lines", n, p.label, p.table, s.Chains, s.Rules, s.Elements, s.Lines)
 	}
 
+	rm, err := startMonitor(r.ctx, p, "rules")
+	if err != nil {
+		return err
+	}
+	defer rm.stop()
 	minDur, _ := time.ParseDuration(minSync)
 	var kernel, syncs, progs []float64
 	for rep := 1; rep <= r.reps; rep++ {
-		i := (rep*7919 + n/3) % n // spread over the Services
+		time.Sleep(max(minDur, 500*time.Millisecond) + 500*time.Millisecond) // idle, past the min sync period
+		i := (rep*7919 + n/3) % n                                            // spread over the Services
 		ip := r.objs.clusterIPs[i]
 		chain, err := p.serviceChain(ip, servicePort)
 		if err != nil {
@@ -391,20 +447,19 @@ func (r *runner) alone(p *proxy, n int, minSync, config string, size bool) error
 		if err != nil {
 			return err
 		}
-		oldIP, newIP, t0, err := r.objs.replaceEndpoint(r.ctx, i)
-		if err != nil {
-			return err
-		}
+		var oldIP, newIP string
+		var t0 time.Time
 		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-		var seen time.Time
-		err = poll(ctx, 2*time.Millisecond, func() (bool, error) {
-			hasNew, err := p.chainHasEndpoint(chain, newIP, endpointPort)
-			seen = time.Now()
-			if err != nil || !hasNew {
-				return false, err
-			}
-			hasOld, err := p.chainHasEndpoint(chain, oldIP, endpointPort)
-			return !hasOld, err
+		// The service chain's new rule names the new endpoint: the
+		// transaction that rewrote the chain is committed.
+		seen, err := rm.waitLine(ctx, func(l string) bool {
+			return strings.Contains(l, " "+chain+" ") && hasEndpoint(l, newIP, endpointPort)
+		}, func() error {
+			var err error
+			rm.mu.Lock() // newIP is read by the matcher
+			defer rm.mu.Unlock()
+			oldIP, newIP, t0, err = r.objs.replaceEndpoint(r.ctx, i)
+			return err
 		})
 		cancel()
 		if err != nil {
@@ -413,10 +468,16 @@ func (r *runner) alone(p *proxy, n int, minSync, config string, size bool) error
 		}
 		k := seen.Sub(t0).Seconds()
 		// The sync that programmed it has returned: wait for its metrics.
-		time.Sleep(max(minDur, 500*time.Millisecond) + 500*time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		after, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
 		if err != nil {
 			return err
+		}
+		if rep == 1 { // untimed: the kernel has the new endpoint and not the old
+			listing, err := p.nft("list", "chain", "ip", p.table, chain)
+			if err != nil || !hasEndpoint(listing, newIP, endpointPort) || hasEndpoint(listing, oldIP, endpointPort) {
+				return fmt.Errorf("%s: %s after the update (%v): want %s and not %s:\n%s", p.label, chain, err, newIP, oldIP, listing)
+			}
 		}
 		d := func(name string) (float64, float64) {
 			return after[name].Sum - before[name].Sum, after[name].Count - before[name].Count
