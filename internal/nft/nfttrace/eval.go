@@ -239,10 +239,20 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 			s.t.dyn[k][strings.Join(key, " . ")] = true
 			i = end + 1
 		case tok == "dnat":
-			// dnat [ip|ip6] to ADDR[:PORT]
+			// dnat [ip|ip6] to ADDR[:PORT], or
+			// dnat ip|ip6 addr . port to numgen random mod N map { K : ADDR . PORT , ... }
 			i++
 			if peek(0) == "ip" || peek(0) == "ip6" {
 				i++
+			}
+			if peek(0) == "addr" && peek(1) == "." && peek(2) == "port" && peek(3) == "to" {
+				i += 4
+				ap, err := s.numgenMapTarget(tk[i:])
+				if err != nil {
+					return verdict{}, err
+				}
+				s.res.Dst, s.res.DNAT = ap, true
+				return verdict{matched: true, kind: "accept"}, nil
 			}
 			if peek(0) != "to" {
 				return verdict{}, fmt.Errorf("unsupported dnat form")
@@ -360,6 +370,42 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 		}
 	}
 	return verdict{matched: true}, nil
+}
+
+// numgenMapTarget evaluates "numgen random mod N map { K : ADDR . PORT , ... }"
+// with the tracer's Rand and returns the chosen address and port.
+func (s *state) numgenMapTarget(tk []string) (netip.AddrPort, error) {
+	if len(tk) < 6 || tk[0] != "numgen" || tk[1] != "random" || tk[2] != "mod" || tk[4] != "map" {
+		return netip.AddrPort{}, fmt.Errorf("unsupported dnat map form %q", strings.Join(tk, " "))
+	}
+	mod, err := strconv.Atoi(tk[3])
+	if err != nil || mod <= 0 {
+		return netip.AddrPort{}, fmt.Errorf("bad numgen modulus %q", tk[3])
+	}
+	arms, _, err := anonMap(tk[5:])
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	k := strconv.Itoa(s.t.Rand(mod))
+	for _, a := range arms {
+		if len(a.key) != 1 || a.key[0] != k {
+			continue
+		}
+		f := strings.Fields(a.value)
+		if len(f) != 3 || f[1] != "." {
+			return netip.AddrPort{}, fmt.Errorf("bad dnat map value %q", a.value)
+		}
+		addr, err := netip.ParseAddr(f[0])
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("bad dnat map address %q", f[0])
+		}
+		port, err := strconv.ParseUint(f[2], 10, 16)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("bad dnat map port %q", f[2])
+		}
+		return netip.AddrPortFrom(addr, uint16(port)), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("numgen chose %s: no such map element", k)
 }
 
 // exec runs a verdict string from a map ("goto x", "jump x", "drop", ...).

@@ -71,6 +71,10 @@ const (
 	mapNoEndpointNodePts = "no-endpoint-nodeports"
 	mapFirewallIPs       = "firewall-ips"
 
+	// Sets whose elements several services may want (refcounted in State).
+	setClusterIPs = "cluster-ips"         // every ClusterIP: off-cluster masquerade
+	setHairpin    = "hairpin-connections" // ep . ep . proto . port of local endpoints
+
 	// DefaultMasqueradeMark is the packet mark bit asking for masquerade.
 	DefaultMasqueradeMark = 0x4000
 )
@@ -131,11 +135,14 @@ type elemKey struct{ Map, Key string }
 type objects struct {
 	chains map[string][]string      // chain -> rules
 	sets   map[string]time.Duration // affinity set -> timeout
-	elems  map[elemKey]string       // element -> verdict
+	elems  map[elemKey]string       // map element -> verdict
+	// shared are elements of the shared sets (cluster-ips,
+	// hairpin-connections) this service wants; others may want them too.
+	shared map[elemKey]bool
 }
 
 func newObjects() *objects {
-	return &objects{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}}
+	return &objects{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, shared: map[elemKey]bool{}}
 }
 
 // State is what the previous sync wrote, per service key.
@@ -145,6 +152,9 @@ type State struct {
 	// claiming one key (an externalIP:port, a NodePort) would make the kernel
 	// refuse the whole transaction, so the first claim wins.
 	owners map[elemKey]string
+	// shared counts, per shared-set element, the services wanting it: it
+	// is in the kernel while the count is positive.
+	shared map[elemKey]int
 	// Conflicts lists the elements the last sync left out for that reason.
 	Conflicts []error
 }
@@ -161,7 +171,7 @@ func (e *ConflictError) Error() string {
 
 // claim drops from o the elements another service owns, records o's own.
 func (s *State) claim(key string, o *objects) {
-	for _, k := range sortedElems(o.elems) {
+	for _, k := range sortedKeysOf(o.elems) {
 		if owner, ok := s.owners[k]; ok && owner != key {
 			s.Conflicts = append(s.Conflicts, &ConflictError{Service: key, Owner: owner, Map: k.Map, Key: k.Key})
 			delete(o.elems, k)
@@ -217,13 +227,16 @@ func (r *Renderer) Config() Config { return r.cfg }
 // nil (after a restart); existing, when given, names the table's current
 // chains and sets so that stale ones are deleted.
 func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, prev *State, existing *Existing) *State {
-	next := &State{services: map[string]*objects{}, owners: map[elemKey]string{}}
+	next := &State{services: map[string]*objects{}, owners: map[elemKey]string{}, shared: map[elemKey]int{}}
 	sorted := append([]*proxy.Service(nil), services...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Key() < sorted[j].Key() })
 	for _, svc := range sorted {
 		o := r.renderService(svc)
 		next.claim(svc.Key(), o)
 		next.services[svc.Key()] = o
+		for k := range o.shared {
+			next.shared[k]++
+		}
 	}
 	base := r.baseChains()
 
@@ -235,6 +248,9 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	}
 	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
 		tx.Flush(&knftables.Map{Name: m})
+	}
+	for _, set := range []string{setClusterIPs, setHairpin} {
+		tx.Flush(&knftables.Set{Name: set})
 	}
 	wantChains := map[string]bool{}
 	wantSets := map[string]time.Duration{}
@@ -281,6 +297,9 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	}
 	if existing != nil {
 		for _, s := range existing.Sets {
+			if s == setClusterIPs || s == setHairpin {
+				continue // the table's own, not a service's
+			}
 			if _, ok := prevSets[s]; !ok {
 				prevSets[s] = -1 // unknown timeout: keep if wanted
 			}
@@ -308,9 +327,12 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 				tx.Add(&knftables.Rule{Chain: c, Rule: rule})
 			}
 		}
-		for _, k := range sortedElems(o.elems) {
+		for _, k := range sortedKeysOf(o.elems) {
 			tx.Add(element(k, o.elems[k]))
 		}
+	}
+	for _, k := range sortedKeysOf(next.shared) {
+		tx.Add(setElement(k))
 	}
 	for _, c := range stale {
 		tx.Delete(&knftables.Chain{Name: c})
@@ -341,6 +363,10 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 			next.release(key, old)
 		}
 	}
+	if next.shared == nil {
+		next.shared = map[elemKey]int{}
+	}
+	sharedDelta := map[elemKey]int{}
 	var (
 		delElems  []knftables.Object
 		flushes   []knftables.Object
@@ -362,10 +388,16 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 			next.claim(key, nw)
 			next.services[key] = nw
 		}
-		for _, k := range sortedElems(old.elems) {
+		for _, k := range sortedKeysOf(old.elems) {
 			if v, ok := nw.elems[k]; !ok || v != old.elems[k] {
 				delElems = append(delElems, element(k, old.elems[k]))
 			}
+		}
+		for k := range old.shared {
+			sharedDelta[k]--
+		}
+		for k := range nw.shared {
+			sharedDelta[k]++
 		}
 		// A set is deleted only after every rule naming it is flushed (the
 		// kernel refuses to delete a set in use), so a set whose timeout
@@ -403,10 +435,27 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 				adds = append(adds, &knftables.Rule{Chain: c, Rule: rule})
 			}
 		}
-		for _, k := range sortedElems(nw.elems) {
+		for _, k := range sortedKeysOf(nw.elems) {
 			if v, ok := old.elems[k]; !ok || v != nw.elems[k] {
 				adds = append(adds, element(k, nw.elems[k]))
 			}
+		}
+	}
+	// A shared element goes when its last service lets go of it and
+	// comes with its first.
+	for _, k := range sortedKeysOf(sharedDelta) {
+		before := next.shared[k]
+		after := before + sharedDelta[k]
+		if after > 0 {
+			next.shared[k] = after
+		} else {
+			delete(next.shared, k)
+		}
+		switch {
+		case before > 0 && after <= 0:
+			delElems = append(delElems, setElement(k))
+		case before <= 0 && after > 0:
+			adds = append(adds, setElement(k))
 		}
 	}
 	for _, o := range delElems {
@@ -445,6 +494,11 @@ func element(k elemKey, verdict string) *knftables.Element {
 	return &knftables.Element{Map: k.Map, Key: strings.Split(k.Key, " . "), Value: []string{verdict}}
 }
 
+// setElement is an element of a shared set (elemKey.Map names the set).
+func setElement(k elemKey) *knftables.Element {
+	return &knftables.Element{Set: k.Map, Key: strings.Split(k.Key, " . ")}
+}
+
 // addBaseObjects adds (idempotently) the fixed chains and maps.
 func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
 	base := func(name string, typ knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) {
@@ -469,6 +523,8 @@ func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Map{Name: mapServiceNodePorts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapNoEndpointNodePts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapFirewallIPs, Type: at + " . inet_proto . inet_service : verdict"})
+	tx.Add(&knftables.Set{Name: setClusterIPs, Type: at})
+	tx.Add(&knftables.Set{Name: setHairpin, Type: at + " . " + at + " . inet_proto . inet_service"})
 }
 
 // baseChains returns the fixed chains' rules.
@@ -492,10 +548,10 @@ func (r *Renderer) baseChains() map[string][]string {
 		chainFwPrerouting:   {"jump " + chainFwCheck},
 		chainFwOutput:       {"jump " + chainFwCheck},
 		chainFwCheck:        {ip + " daddr . meta l4proto . th dport vmap @" + mapFirewallIPs},
-		chainServices: {
-			ip + " daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
+		chainServices: append(r.offClusterMasq(),
+			ip+" daddr . meta l4proto . th dport vmap @"+mapServiceIPs,
 			nodePorts(mapServiceNodePorts),
-		},
+		),
 		chainNoEndpoints: {
 			ip + " daddr . meta l4proto . th dport vmap @" + mapNoEndpointIPs,
 			nodePorts(mapNoEndpointNodePts),
@@ -506,9 +562,9 @@ func (r *Renderer) baseChains() map[string][]string {
 		},
 		chainMarkMasq: {"mark set mark or " + mark},
 		chainMasquerading: {
-			"mark and " + mark + " == 0 return",
-			"mark set mark xor " + mark,
-			"masquerade fully-random",
+			"mark and " + mark + " != 0 mark set mark xor " + mark + " masquerade fully-random",
+			// Hairpin: a pod that reached itself through a service.
+			"ct status dnat " + ip + " saddr . " + ip + " daddr . meta l4proto . th dport @" + setHairpin + " masquerade fully-random",
 		},
 	}
 }
@@ -538,6 +594,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		// Headless (left to DNS) or another family's service.
 		return o
 	}
+	o.shared[elemKey{setClusterIPs, svc.ClusterIP.String()}] = true
 	ip := r.cfg.ipKw()
 	for i := range svc.Ports {
 		sp := &svc.Ports[i]
@@ -574,6 +631,9 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		needAll := len(all) > 0 && (!svc.InternalLocal || (hasExternal && !svc.ExternalLocal))
 		needLocal := len(local) > 0 && (svc.InternalLocal || (hasExternal && svc.ExternalLocal))
 
+		// Endpoint chains exist only for session affinity (they record
+		// the client in the endpoint's affinity set); otherwise the
+		// service chain DNATs in one rule, as kube-proxy's does.
 		epChains := map[netip.AddrPort]string{}
 		epChain := func(ep proxy.Endpoint) string {
 			ap := netip.AddrPortFrom(ep.IP, ep.Port)
@@ -583,40 +643,49 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			eh := hash(id + "/" + ap.String())
 			c := "ep-" + eh + "-" + id + "__" + strings.ReplaceAll(ep.IP.String(), ":", ".") + "/" + fmt.Sprint(ep.Port)
 			epChains[ap] = c
-			var rules []string
-			rules = append(rules, ip+" saddr "+ep.IP.String()+" jump "+chainMarkMasq)
-			if svc.AffinityTimeout > 0 {
-				set := "aff-" + eh
-				o.sets[set] = svc.AffinityTimeout
-				rules = append(rules, "update @"+set+" { "+ip+" saddr }")
+			set := "aff-" + eh
+			o.sets[set] = svc.AffinityTimeout
+			o.chains[c] = []string{
+				"update @" + set + " { " + ip + " saddr }",
+				"meta l4proto " + string(sp.Protocol) + " dnat to " + ap.String(),
 			}
-			rules = append(rules, "meta l4proto "+string(sp.Protocol)+" dnat to "+ap.String())
-			o.chains[c] = rules
 			return c
 		}
 		dispatch := func(chain string, eps []proxy.Endpoint) {
-			var rules []string
-			var arms []string
-			for i, ep := range eps {
-				c := epChain(ep)
-				if svc.AffinityTimeout > 0 {
+			proto := "meta l4proto " + string(sp.Protocol)
+			switch {
+			case svc.AffinityTimeout > 0:
+				var rules, arms []string
+				for i, ep := range eps {
+					c := epChain(ep)
 					rules = append(rules, ip+" saddr @aff-"+hash(id+"/"+netip.AddrPortFrom(ep.IP, ep.Port).String())+" goto "+c)
+					arms = append(arms, fmt.Sprintf("%d : goto %s", i, c))
 				}
-				arms = append(arms, fmt.Sprintf("%d : goto %s", i, c))
+				o.chains[chain] = append(rules, fmt.Sprintf("numgen random mod %d vmap { %s }", len(eps), strings.Join(arms, " , ")))
+			case len(eps) == 1:
+				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
+			default:
+				arms := make([]string, len(eps))
+				for i, ep := range eps {
+					arms[i] = fmt.Sprintf("%d : %s . %d", i, ep.IP, ep.Port)
+				}
+				o.chains[chain] = []string{fmt.Sprintf("%s dnat %s addr . port to numgen random mod %d map { %s }",
+					proto, ip, len(eps), strings.Join(arms, " , "))}
 			}
-			rules = append(rules, fmt.Sprintf("numgen random mod %d vmap { %s }", len(eps), strings.Join(arms, " , ")))
-			o.chains[chain] = rules
+		}
+		// Hairpin: this node's endpoints may be reached by themselves.
+		if r.cfg.NodeName != "" {
+			for _, ep := range append(append([]proxy.Endpoint{}, all...), local...) {
+				if ep.NodeName == r.cfg.NodeName {
+					o.shared[elemKey{setHairpin, fmt.Sprintf("%s . %s . %s . %d", ep.IP, ep.IP, sp.Protocol, ep.Port)}] = true
+				}
+			}
 		}
 		if needAll {
 			dispatch(svcChain, all)
 		}
 		if needLocal {
 			dispatch(localChain, local)
-		}
-		if len(internalEPs) > 0 {
-			if m := r.offClusterMasq(svc.ClusterIP, sp); m != "" {
-				o.chains[internalChain] = append([]string{m}, o.chains[internalChain]...)
-			}
 		}
 		// extReachable: the external entry has somewhere to send some
 		// packets. With policy Local and no endpoint on this node, pods
@@ -725,11 +794,11 @@ func (r *Renderer) firewall(svc *proxy.Service) string {
 // outside the pod network (a host-network client, a router sending to the
 // service CIDR), as kube-proxy does when it knows the cluster CIDR: the
 // endpoint's reply then comes back through this node to be un-DNATed,
-// whatever route the endpoint's node has to the client. It matches the
-// ClusterIP itself, so traffic reaching the chain from a NodePort or an
-// external address (masqueraded or not by its own policy) is left alone.
-// Without cluster CIDRs nothing tells pods apart, and nothing is added.
-func (r *Renderer) offClusterMasq(clusterIP netip.Addr, sp *proxy.ServicePort) string {
+// whatever route the endpoint's node has to the client. It matches
+// ClusterIPs only (@cluster-ips), so NodePort and external traffic keep
+// their own policy. Without cluster CIDRs nothing tells pods apart, and
+// there is no rule.
+func (r *Renderer) offClusterMasq() []string {
 	var cidrs []string
 	for _, c := range r.cfg.ClusterCIDRs {
 		if c.Addr().Is4() != r.cfg.v6() {
@@ -737,15 +806,14 @@ func (r *Renderer) offClusterMasq(clusterIP netip.Addr, sp *proxy.ServicePort) s
 		}
 	}
 	if len(cidrs) == 0 {
-		return ""
+		return nil
 	}
 	src := cidrs[0]
 	if len(cidrs) > 1 {
 		src = "{ " + strings.Join(cidrs, " , ") + " }"
 	}
 	ip := r.cfg.ipKw()
-	return fmt.Sprintf("%s daddr %s %s dport %d %s saddr != %s jump %s",
-		ip, clusterIP, sp.Protocol, sp.Port, ip, src, chainMarkMasq)
+	return []string{fmt.Sprintf("%s daddr @%s %s saddr != %s jump %s", ip, setClusterIPs, ip, src, chainMarkMasq)}
 }
 
 func (r *Renderer) family(eps []proxy.Endpoint) []proxy.Endpoint {
@@ -799,7 +867,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func sortedElems(m map[elemKey]string) []elemKey {
+// sortedKeysOf returns m's element keys in order.
+func sortedKeysOf[V any](m map[elemKey]V) []elemKey {
 	out := make([]elemKey, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -812,3 +881,4 @@ func sortedElems(m map[elemKey]string) []elemKey {
 	})
 	return out
 }
+

@@ -663,3 +663,58 @@ func TestNodePortAddresses(t *testing.T) {
 		})
 	}
 }
+
+// Shared set elements (hairpin connections, ClusterIPs) stay while any
+// service wants them and go with the last one, in partial syncs.
+func TestSharedSetElementsAreRefcounted(t *testing.T) {
+	local := ep("10.244.1.5", 8080, node)
+	a1 := svc("a", "10.96.0.31", 80, local)
+	b1 := svc("b", "10.96.0.32", 80, local) // the same local endpoint
+	fake, r, st := load(t, []*proxy.Service{a1, b1})
+	ctx := context.Background()
+	hairpin := "hairpin-connections { 10.244.1.5 . 10.244.1.5 . tcp . 8080 }"
+	elems := func() string {
+		t.Helper()
+		set, err := fake.ListElements(ctx, "set", setHairpin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ips, err := fake.ListElements(ctx, "set", setClusterIPs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range append(set, ips...) {
+			out = append(out, e.Set+" { "+strings.Join(e.Key, " . ")+" }")
+		}
+		sort.Strings(out)
+		return strings.Join(out, "\n")
+	}
+	want := "cluster-ips { 10.96.0.31 }\ncluster-ips { 10.96.0.32 }\n" + hairpin
+	if got := elems(); got != want {
+		t.Fatalf("after the full sync:\n%s\nwant:\n%s", got, want)
+	}
+	step := func(services []*proxy.Service, changed string, want string) {
+		t.Helper()
+		tx := fake.NewTransaction()
+		st = r.Partial(tx, services, st, map[string]bool{"ns/" + changed: true})
+		if err := fake.Run(ctx, tx); err != nil {
+			t.Fatalf("partial sync of %s: %v\n%s", changed, err, tx)
+		}
+		if got := elems(); got != want {
+			t.Fatalf("after the partial sync of %s:\n%s\nwant:\n%s", changed, got, want)
+		}
+	}
+	step([]*proxy.Service{b1}, "a", "cluster-ips { 10.96.0.32 }\n"+hairpin) // b still has the endpoint
+	step(nil, "b", "")                                                      // the last one lets go
+	step([]*proxy.Service{a1}, "a", "cluster-ips { 10.96.0.31 }\n"+hairpin) // and it comes back
+	// A full sync from scratch agrees with the partial ones.
+	tx := fake.NewTransaction()
+	r.Full(tx, []*proxy.Service{a1}, nil, existing(t, fake))
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if got := elems(); got != "cluster-ips { 10.96.0.31 }\n"+hairpin {
+		t.Fatalf("after a full sync:\n%s", got)
+	}
+}

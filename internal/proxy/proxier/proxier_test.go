@@ -286,7 +286,7 @@ func TestFullSyncIsIdempotent(t *testing.T) {
 	if second := nf.Dump(); second != first {
 		t.Errorf("second full sync changed the ruleset:\n%s\nthen:\n%s", first, second)
 	}
-	if !strings.Contains(first, "10.244.2.8:8080") {
+	if !strings.Contains(first, "10.244.2.8 . 8080") {
 		t.Errorf("endpoint missing from the ruleset:\n%s", first)
 	}
 }
