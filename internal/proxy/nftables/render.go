@@ -881,4 +881,3 @@ func sortedKeysOf[V any](m map[elemKey]V) []elemKey {
 	})
 	return out
 }
-
