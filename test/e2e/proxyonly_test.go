@@ -56,7 +56,6 @@ import (
 )
 
 const (
-	refCNIVersion = "v1.10.0"
 	// The other CNI's pod subnet and the cluster CIDR covering it and the
 	// lab's default 10.244.0.0/16.
 	otherPodSubnet   = "10.245.0.0/24"
@@ -65,58 +64,6 @@ const (
 	// A second address of the other node, outside its nodePortAddresses.
 	otherNodeHost2 = 241
 )
-
-// refCNIDir returns the directory of the reference CNI plugins
-// (containernetworking/plugins), bridge and host-local, built once through
-// the Go module proxy into the cache hack/bench-cni.sh and the host-local
-// compatibility test use (REF_CNI_DIR, default
-// ~/.cache/flatnet/ref-cni-v1.10.0). It skips, saying why, when they
-// cannot be built.
-func refCNIDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("REF_CNI_DIR")
-	if dir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				t.Skipf("reference CNI plugins: no cache directory: %v", err)
-			}
-			base = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(base, "flatnet", "ref-cni-"+refCNIVersion)
-	}
-	for _, p := range []string{"main/bridge", "ipam/host-local"} {
-		name := filepath.Base(p)
-		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode()&0o111 != 0 {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Skipf("reference CNI plugins: %v", err)
-		}
-		// Built in a private directory and renamed, so a concurrent
-		// builder never sees half a binary.
-		tmp, err := os.MkdirTemp(dir, ".build-")
-		if err != nil {
-			t.Skipf("reference CNI plugins: %v", err)
-		}
-		defer os.RemoveAll(tmp)
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = "/usr/local/go/bin/go"
-		}
-		cmd := exec.Command(goBin, "install", "github.com/containernetworking/plugins/plugins/"+p+"@"+refCNIVersion)
-		cmd.Dir = tmp
-		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Skipf("reference %s %s unavailable: go install failed (no module proxy?): %v\n%s", name, refCNIVersion, err, out)
-		}
-		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
-			t.Skipf("reference CNI plugins: %v", err)
-		}
-	}
-	return dir
-}
 
 // nthAddr is the address n after p's network address.
 func nthAddr(p netip.Prefix, n int) netip.Addr {
@@ -352,13 +299,13 @@ detectLocalMode: ClusterCIDR
 
 func TestProxyOnly(t *testing.T) {
 	l := newLab(t)
-	refDir := refCNIDir(t)
+	refDir := testutil.RefCNI(t, "main/bridge", "ipam/host-local")
 	l.up(t, 2)
 	s := l.spec
 
 	o := newOtherNode(t, l)
 	o.addPod(t, refDir)
-	t.Logf("other node %s (netns %s), pod %s (netns %s) attached by the reference bridge plugin %s", o.ip, o.netns, o.podIP, o.podNetns, refCNIVersion)
+	t.Logf("other node %s (netns %s), pod %s (netns %s) attached by the reference bridge plugin %s", o.ip, o.netns, o.podIP, o.podNetns, testutil.RefCNIVersion)
 
 	// The pod runs the lab's netexec, as lab pods do (the lab puts its own
 	// flatnet on the pods' PATH; here it is the freshly built one).

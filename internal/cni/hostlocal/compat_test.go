@@ -3,7 +3,6 @@ package hostlocal_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,57 +10,15 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
-const refVersion = "v1.10.0"
-
 // refHostLocal returns the reference host-local (containernetworking/
-// plugins v1.10.0), built once through the Go module proxy into a cache
-// outside git (REF_CNI_DIR, default ~/.cache/flatnet/ref-cni-v1.10.0, the
-// directory hack/bench-cni.sh uses too) and reused after. The test skips,
-// saying why, when it cannot be built.
+// plugins, testutil.RefCNIVersion), built once and cached.
 func refHostLocal(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("REF_CNI_DIR")
-	if dir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				t.Skipf("reference host-local: no cache directory: %v", err)
-			}
-			base = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(base, "flatnet", "ref-cni-"+refVersion)
-	}
-	bin := filepath.Join(dir, "host-local")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode()&0o111 != 0 {
-		return bin
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Skipf("reference host-local: cannot create cache %s: %v", dir, err)
-	}
-	// Build into a private directory and rename, so a concurrent builder
-	// (another test process, the benchmark) never sees half a binary.
-	tmp, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		t.Skipf("reference host-local: %v", err)
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.Command(goBin, "install", "github.com/containernetworking/plugins/plugins/ipam/host-local@"+refVersion)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("reference host-local %s unavailable: go install failed (no module proxy?): %v\n%s", refVersion, err, out)
-	}
-	if err := os.Rename(filepath.Join(tmp, "host-local"), bin); err != nil {
-		t.Skipf("reference host-local: %v", err)
-	}
-	return bin
+	return filepath.Join(testutil.RefCNI(t, "ipam/host-local"), "host-local")
 }
 
 // TestReferenceCompatibility drives the reference host-local and ours on

@@ -44,14 +44,32 @@ func (n nsNFT) ListAll(ctx context.Context) (out map[string][]string, err error)
 	return out, err
 }
 
-// TestRootClusterIP runs the proxier's real ruleset in a "node" namespace
-// wired to a "pod" namespace: a client on the node reaches the pod through
-// the ClusterIP, and once the service has no endpoints it is refused at once.
-func TestRootClusterIP(t *testing.T) {
+// requireNFT skips t unless it runs as root with nft installed.
+func requireNFT(t *testing.T) {
+	t.Helper()
 	testutil.RequireRoot(t)
 	if _, err := nft.LookPath(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
+}
+
+// tableIn returns a uniquely named IPv4 table and its runner bound to the
+// namespace ns.
+func tableIn(t *testing.T, ns string) (string, nsNFT) {
+	t.Helper()
+	table := testutil.Name("fntproxy")
+	runner, err := nft.New(knftables.IPv4Family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table, nsNFT{Runner: runner, ns: ns}
+}
+
+// TestRootClusterIP runs the proxier's real ruleset in a "node" namespace
+// wired to a "pod" namespace: a client on the node reaches the pod through
+// the ClusterIP, and once the service has no endpoints it is refused at once.
+func TestRootClusterIP(t *testing.T) {
+	requireNFT(t)
 	const (
 		nodeAddr  = "10.246.77.1"
 		podAddr   = "10.246.77.2"
@@ -66,15 +84,11 @@ func TestRootClusterIP(t *testing.T) {
 	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, pod, podAddr+":0", "pod"))
 	port, _ := strconv.Atoi(portStr)
 
-	table := testutil.Name("fntproxy")
-	runner, err := nft.New(knftables.IPv4Family, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, nsnft := tableIn(t, node)
 	client := fake.NewClientset()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := New(Config{
-		Client: client, NFT: nsNFT{Runner: runner, ns: node},
+		Client: client, NFT: nsnft,
 		Render: nftables.Config{Family: knftables.IPv4Family, Table: table, NodeName: "node-a",
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.77.0/24")}},
 		MaxSyncInterval: time.Hour,
@@ -121,10 +135,7 @@ func TestRootClusterIP(t *testing.T) {
 // the node's address and the NodePort; the node forwards and masquerades
 // (policy Cluster), so the pod sees the node as the client.
 func TestRootNodePort(t *testing.T) {
-	testutil.RequireRoot(t)
-	if _, err := nft.LookPath(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	requireNFT(t)
 	const (
 		nodePodSide = "10.246.79.1"
 		podAddr     = "10.246.79.2"
@@ -142,11 +153,7 @@ func TestRootNodePort(t *testing.T) {
 	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, pod, podAddr+":0", "pod"))
 	port, _ := strconv.Atoi(portStr)
 
-	table := testutil.Name("fntproxy")
-	runner, err := nft.New(knftables.IPv4Family, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, nsnft := tableIn(t, node)
 	svc := service("web", "10.246.97.10")
 	svc.Spec.Type = v1.ServiceTypeNodePort
 	svc.Spec.Ports[0].NodePort = nodePort
@@ -155,7 +162,7 @@ func TestRootNodePort(t *testing.T) {
 	cs := fake.NewClientset(svc, sl)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := New(Config{
-		Client: cs, NFT: nsNFT{Runner: runner, ns: node},
+		Client: cs, NFT: nsnft,
 		Render: nftables.Config{Family: knftables.IPv4Family, Table: table, NodeName: "node-a",
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.79.0/24")}},
 		MaxSyncInterval: time.Hour,
@@ -179,18 +186,11 @@ func TestRootNodePort(t *testing.T) {
 // a service deleted while it was down, keeping the others; a second full
 // sync changes nothing.
 func TestRootRestartReconciles(t *testing.T) {
-	testutil.RequireRoot(t)
-	if _, err := nft.LookPath(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	requireNFT(t)
 	ctx := context.Background()
 	node := testutil.NewNetNS(t)
-	table := testutil.Name("fntproxy")
-	runner, err := nft.New(knftables.IPv4Family, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{NFT: nsNFT{Runner: runner, ns: node}, Render: nftables.Config{Family: knftables.IPv4Family, Table: table}}
+	table, nsnft := tableIn(t, node)
+	cfg := Config{NFT: nsnft, Render: nftables.Config{Family: knftables.IPv4Family, Table: table}}
 	withAffinity := func(s *v1.Service) *v1.Service {
 		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 		return s
@@ -282,10 +282,7 @@ func udpServer(t *testing.T, nsPath, addr, name string) (stop func()) {
 // would still go to the old endpoint until the client paused for the
 // conntrack timeout.
 func TestRootUDPEndpointReplaced(t *testing.T) {
-	testutil.RequireRoot(t)
-	if _, err := nft.LookPath(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	requireNFT(t)
 	const (
 		nodeAddr  = "10.246.81.1"
 		podA      = "10.246.81.2"
@@ -301,11 +298,7 @@ func TestRootUDPEndpointReplaced(t *testing.T) {
 	stopA := udpServer(t, pod, fmt.Sprintf("%s:%d", podA, port), "A")
 	udpServer(t, pod, fmt.Sprintf("%s:%d", podB, port), "B")
 
-	table := testutil.Name("fntproxy")
-	runner, err := nft.New(knftables.IPv4Family, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, nsnft := tableIn(t, node)
 	svc := udpService("dns", clusterIP)
 	svc.Spec.Type = v1.ServiceTypeClusterIP
 	svc.Spec.Ports[0].NodePort = 0
@@ -314,7 +307,7 @@ func TestRootUDPEndpointReplaced(t *testing.T) {
 	client := fake.NewClientset(svc, sl)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := New(Config{
-		Client: client, NFT: nsNFT{Runner: runner, ns: node},
+		Client: client, NFT: nsnft,
 		Render:          nftables.Config{Family: knftables.IPv4Family, Table: table, NodeName: "node-a"},
 		MaxSyncInterval: time.Hour,
 		Conntrack:       nsConntrack{ns: node},
@@ -373,18 +366,11 @@ func TestRootUDPEndpointReplaced(t *testing.T) {
 // partial sync the kernel accepts (its ext- chain refers to svc- and svl-
 // chains added in the same transaction).
 func TestRootPartialSyncNewLocalService(t *testing.T) {
-	testutil.RequireRoot(t)
-	if _, err := nft.LookPath(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	requireNFT(t)
 	ctx := context.Background()
 	node := testutil.NewNetNS(t)
-	table := testutil.Name("fntproxy")
-	runner, err := nft.New(knftables.IPv4Family, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Config{NFT: nsNFT{Runner: runner, ns: node}, Render: nftables.Config{Family: knftables.IPv4Family, Table: table,
+	table, nsnft := tableIn(t, node)
+	p := New(Config{NFT: nsnft, Render: nftables.Config{Family: knftables.IPv4Family, Table: table,
 		NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.99.0/24")}}})
 	p.tracker.OnService(service("web", "10.246.98.10"))
 	p.tracker.OnEndpointSlice(slice("web", "10.246.99.2"))
