@@ -204,40 +204,48 @@ func serveRetrying(ctx context.Context, logger klog.Logger, name, addr string, s
 // (--proxy), each on its own nftables table; the first also runs the
 // metrics and health servers.
 func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) ([]*proxier.Proxier, error) {
-	servers, err := newProxyServers(client, proxyServersConfig{
+	var renders []nftables.Config
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		var famCIDRs []netip.Prefix
+		for _, c := range cidrs {
+			if c.Addr().Is6() == (fam == knftables.IPv6Family) {
+				famCIDRs = append(famCIDRs, c)
+			}
+		}
+		if len(famCIDRs) > 0 {
+			renders = append(renders, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: o.NodeName, ClusterCIDRs: famCIDRs})
+		}
+	}
+	return buildProxiers(client, proxyServersConfig{
 		NodeName:           o.NodeName,
 		SyncPeriod:         o.ProxySyncPeriod,
 		MetricsBindAddress: o.MetricsBindAddress,
 		HealthzBindAddress: o.HealthzBindAddress,
-	})
+	}, renders, o.ProxyMinSyncPeriod, o.ProxySyncPeriod, "--proxy")
+}
+
+// buildProxiers returns one proxier per render config, each on its own
+// table, with the shared metrics and health servers (run by the first).
+// flag names the mode in errors.
+func buildProxiers(client kubernetes.Interface, sc proxyServersConfig, renders []nftables.Config, minSync, maxSync time.Duration, flag string) ([]*proxier.Proxier, error) {
+	servers, err := newProxyServers(client, sc)
 	if err != nil {
 		return nil, err
 	}
-	byFamily := map[knftables.Family][]netip.Prefix{}
-	for _, c := range cidrs {
-		fam := knftables.IPv4Family
-		if c.Addr().Is6() {
-			fam = knftables.IPv6Family
-		}
-		byFamily[fam] = append(byFamily[fam], c)
-	}
 	var out []*proxier.Proxier
-	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		if len(byFamily[fam]) == 0 {
-			continue
-		}
-		runner, err := nft.New(fam, nftables.DefaultTable)
+	for _, r := range renders {
+		runner, err := nft.New(r.Family, r.Table)
 		if err != nil {
-			return nil, fmt.Errorf("--proxy: %w", err)
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
 		cfg := proxier.Config{
 			Client: client,
 			NFT:    runner,
-			Render: nftables.Config{Family: fam, NodeName: o.NodeName, ClusterCIDRs: byFamily[fam]},
-			// kube-proxy's defaults: --min-sync-period 1s, --sync-period 30s.
-			MinSyncInterval: o.ProxyMinSyncPeriod,
-			MaxSyncInterval: o.ProxySyncPeriod,
-			// Stale UDP/SCTP flows are deleted in the agent's own netns.
+			Render: r,
+			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s.
+			MinSyncInterval: minSync,
+			MaxSyncInterval: maxSync,
+			// Stale UDP/SCTP flows are deleted in the agent's netns.
 			Conntrack: conntrack.Netlink{},
 		}
 		servers.configure(&cfg)

@@ -68,8 +68,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flatnet/flatnet/internal/kube"
-	"github.com/flatnet/flatnet/internal/nft"
-	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/proxier"
 	"github.com/flatnet/flatnet/internal/sysctl"
@@ -640,34 +638,11 @@ func proxyOnlyRenderConfigs(s *proxyOnlySettings, fams []knftables.Family) []nft
 // proxyOnlyProxiers returns one proxier per render config; the first also
 // runs the metrics and health servers (shared with --proxy: proxy.go).
 func proxyOnlyProxiers(client kubernetes.Interface, s *proxyOnlySettings, renders []nftables.Config) ([]*proxier.Proxier, error) {
-	servers, err := newProxyServers(client, proxyServersConfig{
+	return buildProxiers(client, proxyServersConfig{
 		NodeName:           s.NodeName,
 		SyncPeriod:         s.SyncPeriod,
 		MetricsBindAddress: s.MetricsBindAddress,
 		HealthzBindAddress: s.HealthzBindAddress,
 		HardFail:           s.BindAddressHard,
-	})
-	if err != nil {
-		return nil, err
-	}
-	var out []*proxier.Proxier
-	for _, r := range renders {
-		runner, err := nft.New(r.Family, r.Table)
-		if err != nil {
-			return nil, fmt.Errorf("--proxy-only: %w", err)
-		}
-		cfg := proxier.Config{
-			Client: client,
-			NFT:    runner,
-			Render: r,
-			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s.
-			MinSyncInterval: s.MinSyncPeriod,
-			MaxSyncInterval: s.SyncPeriod,
-			// Stale UDP/SCTP flows are deleted in the node's netns.
-			Conntrack: conntrack.Netlink{},
-		}
-		servers.configure(&cfg)
-		out = append(out, proxier.New(cfg))
-	}
-	return out, nil
+	}, renders, s.MinSyncPeriod, s.SyncPeriod, "--proxy-only")
 }
