@@ -398,7 +398,7 @@ func TestProxyOnly(t *testing.T) {
 	})
 
 	t.Run("NoEndpointsRefusedAtOnce", func(t *testing.T) {
-		checkRefused(t, pod, "pod", empty.Spec.ClusterIP)
+		checkRefused(t, pod, "pod", empty.Spec.ClusterIP, 80)
 	})
 
 	t.Run("NodePortOnTheNodeFromALabNode", func(t *testing.T) {

@@ -62,13 +62,13 @@ func dialAll(client labPod, host string, port, tries int) (answers, errs []strin
 	return r.Responses, r.Errors, nil
 }
 
-// checkRefused polls client's /dial to vip:80 until one try is refused:
+// checkRefused polls client's /dial to vip:port until one try is refused:
 // a TCP reset from the proxy, not a dial timeout.
-func checkRefused(t *testing.T, client labPod, from, vip string) {
+func checkRefused(t *testing.T, client labPod, from, vip string, port int) {
 	t.Helper()
 	var last string
 	err := retry(30*time.Second, func() error {
-		answers, errs, err := dialAll(client, vip, 80, 1)
+		answers, errs, err := dialAll(client, vip, port, 1)
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func checkRefused(t *testing.T, client labPod, from, vip string) {
 		return nil
 	})
 	if err != nil {
-		t.Errorf("%s -> %s:80 (no endpoints): want connection refused: %v (%s)", from, vip, err, last)
+		t.Errorf("%s -> %s:%d: want connection refused: %v (%s)", from, vip, port, err, last)
 	}
 }
 
@@ -335,8 +335,14 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 
 	t.Run("NoEndpointsRefusedAtOnce", func(t *testing.T) {
 		for _, c := range clients {
-			checkRefused(t, c, c.name, empty.Spec.ClusterIP)
+			checkRefused(t, c, c.name, empty.Spec.ClusterIP, 80)
 		}
+	})
+
+	// A port the Service does not have: refused at once too, not routed
+	// to nowhere.
+	t.Run("ClusterIPOtherPortRefused", func(t *testing.T) {
+		checkRefused(t, clients[0], clients[0].name, vip, 81)
 	})
 
 	t.Run("NodePortFromAnotherNode", func(t *testing.T) {

@@ -11,6 +11,7 @@
 //	  fib daddr local, l4proto . dport vmap @service-nodeports -> ext-*
 //	input/forward/output (filter, filter-10), ct state new -> no-endpoints
 //	  same keys in @no-endpoint-services / @no-endpoint-nodeports -> reject-chain
+//	  any other port of a ClusterIP (@cluster-ips)              -> reject-chain
 //	postrouting (nat, srcnat) -> masquerading: masquerade what carries the mark
 //
 // Per service port: svc-* picks among all usable endpoints, svl-* among the
@@ -555,6 +556,10 @@ func (r *Renderer) baseChains() map[string][]string {
 		chainNoEndpoints: {
 			ip + " daddr . meta l4proto . th dport vmap @" + mapNoEndpointIPs,
 			nodePorts(mapNoEndpointNodePts),
+			// Still addressed to a ClusterIP after DNAT: a port the
+			// service does not have. Refused at once, as kube-proxy
+			// does, instead of routed to nowhere.
+			ip + " daddr @" + setClusterIPs + " goto " + chainReject,
 		},
 		chainReject: {
 			"meta l4proto tcp reject with tcp reset",
