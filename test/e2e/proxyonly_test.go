@@ -402,23 +402,10 @@ func TestProxyOnly(t *testing.T) {
 	})
 
 	t.Run("NodePortOnTheNodeFromALabNode", func(t *testing.T) {
-		port := strconv.Itoa(int(np.Spec.Ports[0].NodePort))
+		addr := net.JoinHostPort(o.ip.String(), strconv.Itoa(int(np.Spec.Ports[0].NodePort)))
 		for _, from := range s.Nodes {
-			seen := map[string]int{}
-			err := retry(30*time.Second, func() error {
-				body, err := httpGet(lab.NetnsPath(from.Netns), net.JoinHostPort(o.ip.String(), port), "/hostname")
-				if err != nil {
-					return err
-				}
-				h := strings.TrimSpace(body)
-				if !contains(backends, h) {
-					return fmt.Errorf("answer %q is not an endpoint", h)
-				}
-				seen[h]++
-				return nil
-			})
-			if err != nil {
-				t.Errorf("lab node %s -> %s:%s (NodePort): %v", from.Name, o.ip, port, err)
+			if _, err := answeredByEndpoint(from, addr, backends); err != nil {
+				t.Errorf("lab node %s -> %s (NodePort): %v", from.Name, addr, err)
 			}
 		}
 	})

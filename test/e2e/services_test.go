@@ -62,6 +62,23 @@ func dialAll(client labPod, host string, port, tries int) (answers, errs []strin
 	return r.Responses, r.Errors, nil
 }
 
+// answeredByEndpoint polls addr's /hostname from node's namespace until
+// one of backends answers, and returns who did.
+func answeredByEndpoint(from lab.Node, addr string, backends []string) (string, error) {
+	var h string
+	err := retry(30*time.Second, func() error {
+		body, err := httpGet(lab.NetnsPath(from.Netns), addr, "/hostname")
+		if err != nil {
+			return err
+		}
+		if h = strings.TrimSpace(body); !contains(backends, h) {
+			return fmt.Errorf("answer %q is not an endpoint", h)
+		}
+		return nil
+	})
+	return h, err
+}
+
 // checkRefused polls client's /dial to vip:port until one try is refused:
 // a TCP reset from the proxy, not a dial timeout.
 func checkRefused(t *testing.T, client labPod, from, vip string, port int) {
@@ -349,23 +366,11 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 		port := int(np.Spec.Ports[0].NodePort)
 		for i, from := range s.Nodes {
 			to := s.Nodes[(i+1)%len(s.Nodes)]
-			seen := map[string]int{}
-			err := retry(30*time.Second, func() error {
-				body, err := httpGet(lab.NetnsPath(from.Netns), net.JoinHostPort(to.IP.String(), strconv.Itoa(port)), "/hostname")
-				if err != nil {
-					return err
-				}
-				h := strings.TrimSpace(body)
-				if !contains(backends, h) {
-					return fmt.Errorf("answer %q is not an endpoint", h)
-				}
-				seen[h]++
-				return nil
-			})
-			if err != nil {
-				t.Errorf("node %s -> %s:%d (NodePort): %v", from.Name, to.IP, port, err)
+			addr := net.JoinHostPort(to.IP.String(), strconv.Itoa(port))
+			if seen, err := answeredByEndpoint(from, addr, backends); err != nil {
+				t.Errorf("node %s -> %s (NodePort): %v", from.Name, addr, err)
 			} else {
-				t.Logf("node %s -> %s:%d answered by %v", from.Name, to.IP, port, keys(seen))
+				t.Logf("node %s -> %s answered by %v", from.Name, addr, seen)
 			}
 		}
 	})

@@ -65,6 +65,36 @@ func tableIn(t *testing.T, ns string) (string, nsNFT) {
 	return table, nsNFT{Runner: runner, ns: ns}
 }
 
+// nodeAndPod returns a "node" namespace (nodeAddr/24) wired to a "pod"
+// namespace (podAddrs/24), the node routing serviceNet to the pod side:
+// locally generated packets need a route before OUTPUT's DNAT runs.
+func nodeAndPod(t *testing.T, nodeAddr, serviceNet string, podAddrs ...string) (node, pod string) {
+	t.Helper()
+	node, pod = testutil.NewNetNS(t), testutil.NewNetNS(t)
+	veth := testutil.Name("fpn")
+	var podNets []string
+	for _, a := range podAddrs {
+		podNets = append(podNets, a+"/24")
+	}
+	testutil.Wire(t, node, veth, []string{nodeAddr + "/24"}, pod, testutil.Name("fpp"), podNets)
+	testutil.Run(t, "ip", "-n", testutil.NSName(node), "route", "add", serviceNet, "dev", veth)
+	return node, pod
+}
+
+// runUntilCleanup runs p until the test ends; the cleanup (registered
+// after the namespaces', so run before they go) stops it and checks Run.
+func runUntilCleanup(t *testing.T, p *Proxier, ctx context.Context, cancel context.CancelFunc) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 // TestRootClusterIP runs the proxier's real ruleset in a "node" namespace
 // wired to a "pod" namespace: a client on the node reaches the pod through
 // the ClusterIP, and once the service has no endpoints it is refused at once.
@@ -76,11 +106,7 @@ func TestRootClusterIP(t *testing.T) {
 		clusterIP = "10.246.96.10"
 	)
 	testutil.RequireFreeRange(t, "10.246.77.0/24", "10.246.96.0/24")
-	node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
-	veth := testutil.Name("fpn")
-	testutil.Wire(t, node, veth, []string{nodeAddr + "/24"}, pod, testutil.Name("fpp"), []string{podAddr + "/24"})
-	// Locally generated packets need a route before OUTPUT's DNAT runs.
-	testutil.Run(t, "ip", "-n", testutil.NSName(node), "route", "add", "10.246.96.0/24", "dev", veth)
+	node, pod := nodeAndPod(t, nodeAddr, "10.246.96.0/24", podAddr)
 	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, pod, podAddr+":0", "pod"))
 	port, _ := strconv.Atoi(portStr)
 
@@ -93,14 +119,7 @@ func TestRootClusterIP(t *testing.T) {
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.77.0/24")}},
 		MaxSyncInterval: time.Hour,
 	})
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { // before the namespaces go
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, p, ctx, cancel)
 
 	sl := slice("web", podAddr)
 	sl.Ports[0].Port = ptr(int32(port))
@@ -167,14 +186,7 @@ func TestRootNodePort(t *testing.T) {
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.246.79.0/24")}},
 		MaxSyncInterval: time.Hour,
 	})
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, p, ctx, cancel)
 	eventually(t, "the NodePort answers from the pod, masqueraded", func() (bool, string) {
 		got, err := testutil.Ask(client, fmt.Sprintf("%s:%d", nodeExtSide, nodePort))
 		return err == nil && got == "pod "+nodePodSide, fmt.Sprintf("%q %v", got, err)
@@ -291,10 +303,7 @@ func TestRootUDPEndpointReplaced(t *testing.T) {
 		port      = 5353
 	)
 	testutil.RequireFreeRange(t, "10.246.81.0/24", "10.246.98.0/24")
-	node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
-	veth := testutil.Name("fpn")
-	testutil.Wire(t, node, veth, []string{nodeAddr + "/24"}, pod, testutil.Name("fpp"), []string{podA + "/24", podB + "/24"})
-	testutil.Run(t, "ip", "-n", testutil.NSName(node), "route", "add", "10.246.98.0/24", "dev", veth)
+	node, pod := nodeAndPod(t, nodeAddr, "10.246.98.0/24", podA, podB)
 	stopA := udpServer(t, pod, fmt.Sprintf("%s:%d", podA, port), "A")
 	udpServer(t, pod, fmt.Sprintf("%s:%d", podB, port), "B")
 
@@ -312,14 +321,7 @@ func TestRootUDPEndpointReplaced(t *testing.T) {
 		MaxSyncInterval: time.Hour,
 		Conntrack:       nsConntrack{ns: node},
 	})
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, p, ctx, cancel)
 
 	// One connected socket for the whole test: its source port never
 	// changes, so every datagram belongs to one conntrack entry.
