@@ -601,6 +601,24 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 	}
 	o.shared[elemKey{setClusterIPs, svc.ClusterIP.String()}] = true
 	ip := r.cfg.ipKw()
+	// Per service, whatever the port: its external addresses of this
+	// family, and the firewall its load-balancer IPs pass.
+	var extAddrs, lbIPs []netip.Addr
+	for _, a := range svc.ExternalIPs {
+		if r.cfg.wantAddr(a) {
+			extAddrs = append(extAddrs, a)
+		}
+	}
+	for _, a := range svc.LoadBalancerIPs {
+		if r.cfg.wantAddr(a) {
+			extAddrs = append(extAddrs, a)
+			lbIPs = append(lbIPs, a)
+		}
+	}
+	fw := ""
+	if len(lbIPs) > 0 {
+		fw = r.firewall(svc)
+	}
 	for i := range svc.Ports {
 		sp := &svc.Ports[i]
 		portName := sp.Name
@@ -615,12 +633,6 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		local := r.family(proxy.Usable(sp.Endpoints, r.cfg.NodeName))
 		if r.cfg.NodeName == "" {
 			local = nil
-		}
-		var extAddrs []netip.Addr
-		for _, a := range append(append([]netip.Addr{}, svc.ExternalIPs...), svc.LoadBalancerIPs...) {
-			if r.cfg.wantAddr(a) {
-				extAddrs = append(extAddrs, a)
-			}
 		}
 		hasNodePort := sp.NodePort != 0 && (svc.Type == proxy.NodePort || svc.Type == proxy.LoadBalancer)
 		hasExternal := hasNodePort || len(extAddrs) > 0
@@ -679,12 +691,9 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			}
 		}
 		// Hairpin: this node's endpoints may be reached by themselves.
-		if r.cfg.NodeName != "" {
-			for _, ep := range append(append([]proxy.Endpoint{}, all...), local...) {
-				if ep.NodeName == r.cfg.NodeName {
-					o.shared[elemKey{setHairpin, fmt.Sprintf("%s . %s . %s . %d", ep.IP, ep.IP, sp.Protocol, ep.Port)}] = true
-				}
-			}
+		// (Every endpoint of this node in all is also in local.)
+		for _, ep := range local {
+			o.shared[elemKey{setHairpin, fmt.Sprintf("%s . %s . %s . %d", ep.IP, ep.IP, sp.Protocol, ep.Port)}] = true
 		}
 		if needAll {
 			dispatch(svcChain, all)
@@ -723,19 +732,11 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 
 		proto := string(sp.Protocol)
 		port := fmt.Sprint(sp.Port)
-		if fw := r.firewall(svc); fw != "" {
-			var lbIPs []netip.Addr
-			for _, a := range svc.LoadBalancerIPs {
-				if r.cfg.wantAddr(a) {
-					lbIPs = append(lbIPs, a)
-				}
-			}
-			if len(lbIPs) > 0 {
-				fwChain := "fw-" + h + "-" + id
-				o.chains[fwChain] = []string{fw}
-				for _, a := range lbIPs {
-					o.elems[elemKey{mapFirewallIPs, a.String() + " . " + proto + " . " + port}] = "goto " + fwChain
-				}
+		if fw != "" {
+			fwChain := "fw-" + h + "-" + id
+			o.chains[fwChain] = []string{fw}
+			for _, a := range lbIPs {
+				o.elems[elemKey{mapFirewallIPs, a.String() + " . " + proto + " . " + port}] = "goto " + fwChain
 			}
 		}
 		switch {
