@@ -6,11 +6,11 @@ package lab
 // up a new build at its next `down` and `up`.
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/flatnet/flatnet/internal/atomicfile"
 )
 
 // sourceBinaries finds flatnet and flatnet-cni to install.
@@ -75,15 +75,8 @@ func copyIfMissing(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	_, cerr := io.Copy(out, in)
-	if err := errors.Join(cerr, out.Close()); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(dst, in, 0o755); err != nil {
 		return fmt.Errorf("copying %s: %w", src, err)
 	}
-	return os.Rename(tmp, dst)
+	return nil
 }

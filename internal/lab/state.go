@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+
+	"github.com/flatnet/flatnet/internal/atomicfile"
 )
 
 // record is lab.json: the Spec and where the upstream binaries are.
@@ -77,15 +79,7 @@ func saveRecord(r *record) error {
 	if err := os.MkdirAll(r.StateDir, 0o755); err != nil {
 		return err
 	}
-	tmp := r.SpecFile() + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, r.SpecFile()); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", r.SpecFile(), err)
-	}
-	return nil
+	return atomicfile.WriteFile(r.SpecFile(), append(b, '\n'), 0o644)
 }
 
 // otherUnderlays returns the underlays recorded by every lab under root

@@ -36,6 +36,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flatnet/flatnet/internal/atomicfile"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/netns"
@@ -260,12 +262,7 @@ func writeRecord(path string, rec record) error {
 		return err
 	}
 	data := fmt.Sprintf("%d\n%s\n", rec.PID, meta)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		return fmt.Errorf("writing pid file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, []byte(data), 0o644); err != nil {
 		return fmt.Errorf("writing pid file: %w", err)
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flatnet/flatnet/internal/atomicfile"
+
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -119,12 +121,12 @@ func (r *podRecord) save(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "state.json"), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "state.json"), b, 0o644); err != nil {
 		return err
 	}
 	nsFile := filepath.Join(dir, "netns")
 	if r.Netns != "" {
-		if err := writeFileAtomic(nsFile, []byte(filepath.Join(netnsRunDir, r.Netns)+"\n")); err != nil {
+		if err := atomicfile.WriteFile(nsFile, []byte(filepath.Join(netnsRunDir, r.Netns)+"\n"), 0o644); err != nil {
 			return err
 		}
 	} else if err := os.Remove(nsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -137,23 +139,12 @@ func (r *podRecord) save(dir string) error {
 		}
 		pidFile := filepath.Join(cdir, "pid")
 		if c.Proc != nil {
-			if err := writeFileAtomic(pidFile, []byte(strconv.Itoa(c.Proc.PID)+"\n")); err != nil {
+			if err := atomicfile.WriteFile(pidFile, []byte(strconv.Itoa(c.Proc.PID)+"\n"), 0o644); err != nil {
 				return err
 			}
 		} else if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-	}
-	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("renaming %s: %w", tmp, err)
 	}
 	return nil
 }

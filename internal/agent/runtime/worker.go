@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flatnet/flatnet/internal/agent/runtime/containerinit"
+	"github.com/flatnet/flatnet/internal/atomicfile"
 )
 
 // worker runs one pod: see the package comment. Only its run goroutine
@@ -285,7 +286,7 @@ func (w *worker) writePodFiles(pod *v1.Pod) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("reading the node's resolv.conf: %w", err)
 	}
-	if err := writeFileAtomic(w.resolvPath(), podResolvConf(pod, parseResolvConf(nodeConf))); err != nil {
+	if err := atomicfile.WriteFile(w.resolvPath(), podResolvConf(pod, parseResolvConf(nodeConf)), 0o644); err != nil {
 		return err
 	}
 	hosts := hostsFile(pod, w.rec.IPs, clusterDomain)
@@ -296,7 +297,7 @@ func (w *worker) writePodFiles(pod *v1.Pod) error {
 		}
 		hosts = nodeHostsFile(pod, node)
 	}
-	return writeFileAtomic(w.hostsPath(), hosts)
+	return atomicfile.WriteFile(w.hostsPath(), hosts, 0o644)
 }
 
 func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {
