@@ -25,15 +25,26 @@ import (
 // PluginNames are the names the multi-call binary answers to.
 var PluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap"}
 
-// RequireRoot skips t unless the test runs as root. In CI (CI=true) the
-// root tests must run, so not being root fails instead.
+// Skip is the only way a root or lab test skips: outside CI it skips t with
+// the reason; in CI (CI=true, which .ci/run exports) nothing may skip, so it
+// fails t with the same reason instead. The reason should say what is
+// missing and how to get it.
+func Skip(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("CI must run this test, but: "+format, args...)
+	}
+	t.Skipf("skipping: "+format, args...)
+}
+
+// InCI reports whether the tests run under CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// RequireRoot skips t (fails it in CI) unless the test runs as root.
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("root tests must run in CI, but this process is not root")
-		}
-		t.Skip("skipping: needs root (network namespaces, netlink); run `sudo make test`")
+		Skip(t, "needs root (network namespaces, netlink); run `sudo make test`")
 	}
 }
 
