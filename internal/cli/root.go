@@ -41,8 +41,8 @@ var subcommands []func() *cobra.Command
 // NewRoot returns the flatnet root command.
 func NewRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "flatnet",
-		Short:         "flatnet: Kubernetes networking (CNI plugins, cross-node routing, Services) and a lab to try it",
+		Use:   "flatnet",
+		Short: "flatnet: Kubernetes networking (CNI plugins, cross-node routing, Services) and a lab to try it",
 		Long: `flatnet: Kubernetes networking in one binary, and a lab to try it.
 
 Built: the CNI plugins (flatnet-cni), cross-node routing (host-gw, VXLAN),
