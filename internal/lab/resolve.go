@@ -114,7 +114,7 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		underlays = append(underlays, p)
 	}
 	if o.Subnets == 2 && len(underlays) == 1 {
-		p, err := ChooseUnderlay2(underlays[0], taken)
+		p, err := ChooseSecondUnderlay(underlays[0], taken)
 		if err != nil {
 			return nil, err
 		}

@@ -274,10 +274,10 @@ func ChooseUnderlay(name string, taken []netip.Prefix) (netip.Prefix, error) {
 	return netip.Prefix{}, fmt.Errorf("every underlay in %s is taken by this machine or other labs; pick one with --underlay-cidr", underlayBase)
 }
 
-// ChooseUnderlay2 picks the second underlay of a two-subnet lab: the first
+// ChooseSecondUnderlay picks the second underlay of a two-subnet lab: the first
 // /24 after first (within 10.250.1-254.0/24, wrapping) that overlaps
 // neither first nor taken.
-func ChooseUnderlay2(first netip.Prefix, taken []netip.Prefix) (netip.Prefix, error) {
+func ChooseSecondUnderlay(first netip.Prefix, taken []netip.Prefix) (netip.Prefix, error) {
 	start := 0
 	if underlayBase.Contains(first.Addr()) {
 		start = int(first.Addr().As4()[2])
@@ -309,7 +309,7 @@ func hostAddr(p netip.Prefix, h int) netip.Addr {
 }
 
 // NewSpec builds the Spec for opts. The underlays must be chosen already
-// (from opts.Underlay, ChooseUnderlay and ChooseUnderlay2): one per subnet.
+// (from opts.Underlay, ChooseUnderlay and ChooseSecondUnderlay): one per subnet.
 func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if err := ValidateName(opts.Name); err != nil {
 		return nil, err

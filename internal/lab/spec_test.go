@@ -468,18 +468,18 @@ func TestNewSpecTwoSubnetsErrors(t *testing.T) {
 	}
 }
 
-func TestChooseUnderlay2(t *testing.T) {
+func TestChooseSecondUnderlay(t *testing.T) {
 	p := netip.MustParsePrefix
-	if got, err := ChooseUnderlay2(p("10.250.0.0/24"), nil); err != nil || got != p("10.250.1.0/24") {
+	if got, err := ChooseSecondUnderlay(p("10.250.0.0/24"), nil); err != nil || got != p("10.250.1.0/24") {
 		t.Errorf("after the default: %s %v", got, err)
 	}
-	if got, err := ChooseUnderlay2(p("10.250.7.0/24"), []netip.Prefix{p("10.250.8.0/24")}); err != nil || got != p("10.250.9.0/24") {
+	if got, err := ChooseSecondUnderlay(p("10.250.7.0/24"), []netip.Prefix{p("10.250.8.0/24")}); err != nil || got != p("10.250.9.0/24") {
 		t.Errorf("skipping a taken one: %s %v", got, err)
 	}
-	if got, err := ChooseUnderlay2(p("10.250.254.0/24"), nil); err != nil || got != p("10.250.1.0/24") {
+	if got, err := ChooseSecondUnderlay(p("10.250.254.0/24"), nil); err != nil || got != p("10.250.1.0/24") {
 		t.Errorf("wrapping: %s %v", got, err)
 	}
-	if _, err := ChooseUnderlay2(p("10.250.3.0/24"), []netip.Prefix{p("10.250.0.0/16")}); err == nil || !strings.Contains(err.Error(), "A,B") {
+	if _, err := ChooseSecondUnderlay(p("10.250.3.0/24"), []netip.Prefix{p("10.250.0.0/16")}); err == nil || !strings.Contains(err.Error(), "A,B") {
 		t.Errorf("all taken: %v", err)
 	}
 }
@@ -575,7 +575,7 @@ func TestResolveTwoSubnetsAndBackends(t *testing.T) {
 // ChooseUnderlayMust is the second underlay after first, for tests.
 func ChooseUnderlayMust(t *testing.T, first netip.Prefix) netip.Prefix {
 	t.Helper()
-	p, err := ChooseUnderlay2(first, nil)
+	p, err := ChooseSecondUnderlay(first, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
