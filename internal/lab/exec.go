@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flatnet/flatnet/internal/agent/runtime"
 )
@@ -84,6 +85,9 @@ type ExecTarget struct {
 // pod runs and falls back to the nodes' runtime state when the API does
 // not answer.
 func FindContainer(ctx context.Context, root, name, namespace, pod, container string) (*ExecTarget, error) {
+	if err := ValidatePodRef(namespace, pod, container); err != nil {
+		return nil, err
+	}
 	rec, err := loadRecord(root, name)
 	if err != nil {
 		return nil, err
@@ -133,6 +137,25 @@ func FindContainer(ctx context.Context, root, name, namespace, pod, container st
 		return nil, fmt.Errorf("pod %s/%s is bound to %s but its runtime has not started it yet", namespace, pod, node)
 	}
 	return nil, fmt.Errorf("no pod %s/%s in lab %s", namespace, pod, name)
+}
+
+// ValidatePodRef checks the names `lab exec` was given as the API server
+// would (a namespace and a container are RFC 1123 labels, a pod an RFC 1123
+// subdomain; container "" means the default one) before they become parts
+// of runtime paths: "../x" or "a/b" must not reach another directory.
+func ValidatePodRef(namespace, pod, container string) error {
+	var errs []error
+	check := func(what, v string, rules func(string) []string) {
+		if msgs := rules(v); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("invalid %s name %q: %s", what, v, strings.Join(msgs, "; ")))
+		}
+	}
+	check("namespace", namespace, validation.IsDNS1123Label)
+	check("pod", pod, validation.IsDNS1123Subdomain)
+	if container != "" {
+		check("container", container, validation.IsDNS1123Label)
+	}
+	return errors.Join(errs...)
 }
 
 // Exec runs argv inside a container's network, mount and UTS namespaces
