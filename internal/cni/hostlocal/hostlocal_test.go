@@ -330,6 +330,12 @@ func TestGC(t *testing.T) {
 			if err := hostlocal.Status(cmdArgs(c, "", "")); err != nil {
 				t.Fatal(err)
 			}
+			// No list at all is refused, not read as "nothing in use".
+			held := files(t, dd)
+			wantCode(t, hostlocal.GC(cmdArgs(c, "", "")), cnierr.InvalidConfig, "cni.dev/valid-attachments")
+			if diff := cmp.Diff(held, files(t, dd)); diff != "" {
+				t.Errorf("GC without a list freed reservations (-before +after):\n%s", diff)
+			}
 			// An empty list frees everything.
 			gc = conf(t, dd, "1.1.0", dual, fmt.Sprintf(`%q:[],`, key))
 			if err := hostlocal.GC(cmdArgs(gc, "", "")); err != nil {

@@ -489,7 +489,7 @@ func TestGCAndStatus(t *testing.T) {
 		t.Error("IPAM GC error swallowed")
 	}
 	f = newFixture()
-	if err := cmdGC(f.d, cmdArgs(`{"cniVersion":"1.1.0","name":"mv","type":"macvlan"}`)); err != nil || len(f.i.calls) != 0 {
+	if err := cmdGC(f.d, cmdArgs(`{"cniVersion":"1.1.0","name":"mv","type":"macvlan","cni.dev/valid-attachments":[]}`)); err != nil || len(f.i.calls) != 0 {
 		t.Errorf("L2 GC: %v, ipam calls %v", err, f.i.calls)
 	}
 

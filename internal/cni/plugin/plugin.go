@@ -58,21 +58,46 @@ type Attachment struct {
 	IfName      string `json:"ifname"`
 }
 
+// GC request keys for the attachments still in use: the spec's name, and
+// the spelling from a spec bug (CNI #1101) that libcni sends as well.
+const (
+	ValidAttachmentsKey = "cni.dev/valid-attachments"
+	AttachmentsKey      = "cni.dev/attachments"
+)
+
 // ValidAttachments reads the attachments a GC request says are still in
-// use. libcni sends both "cni.dev/valid-attachments" (the spec's name) and
-// "cni.dev/attachments" (a spelling from a spec bug, CNI #1101); we accept
-// either and take the union.
+// use; we accept either key and take the union. A request with neither key
+// is refused (code 7): GC frees everything not listed, so a config that
+// lost the list (a runtime bug, a hand-written request, libcni called
+// without GCArgs) would otherwise free every address and rule of the
+// network under running pods. An empty list (or null, which libcni sends
+// when the runtime has no attachments) is a real order to collect all.
 func ValidAttachments(stdin []byte) (map[Attachment]bool, error) {
-	var conf struct {
-		Valid []Attachment `json:"cni.dev/valid-attachments"`
-		Alias []Attachment `json:"cni.dev/attachments"`
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(stdin, &keys); err != nil {
+		return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "decoding GC request")
 	}
-	if err := json.Unmarshal(stdin, &conf); err != nil {
-		return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "decoding GC attachment list")
+	out := map[Attachment]bool{}
+	found := false
+	for _, key := range []string{ValidAttachmentsKey, AttachmentsKey} {
+		raw, ok := keys[key]
+		if !ok {
+			continue
+		}
+		found = true
+		var list []Attachment
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "decoding GC request: %q", key)
+		}
+		for _, a := range list {
+			out[a] = true
+		}
 	}
-	out := make(map[Attachment]bool, len(conf.Valid)+len(conf.Alias))
-	for _, a := range append(conf.Valid, conf.Alias...) {
-		out[a] = true
+	if !found {
+		return nil, cnierr.New(cnierr.InvalidConfig,
+			"GC request without %q (or %q): refusing to treat it as \"no attachment is in use\" and free everything; "+
+				"the runtime must list the attachments still in use (an empty list collects all)",
+			ValidAttachmentsKey, AttachmentsKey)
 	}
 	return out, nil
 }

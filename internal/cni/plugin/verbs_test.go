@@ -65,3 +65,49 @@ func TestLoadPrevResult(t *testing.T) {
 		t.Errorf("bad prevResult: code %d", code)
 	}
 }
+
+func TestValidAttachments(t *testing.T) {
+	keep := Attachment{ContainerID: "c1", IfName: "eth0"}
+	other := Attachment{ContainerID: "c2", IfName: "net1"}
+	for _, tt := range []struct {
+		name, stdin string
+		want        map[Attachment]bool
+		code        uint // 0: success
+	}{
+		{"spec key", `{"cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}`, map[Attachment]bool{keep: true}, 0},
+		{"alias key", `{"cni.dev/attachments":[{"containerID":"c1","ifname":"eth0"}]}`, map[Attachment]bool{keep: true}, 0},
+		{"both, union", `{"cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}],"cni.dev/attachments":[{"containerID":"c2","ifname":"net1"}]}`,
+			map[Attachment]bool{keep: true, other: true}, 0},
+		// libcni sends null for a nil list: nothing is in use.
+		{"null list", `{"cni.dev/valid-attachments":null,"cni.dev/attachments":null}`, map[Attachment]bool{}, 0},
+		{"empty list", `{"cni.dev/valid-attachments":[]}`, map[Attachment]bool{}, 0},
+		{"no key", `{"cniVersion":"1.1.0","name":"n"}`, nil, cnierr.InvalidConfig},
+		{"wrong type", `{"cni.dev/valid-attachments":{"containerID":"c1"}}`, nil, cnierr.DecodingFailure},
+		{"not json", `{`, nil, cnierr.DecodingFailure},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ValidAttachments([]byte(tt.stdin))
+			if tt.code != 0 {
+				code, _ := cnierr.Code(err)
+				if code != tt.code {
+					t.Fatalf("err = %v (code %d), want code %d", err, code, tt.code)
+				}
+				if tt.code == cnierr.InvalidConfig && !strings.Contains(err.Error(), "cni.dev/valid-attachments") {
+					t.Errorf("error %q does not name the missing key", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for a := range tt.want {
+				if !got[a] {
+					t.Errorf("got %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
