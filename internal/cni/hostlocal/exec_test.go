@@ -123,6 +123,10 @@ func TestBinaryErrorCodes(t *testing.T) {
 	if _, err := execPlugin(bin, "ADD", small, "a", "eth0", ""); err != nil {
 		t.Fatal(err)
 	}
+	notDir := filepath.Join(dd, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		verb   string
 		conf   []byte
@@ -132,7 +136,8 @@ func TestBinaryErrorCodes(t *testing.T) {
 		phrase string
 	}{
 		{"ADD", small, "b", "", 101, "range set 10.82.0.1-10.82.0.2"},
-		{"STATUS", small, "", "", 50, "no free address"},
+		{"STATUS", small, "", "", 0, ""}, // full, but not broken: ready
+		{"STATUS", conf(t, notDir, "1.1.0", `[[{"subnet":"10.82.0.0/30"}]]`), "", "", 50, "dataDir"},
 		{"ADD", small, "b", "IP=10.82.0.2", 102, "already reserved"},
 		{"ADD", small, "b", "IP=10.83.0.2", 103, "not in any range set"},
 		{"ADD", conf(t, dd, "1.1.0", `[[{"subnet":"10.82.0.0/33"}]]`), "b", "", 7, "ipam.ranges[0][0].subnet"},
@@ -140,6 +145,12 @@ func TestBinaryErrorCodes(t *testing.T) {
 		{"CHECK", small, "b", "", 106, "no address reserved"},
 	} {
 		_, err := execPlugin(bin, tc.verb, tc.conf, tc.id, "eth0", tc.args)
+		if tc.code == 0 {
+			if err != nil {
+				t.Errorf("%s %s: %v, want success", tc.verb, tc.args, err)
+			}
+			continue
+		}
 		te, ok := err.(*types.Error)
 		if !ok || te.Code != tc.code || !strings.Contains(te.Msg, tc.phrase) {
 			t.Errorf("%s %s: got %v, want code %d mentioning %q", tc.verb, tc.args, err, tc.code, tc.phrase)

@@ -81,6 +81,12 @@ func add(args *skel.CmdArgs) (*current.Result, *allocator.Config, error) {
 	}
 	defer done()
 	res, err := allocator.Allocate(c, st, args.ContainerID, args.IfName)
+	if code, _ := cnierr.Code(err); code == cnierr.RangeExhausted {
+		// STATUS stays ready on a full range (see Status): this error is
+		// where an operator learns of it, so it says what to do.
+		return nil, nil, fmt.Errorf("%w; the reservations are the files in %s: free those of pods that are gone "+
+			"(CNI DEL, or a CNI GC from the runtime) or give the network a larger range", err, st.Path())
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,8 +220,13 @@ func GC(args *skel.CmdArgs) error {
 	return nil
 }
 
-// Status reports code 50 when the dataDir cannot be written or a range set
-// has no free address left (an ADD would fail either way).
+// Status reports code 50 only when host-local cannot work at all: the
+// dataDir cannot be opened, written, locked or read. A full range set is
+// not such a case: under containerd, a STATUS error becomes
+// NetworkReady=false, the kubelet marks the node NotReady, and the node is
+// tainted and its running pods evicted, for want of addresses that only
+// new pods need. Exhaustion is reported where it happens: the ADD fails
+// with code 101, naming the range set and what to do.
 func Status(args *skel.CmdArgs) error {
 	c, err := allocator.Load(args.StdinData, args.Args)
 	if err != nil {
@@ -233,19 +244,8 @@ func Status(args *skel.CmdArgs) error {
 		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "host-local: network %q", c.Name)
 	}
 	defer st.Unlock()
-	all, err := st.List()
-	if err != nil {
+	if _, err := st.List(); err != nil {
 		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "host-local: network %q: reading reservations", c.Name)
-	}
-	reserved := make([]netip.Addr, len(all))
-	for i, r := range all {
-		reserved[i] = r.IP
-	}
-	for i, set := range c.Ranges {
-		if allocator.Free(set, reserved).Sign() <= 0 {
-			return cnierr.New(cnierr.PluginNotAvailable, "host-local: network %q: %s (%s) has no free address left; ADD would fail until addresses are released (DEL or GC)",
-				c.Name, c.Where(i), set)
-		}
 	}
 	return nil
 }

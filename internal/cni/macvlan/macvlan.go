@@ -233,8 +233,8 @@ func cmdGC(d deps, args *skel.CmdArgs) error {
 	return d.ipam.GC(context.Background(), args)
 }
 
-// cmdStatus says whether an ADD could succeed now. Beyond the IPAM (which
-// must have addresses left), an ADD needs the master: when it is missing
+// cmdStatus says whether the plugin can work at all. Beyond the IPAM (its
+// dataDir; a full range is not "not ready"), an ADD needs the master: when it is missing
 // from the runtime's netns (or, without "master", there is no default
 // route) every ADD would fail, so STATUS reports 50 (plugin not available)
 // naming it, and the runtime marks the node's network not ready instead of

@@ -247,8 +247,9 @@ func TestRootFailuresLeaveNothing(t *testing.T) {
 
 	p1, p2, p3 := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
 	lab.MustAdd("p1", p1)
-	if err := lab.Status(); vethtest.Code(err) != 50 {
-		t.Errorf("STATUS with the range full: %v, want 50", err)
+	// A full range is no reason to report not ready (docs/cni.md, STATUS).
+	if err := lab.Status(); err != nil {
+		t.Errorf("STATUS with the range full: %v, want ready", err)
 	}
 	// IPAM fails (range exhausted): the link is gone, the error keeps its code.
 	_, err := lab.Add("p2", p2)

@@ -76,7 +76,8 @@ func (a *Allocator) Get(id, ifname string, requested netip.Addr, held []netip.Ad
 	for {
 		r, ip, ok := it.next()
 		if !ok {
-			return nil, cnierr.New(cnierr.RangeExhausted, "no free IP address left in range set %s", a.set)
+			return nil, cnierr.New(cnierr.RangeExhausted, "no free IP address left in range set %s (usable addresses: %s, all reserved)",
+				a.set, Free(a.set, nil))
 		}
 		reserved, err := a.store.Reserve(id, ifname, ip, a.rangeID)
 		if err != nil {
