@@ -1,0 +1,180 @@
+package runtime
+
+// A pod's sandbox: its network namespace, the CNI attachment and the
+// resolv.conf and hosts files the containers see. createSandbox records the
+// namespace name and sandbox ID before creating anything, so that a crash in
+// between leaves enough for teardown; a failed ADD is undone with DEL at once.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/flatnet/flatnet/internal/atomicfile"
+)
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (w *worker) netnsPath() string {
+	if w.rec.Netns == "" {
+		return ""
+	}
+	return filepath.Join(netnsRunDir, w.rec.Netns)
+}
+
+func (w *worker) resolvPath() string { return filepath.Join(w.dir, "etc", "resolv.conf") }
+func (w *worker) hostsPath() string  { return filepath.Join(w.dir, "etc", "hosts") }
+
+// writePodFiles writes the pod's resolv.conf and hosts.
+func (w *worker) writePodFiles(pod *v1.Pod) error {
+	if err := os.MkdirAll(filepath.Join(w.dir, "etc"), 0o755); err != nil {
+		return err
+	}
+	nodeConf, err := os.ReadFile(w.c.d.resolvConf)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading the node's resolv.conf: %w", err)
+	}
+	if err := atomicfile.WriteFile(w.resolvPath(), podResolvConf(pod, parseResolvConf(nodeConf)), 0o644); err != nil {
+		return err
+	}
+	hosts := hostsFile(pod, w.rec.IPs, clusterDomain)
+	if pod.Spec.HostNetwork {
+		node, err := os.ReadFile(w.c.d.hostsFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("reading the node's hosts file: %w", err)
+		}
+		hosts = nodeHostsFile(pod, node)
+	}
+	return atomicfile.WriteFile(w.hostsPath(), hosts, 0o644)
+}
+
+func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {
+	now := w.c.d.now()
+	fail := func(err error) {
+		w.sandboxErr = err.Error()
+		w.sandboxBackoff = min(max(2*w.sandboxBackoff, time.Second), 16*time.Second)
+		w.sandboxRetryAt = now.Add(w.sandboxBackoff)
+		w.log.Error(err, "Creating the pod sandbox failed", "retryIn", w.sandboxBackoff)
+		w.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+	}
+	w.rec.GraceSeconds = int64(specGrace(pod) / time.Second)
+	if pod.Spec.HostNetwork {
+		w.rec.HostNetwork = true
+		w.rec.IPs = []string{w.c.cfg.NodeIP}
+		if err := w.writePodFiles(pod); err != nil {
+			w.rec.IPs = nil
+			fail(err)
+			return
+		}
+		w.sandboxErr = ""
+		return
+	}
+	if _, err := podAttachment(pod, "", ""); err != nil {
+		fail(err)
+		return
+	}
+	uid := strings.ReplaceAll(string(pod.UID), "-", "")
+	name := w.c.cfg.NetnsPrefix + uid[:min(8, len(uid))]
+	if w.c.d.ns.exists(name) {
+		name = w.c.cfg.NetnsPrefix + uid // another pod's UID starts the same
+	}
+	// Recorded before anything exists, so that a crash in between still
+	// leaves enough to clean up.
+	w.rec.Netns, w.rec.SandboxID = name, randomID(32)
+	w.save()
+	path, err := w.c.d.ns.create(name)
+	if err != nil {
+		w.rec.Netns, w.rec.SandboxID = "", ""
+		fail(fmt.Errorf("creating network namespace %s: %w", name, err))
+		return
+	}
+	att, _ := podAttachment(pod, w.rec.SandboxID, path)
+	ips, err := w.c.d.net.add(ctx, att)
+	if err == nil {
+		w.rec.IPs = ips
+		err = w.writePodFiles(pod)
+	}
+	if err != nil {
+		// Undo: DEL releases what ADD may have reserved. If DEL fails
+		// too, the record keeps the sandbox so the teardown is retried.
+		if derr := w.c.d.net.del(ctx, att); derr != nil {
+			w.log.Error(derr, "Undoing a failed CNI ADD failed; will retry")
+		} else if rerr := w.c.d.ns.remove(name); rerr == nil {
+			w.rec.Netns, w.rec.SandboxID = "", ""
+		}
+		w.rec.IPs = nil
+		fail(err)
+		return
+	}
+	w.sandboxErr, w.sandboxBackoff = "", 0
+	w.log.Info("Pod sandbox ready", "netns", name, "ips", ips)
+	w.warnUnsupported(pod)
+}
+
+// warnUnsupported says once per sandbox what of the spec the lab ignores,
+// rather than let it pass silently.
+func (w *worker) warnUnsupported(pod *v1.Pod) {
+	var ignored []string
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if len(c.VolumeMounts) > 0 {
+				ignored = append(ignored, "volumeMounts of "+c.Name+" (containers see the host's files)")
+			}
+			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+				ignored = append(ignored, "runAsUser/runAsGroup of "+c.Name+" (containers run as root)")
+			}
+		}
+	}
+	if len(ignored) > 0 {
+		w.event(pod, v1.EventTypeWarning, "Unsupported", "The lab runtime ignores: %s", strings.Join(ignored, "; "))
+	}
+}
+
+// teardown kills whatever is left in the pod's namespace, runs CNI DEL
+// and removes the namespace.
+func (w *worker) teardown(ctx context.Context) error {
+	path := w.netnsPath()
+	if path != "" && w.c.d.ns.exists(w.rec.Netns) {
+		w.c.d.procs.killNetns(path)
+	}
+	if w.rec.SandboxID != "" && !w.rec.HostNetwork {
+		att := cniAttachment{
+			SandboxID: w.rec.SandboxID,
+			NetnsPath: path,
+			IfName:    podIfName,
+			Args: [][2]string{
+				{"IgnoreUnknown", "1"},
+				{"K8S_POD_NAMESPACE", w.rec.Namespace},
+				{"K8S_POD_NAME", w.rec.Name},
+				{"K8S_POD_INFRA_CONTAINER_ID", w.rec.SandboxID},
+				{"K8S_POD_UID", string(w.rec.UID)},
+			},
+		}
+		if path != "" && !w.c.d.ns.exists(w.rec.Netns) {
+			att.NetnsPath = ""
+		}
+		if err := w.c.d.net.del(ctx, att); err != nil {
+			return err
+		}
+	}
+	if w.rec.Netns != "" {
+		if err := w.c.d.ns.remove(w.rec.Netns); err != nil {
+			return err
+		}
+	}
+	w.log.Info("Pod sandbox removed", "netns", w.rec.Netns)
+	w.rec.Netns, w.rec.SandboxID = "", ""
+	return nil
+}
