@@ -299,9 +299,11 @@ func TestRootPodLifecycle(t *testing.T) {
 	if links := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge); strings.Contains(links, "veth") {
 		t.Errorf("host veth left on the bridge:\n%s", links)
 	}
-	if _, err := os.Stat(podDir(l.cfg.StateDir, "default", "web")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pod state dir left: %v", err)
-	}
+	// The worker removes the pod's dir just after its last API call.
+	l.waitFor("pod state dir removed", func() (bool, string) {
+		_, err := os.Stat(podDir(l.cfg.StateDir, "default", "web"))
+		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
+	})
 }
 
 func simplePod(name, uid string, policy v1.RestartPolicy, command ...string) *v1.Pod {
