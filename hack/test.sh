@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test tier: lint, unit tests, root tests in namespaces the tests
-# create, and a short fuzz pass over every config parser.
+# Runs every test tier: lint, a short fuzz pass over every config parser,
+# unit tests, and root tests in namespaces the tests create. The go test
+# run goes through hack/testreport: a line per package, the output of each
+# failure, then every skipped test with its reason and the closing line
+# "tests: N passed, N failed, N skipped". Under CI=true (.ci/run) nothing
+# may skip: testutil.Skip fails the test instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -8,10 +12,11 @@ echo "== lint"
 make -s lint
 echo "== build"
 make -s build
-tmp=$(mktemp -d /tmp/flatnet-cni-path.XXXXXX)
+tmp=$(mktemp -d /tmp/flatnet-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-make -s install-cni DESTDIR="$tmp" >/dev/null
-export FLATNET_CNI_PATH=$tmp
+make -s install-cni DESTDIR="$tmp/cni" >/dev/null
+export FLATNET_CNI_PATH=$tmp/cni
+go build -o "$tmp/testreport" ./hack/testreport
 if [ "$(id -u)" != 0 ]; then
   echo "== note: not root; root tests will skip (run as root to include them)"
 else
@@ -20,11 +25,13 @@ else
   echo "== k8s binaries for the lab tests (make k8s)"
   make -s k8s
 fi
-echo "== go test"
-# -p 1: root tests share the kernel's tables; packages run one at a time.
-go test -count=1 -p 1 -timeout 20m "$@" ./...
 echo "== fuzz (short pass over every config parser)"
 # A count, not a time: with a short time limit, gathering the baseline
 # coverage of a large seed corpus on a loaded machine can outlast it and
 # the run fails with "context deadline exceeded".
 FUZZTIME=${FUZZTIME:-5000x} hack/fuzz.sh
+echo "== go test"
+# -p 1: root tests share the kernel's tables; packages run one at a time.
+# pipefail: the run fails when go test does (even with no JSON to show,
+# e.g. a bad flag) or when the report saw a failure.
+go test -json -count=1 -p 1 -timeout 20m "$@" ./... | "$tmp/testreport" -trim "$(go list -m)/"

@@ -17,7 +17,7 @@ func TestRootFakeFidelity(t *testing.T) {
 	testutil.RequireRoot(t)
 	for _, p := range []Protocol{IPv4, IPv6} {
 		if err := Available(p); err != nil {
-			t.Skipf("skipping: %v", err)
+			testutil.Skip(t, "%v (hack/deps.sh installs iptables)", err)
 		}
 	}
 	ns := testutil.NewNetNS(t)

@@ -14,7 +14,7 @@ import (
 func TestRootRunner(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := LookPath(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
 	}
 	ns := testutil.NewNetNS(t)
 	ctx := context.Background()

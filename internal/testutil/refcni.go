@@ -16,7 +16,7 @@ const RefCNIVersion = "v1.10.0"
 // "ipam/host-local"), building the missing ones once through the Go
 // module proxy into a cache outside git (REF_CNI_DIR, default
 // ~/.cache/flatnet/ref-cni-v1.10.0, shared with hack/bench-cni.sh). It
-// skips t, saying why, when they cannot be built.
+// skips t (fails it in CI), saying why, when they cannot be built.
 func RefCNI(t testing.TB, plugins ...string) string {
 	t.Helper()
 	dir := os.Getenv("REF_CNI_DIR")
@@ -25,7 +25,7 @@ func RefCNI(t testing.TB, plugins ...string) string {
 		if base == "" {
 			home, err := os.UserHomeDir()
 			if err != nil {
-				t.Skipf("reference CNI plugins: no cache directory: %v", err)
+				Skip(t, "reference CNI plugins: no cache directory: %v", err)
 			}
 			base = filepath.Join(home, ".cache")
 		}
@@ -41,14 +41,14 @@ func RefCNI(t testing.TB, plugins ...string) string {
 			continue
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Skipf("reference CNI plugins: cannot create cache %s: %v", dir, err)
+			Skip(t, "reference CNI plugins: cannot create cache %s: %v", dir, err)
 		}
 		// Built in a private directory and renamed, so a concurrent
 		// builder (another test process, the benchmark) never sees half
 		// a binary.
 		tmp, err := os.MkdirTemp(dir, ".build-")
 		if err != nil {
-			t.Skipf("reference CNI plugins: %v", err)
+			Skip(t, "reference CNI plugins: %v", err)
 		}
 		cmd := exec.Command(goBin, "install", "github.com/containernetworking/plugins/plugins/"+p+"@"+RefCNIVersion)
 		cmd.Dir = tmp
@@ -59,7 +59,7 @@ func RefCNI(t testing.TB, plugins ...string) string {
 		}
 		os.RemoveAll(tmp)
 		if err != nil {
-			t.Skipf("reference %s %s unavailable (go install through the module proxy failed): %v\n%s", name, RefCNIVersion, err, out)
+			Skip(t, "reference %s %s unavailable (go install through the module proxy failed): %v\n%s", name, RefCNIVersion, err, out)
 		}
 	}
 	return dir

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
 // strictFake is knftables' fake plus the two kernel refusals this package
@@ -357,7 +358,7 @@ func TestNewNFTCodes(t *testing.T) {
 		if code, _ := cnierr.Code(err); code != cnierr.KernelFeatureMissing {
 			t.Fatalf("NewNFT without nft: %v, want code 105", err)
 		}
-		t.Skipf("skipping: %v", err)
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
 	}
 	wantCode(t, r.Classify(&nft.Error{Msg: "nft -f -: Error: Operation not supported", Errno: syscall.EOPNOTSUPP}), cnierr.KernelFeatureMissing, "lacks an nftables feature")
 	if err := r.Classify(&nft.Error{Msg: "nft -f -: Error: No such file or directory", Errno: syscall.ENOENT}); !nft.IsNotFound(err) {

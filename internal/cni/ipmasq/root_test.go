@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 func TestRealNFT(t *testing.T) {
 	ns := testutil.NewNetNS(t)
 	if _, err := nft.LookPath(nftPaths...); err != nil {
-		t.Skipf("skipping: %v", err)
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
 	}
 	ctx := context.Background()
 	list := func() string {
@@ -83,10 +83,10 @@ func TestRealNFT(t *testing.T) {
 func TestRealIPTables(t *testing.T) {
 	ns := testutil.NewNetNS(t)
 	if err := ipt.Available(ipt.IPv4); err != nil {
-		t.Skipf("skipping: %v", err)
+		testutil.Skip(t, "%v (hack/deps.sh installs iptables)", err)
 	}
 	if err := ipt.Available(ipt.IPv6); err != nil {
-		t.Skipf("skipping: %v", err)
+		testutil.Skip(t, "%v (hack/deps.sh installs iptables)", err)
 	}
 	ctx := context.Background()
 	save := func() string {

@@ -49,7 +49,7 @@ func requireNFT(t *testing.T) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	if _, err := nft.LookPath(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
 	}
 }
 
