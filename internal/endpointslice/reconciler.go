@@ -29,6 +29,7 @@ package endpointslice
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -174,7 +175,7 @@ func reconcileType(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, ex
 		plan.Update = append(plan.Update, p.Update...)
 		plan.Delete = append(plan.Delete, p.Delete...)
 	}
-	for _, pk := range sortedKeys(existingByPorts) {
+	for _, pk := range slices.Sorted(maps.Keys(existingByPorts)) {
 		if _, ok := desired[pk]; !ok {
 			plan.Delete = append(plan.Delete, existingByPorts[pk]...)
 		}
@@ -596,13 +597,4 @@ func portsKey(ports []discovery.EndpointPort) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ";")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

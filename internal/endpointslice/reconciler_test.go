@@ -3,6 +3,7 @@ package endpointslice
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -214,7 +215,7 @@ func named(plan Plan, existing []*discovery.EndpointSlice) []*discovery.Endpoint
 		out[s.Name] = s
 	}
 	var list []*discovery.EndpointSlice
-	for _, k := range sortedKeys(out) {
+	for _, k := range slices.Sorted(maps.Keys(out)) {
 		list = append(list, out[k])
 	}
 	return list

@@ -13,8 +13,8 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ifconf"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/sysctl"
 )
@@ -250,7 +250,7 @@ func ensureGateways(n *NetConf, link netlink.Link, p *addrPlan) error {
 		}
 		existing[fam] = have
 	}
-	return mainplugin.EnableForwarding(p.Forward4, p.Forward6)
+	return vethplugin.EnableForwarding(p.Forward4, p.Forward6)
 }
 
 func remove(list []net.IPNet, x net.IPNet) []net.IPNet {

@@ -34,9 +34,9 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
 )
@@ -166,7 +166,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	result := assemble(prev, ifaces, p)
-	if p == nil && mainplugin.DNSSet(n.DNS) {
+	if p == nil && vethplugin.DNSSet(n.DNS) {
 		result.DNS = n.DNS
 	}
 	out, err := result.GetAsVersion(n.CNIVersion)
@@ -193,7 +193,7 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 		if !a.IP.IsGlobalUnicast() {
 			return
 		}
-		if p, ok := mainplugin.ToPrefix(a); ok && !seen[p] {
+		if p, ok := vethplugin.ToPrefix(a); ok && !seen[p] {
 			seen[p] = true
 			out = append(out, p)
 		}
@@ -238,7 +238,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); spoofErr = teardownSpoof(ctx, n, args) }()
 	}
-	addrs, err := mainplugin.DeleteVeth(prev, args.Netns, args.IfName)
+	addrs, err := vethplugin.DeleteVeth(prev, args.Netns, args.IfName)
 	wg.Wait()
 	if err := errors.Join(err, masqErr, spoofErr); err != nil {
 		return err

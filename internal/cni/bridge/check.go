@@ -13,8 +13,8 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 )
@@ -69,12 +69,12 @@ func compareContainer(ifName string, want *current.Interface, ips []*current.IPC
 		problems = append(problems, fmt.Sprintf("interface %s has MAC %s, prevResult says %s", ifName, st.mac, want.Mac))
 	}
 	for _, ip := range ips {
-		if !mainplugin.HasAddr(st.addrs, ip.Address) {
+		if !vethplugin.HasAddr(st.addrs, ip.Address) {
 			problems = append(problems, fmt.Sprintf("interface %s lacks address %s", ifName, ip.Address.String()))
 		}
 	}
 	for _, r := range routes {
-		if !mainplugin.HasRoute(st.routes, r.Dst, r.GW) {
+		if !vethplugin.HasRoute(st.routes, r.Dst, r.GW) {
 			gw := ""
 			if r.GW != nil {
 				gw = " via " + r.GW.String()
@@ -113,7 +113,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 			brWant = intf
 		}
 	}
-	contWant, _, ips := mainplugin.ContainerIface(prev, args.IfName, args.Netns)
+	contWant, _, ips := vethplugin.ContainerIface(prev, args.IfName, args.Netns)
 	var problems []string
 	if brWant == nil {
 		problems = append(problems, fmt.Sprintf("prevResult has no bridge interface %q", n.BrName))
@@ -168,7 +168,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 			if br != nil && hl.Attrs().MasterIndex != br.Index {
 				problems = append(problems, fmt.Sprintf("host veth %s is not attached to bridge %q", hostName, n.BrName))
 			}
-			problems = append(problems, mainplugin.CheckHostVeth(prev, hostName, hl.Attrs().HardwareAddr.String())...)
+			problems = append(problems, vethplugin.CheckHostVeth(prev, hostName, hl.Attrs().HardwareAddr.String())...)
 		}
 	}
 

@@ -9,7 +9,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 )
 
 // addrPlan is what ADD does with an IPAM result, computed without touching
@@ -39,7 +39,7 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 		return nil, cnierr.New(cnierr.InvalidConfig, "bridge: IPAM plugin %q returned no IP address", n.IPAM.Type)
 	}
 	p := &addrPlan{DNS: ipamRes.DNS}
-	if mainplugin.DNSSet(n.DNS) {
+	if vethplugin.DNSSet(n.DNS) {
 		p.DNS = n.DNS
 	}
 	for _, r := range ipamRes.Routes {
@@ -60,7 +60,7 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 		}
 		ipc.Interface = current.Int(contIndex)
 		if ipc.Gateway == nil && n.IsGW {
-			ipc.Gateway = mainplugin.FirstIP(ipc.Address)
+			ipc.Gateway = vethplugin.FirstIP(ipc.Address)
 		}
 		if n.IsDefaultGW && !defaultFound[v4] {
 			dst := net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
@@ -78,7 +78,7 @@ func planAddrs(n *NetConf, ipamRes *current.Result, contIndex int) (*addrPlan, e
 				p.Forward6 = true
 			}
 		}
-		if pf, ok := mainplugin.ToPrefix(ipc.Address); ok {
+		if pf, ok := vethplugin.ToPrefix(ipc.Address); ok {
 			p.Masq = append(p.Masq, pf)
 		}
 		p.IPs = append(p.IPs, &ipc)
@@ -122,9 +122,9 @@ func gatewayOps(link string, existing []net.IPNet, want net.IPNet, force bool) (
 // then ours (p is nil for a layer-2 attachment).
 func assemble(prev *current.Result, ifaces []*current.Interface, p *addrPlan) *current.Result {
 	if p == nil {
-		return mainplugin.Result(prev, ifaces, nil, nil, types.DNS{})
+		return vethplugin.Result(prev, ifaces, nil, nil, types.DNS{})
 	}
-	return mainplugin.Result(prev, ifaces, p.IPs, p.Routes, p.DNS)
+	return vethplugin.Result(prev, ifaces, p.IPs, p.Routes, p.DNS)
 }
 
 // vlanGatewayName is the interface that holds the gateway with "vlan".

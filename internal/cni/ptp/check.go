@@ -13,8 +13,8 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 )
@@ -60,28 +60,28 @@ func compare(ifName, sandbox string, want *current.Interface, ips []*current.IPC
 		problems = append(problems, fmt.Sprintf("interface %s has MAC %s, prevResult says %s", ifName, cont.mac, want.Mac))
 	}
 	for _, ip := range ips {
-		if !mainplugin.HasAddr(cont.addrs, ip.Address) {
+		if !vethplugin.HasAddr(cont.addrs, ip.Address) {
 			problems = append(problems, fmt.Sprintf("interface %s lacks address %s", ifName, ip.Address.String()))
 		}
 		if ip.Gateway == nil {
 			continue
 		}
 		gw := net.IPNet{IP: ip.Gateway, Mask: hostMask(ip.Gateway)}
-		if !mainplugin.HasRoute(cont.routes, gw, nil) {
+		if !vethplugin.HasRoute(cont.routes, gw, nil) {
 			problems = append(problems, fmt.Sprintf("netns %s lacks the link route to gateway %s", sandbox, ip.Gateway))
 		}
 		if host == nil {
 			continue
 		}
-		if !mainplugin.HasAddr(host.addrs, gw) {
+		if !vethplugin.HasAddr(host.addrs, gw) {
 			problems = append(problems, fmt.Sprintf("host veth %s lacks gateway address %s", host.name, gw.String()))
 		}
-		if !mainplugin.HasRoute(host.routes, ip.Address, nil) {
+		if !vethplugin.HasRoute(host.routes, ip.Address, nil) {
 			problems = append(problems, fmt.Sprintf("host has no route to %s through %s", ip.Address.IP, host.name))
 		}
 	}
 	for _, r := range routes {
-		if !mainplugin.HasRoute(cont.routes, r.Dst, r.GW) {
+		if !vethplugin.HasRoute(cont.routes, r.Dst, r.GW) {
 			problems = append(problems, fmt.Sprintf("netns %s lacks route %s", sandbox, r.Dst.String()))
 		}
 	}
@@ -110,7 +110,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err := ipam.Check(ctx, args); err != nil {
 		return err
 	}
-	want, _, ips := mainplugin.ContainerIface(prev, args.IfName, args.Netns)
+	want, _, ips := vethplugin.ContainerIface(prev, args.IfName, args.Netns)
 	if want == nil {
 		return cnierr.Mismatch("ptp", []string{fmt.Sprintf("prevResult has no interface %s in netns %s", args.IfName, args.Netns)})
 	}
@@ -138,7 +138,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	problems := compare(args.IfName, args.Netns, want, ips, prev.Routes, cont, host)
 	if host != nil {
-		problems = append(problems, mainplugin.CheckHostVeth(prev, host.name, host.mac)...)
+		problems = append(problems, vethplugin.CheckHostVeth(prev, host.name, host.mac)...)
 	}
 	if n.IPMasq {
 		if err := cnierr.AddFinding(&problems, ipmasq.CheckWith(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(nil, &current.Result{IPs: ips}))); err != nil {

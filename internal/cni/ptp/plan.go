@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 )
 
 // plan is what ptp ADD does once IPAM has answered, computed without
@@ -67,7 +67,7 @@ func makePlan(n *NetConf, ipamRes *current.Result, contIndex int) (*plan, error)
 		return nil, cnierr.New(cnierr.InvalidConfig, "ptp: IPAM plugin %q returned no IP address", n.IPAM.Type)
 	}
 	p := &plan{DNS: ipamRes.DNS}
-	if mainplugin.DNSSet(n.DNS) {
+	if vethplugin.DNSSet(n.DNS) {
 		p.DNS = n.DNS
 	}
 	link := unix.RT_SCOPE_LINK
@@ -81,7 +81,7 @@ func makePlan(n *NetConf, ipamRes *current.Result, contIndex int) (*plan, error)
 		}
 		gw := src.Gateway
 		if gw == nil {
-			gw = mainplugin.FirstIP(src.Address)
+			gw = vethplugin.FirstIP(src.Address)
 		}
 		gw = norm(gw)
 		if gw.Equal(ip) {
@@ -111,7 +111,7 @@ func makePlan(n *NetConf, ipamRes *current.Result, contIndex int) (*plan, error)
 		} else {
 			p.Forward6 = true
 		}
-		if pf, ok := mainplugin.ToPrefix(net.IPNet{IP: ip, Mask: src.Address.Mask}); ok {
+		if pf, ok := vethplugin.ToPrefix(net.IPNet{IP: ip, Mask: src.Address.Mask}); ok {
 			p.Masq = append(p.Masq, pf)
 		}
 	}

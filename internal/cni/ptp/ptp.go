@@ -29,9 +29,9 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/ifconf"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
-	"github.com/flatnet/flatnet/internal/cni/mainplugin"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
+	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/sysctl"
 )
@@ -109,7 +109,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return err
 	}
 
-	result := mainplugin.Result(prev, []*current.Interface{
+	result := vethplugin.Result(prev, []*current.Interface{
 		{Name: pair.HostName, Mac: pair.HostMAC.String()},
 		{Name: args.IfName, Mac: pair.PeerMAC.String(), Sandbox: args.Netns},
 	}, p.IPs, p.Routes, p.DNS)
@@ -154,7 +154,7 @@ func configureHost(pair *veth.Pair, p *plan) error {
 			return fmt.Errorf("adding route %s dev %s: %w", dst.String(), pair.HostName, err)
 		}
 	}
-	return mainplugin.EnableForwarding(p.Forward4, p.Forward6)
+	return vethplugin.EnableForwarding(p.Forward4, p.Forward6)
 }
 
 // masqAddrs returns the container addresses with their subnet lengths for
@@ -168,7 +168,7 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 		if !a.IP.IsGlobalUnicast() {
 			return
 		}
-		if p, ok := mainplugin.ToPrefix(a); ok && !seen[p.Addr()] {
+		if p, ok := vethplugin.ToPrefix(a); ok && !seen[p.Addr()] {
 			seen[p.Addr()] = true
 			out = append(out, p)
 		}
@@ -203,7 +203,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	} else {
 		masqErr <- nil
 	}
-	addrs, err := mainplugin.DeleteVeth(prev, args.Netns, args.IfName)
+	addrs, err := vethplugin.DeleteVeth(prev, args.Netns, args.IfName)
 	if err := errors.Join(err, <-masqErr); err != nil {
 		return err
 	}

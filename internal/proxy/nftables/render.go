@@ -37,7 +37,9 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -244,7 +246,7 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("flatnet service proxy")})
 	r.addBaseObjects(tx)
 	// Flush everything we rewrite, inside this transaction.
-	for _, name := range sortedKeys(base) {
+	for _, name := range slices.Sorted(maps.Keys(base)) {
 		tx.Flush(&knftables.Chain{Name: name})
 	}
 	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
@@ -277,13 +279,13 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 			}
 		}
 	}
-	for _, c := range sortedKeys(known) {
+	for _, c := range slices.Sorted(maps.Keys(known)) {
 		if !wantChains[c] {
 			tx.Flush(&knftables.Chain{Name: c})
 			stale = append(stale, c)
 		}
 	}
-	for _, c := range sortedKeys(wantChains) {
+	for _, c := range slices.Sorted(maps.Keys(wantChains)) {
 		tx.Add(&knftables.Chain{Name: c})
 		tx.Flush(&knftables.Chain{Name: c})
 	}
@@ -306,24 +308,24 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 			}
 		}
 	}
-	for _, s := range sortedKeys(prevSets) {
+	for _, s := range slices.Sorted(maps.Keys(prevSets)) {
 		d := prevSets[s]
 		want, ok := wantSets[s]
 		if !ok || (d >= 0 && d != want) {
 			tx.Delete(&knftables.Set{Name: s})
 		}
 	}
-	for _, s := range sortedKeys(wantSets) {
+	for _, s := range slices.Sorted(maps.Keys(wantSets)) {
 		tx.Add(r.affinitySet(s, wantSets[s]))
 	}
-	for _, name := range sortedKeys(base) {
+	for _, name := range slices.Sorted(maps.Keys(base)) {
 		for _, rule := range base[name] {
 			tx.Add(&knftables.Rule{Chain: name, Rule: rule})
 		}
 	}
-	for _, key := range sortedKeys(next.services) {
+	for _, key := range slices.Sorted(maps.Keys(next.services)) {
 		o := next.services[key]
-		for _, c := range sortedKeys(o.chains) {
+		for _, c := range slices.Sorted(maps.Keys(o.chains)) {
 			for _, rule := range o.chains[c] {
 				tx.Add(&knftables.Rule{Chain: c, Rule: rule})
 			}
@@ -359,7 +361,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 	}
 	next := prev
 	next.Conflicts = nil
-	for _, key := range sortedKeys(changed) {
+	for _, key := range slices.Sorted(maps.Keys(changed)) {
 		if old := prev.services[key]; old != nil {
 			next.release(key, old)
 		}
@@ -377,7 +379,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		adds      []knftables.Object // rules and elements
 		delChains []knftables.Object
 	)
-	for _, key := range sortedKeys(changed) {
+	for _, key := range slices.Sorted(maps.Keys(changed)) {
 		old := prev.services[key]
 		if old == nil {
 			old = newObjects()
@@ -404,7 +406,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		// kernel refuses to delete a set in use), so a set whose timeout
 		// changed marks the chains that use it as changed.
 		goneSets := map[string]bool{}
-		for _, s := range sortedKeys(old.sets) {
+		for _, s := range slices.Sorted(maps.Keys(old.sets)) {
 			if d, ok := nw.sets[s]; !ok || d != old.sets[s] {
 				goneSets[s] = true
 				delSets = append(delSets, &knftables.Set{Name: s})
@@ -414,7 +416,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 			oldRules, ok := old.chains[c]
 			return ok && equalRules(oldRules, nw.chains[c]) && !usesSet(oldRules, goneSets)
 		}
-		for _, c := range sortedKeys(old.chains) {
+		for _, c := range slices.Sorted(maps.Keys(old.chains)) {
 			if _, ok := nw.chains[c]; !ok {
 				flushes = append(flushes, &knftables.Chain{Name: c})
 				delChains = append(delChains, &knftables.Chain{Name: c})
@@ -422,12 +424,12 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 				flushes = append(flushes, &knftables.Chain{Name: c})
 			}
 		}
-		for _, s := range sortedKeys(nw.sets) {
+		for _, s := range slices.Sorted(maps.Keys(nw.sets)) {
 			if d, ok := old.sets[s]; !ok || d != nw.sets[s] {
 				addSets = append(addSets, r.affinitySet(s, nw.sets[s]))
 			}
 		}
-		for _, c := range sortedKeys(nw.chains) {
+		for _, c := range slices.Sorted(maps.Keys(nw.chains)) {
 			if same(c) {
 				continue
 			}
@@ -862,15 +864,6 @@ func equalRules(a, b []string) bool {
 		}
 	}
 	return true
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // sortedKeysOf returns m's element keys in order.

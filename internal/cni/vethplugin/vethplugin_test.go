@@ -1,4 +1,4 @@
-package mainplugin
+package vethplugin
 
 import (
 	"net"

@@ -1,8 +1,8 @@
-// Package mainplugin holds what the veth plugins (bridge and ptp) share
+// Package vethplugin holds what the veth plugins (bridge and ptp) share
 // beyond internal/cni/plugin: finding an attachment's entries in
 // prevResult, deleting its veth, building the ADD result, and the address
 // and route matching of CHECK.
-package mainplugin
+package vethplugin
 
 import (
 	"fmt"

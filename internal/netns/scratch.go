@@ -1,6 +1,7 @@
 package netns
 
-// Added for the bandwidth plugin's STATUS probe.
+// Scratch namespaces: throwaway namespaces for probing kernel features
+// (the bandwidth plugin's STATUS builds its qdiscs in one).
 
 import (
 	"fmt"
