@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -166,12 +168,28 @@ func (r realProber) exec(ctx context.Context, e *v1.ExecAction, t probeTarget) (
 	argv := append([]string{"-t", strconv.Itoa(t.PID), "-n", "-m", "-u", "--"}, e.Command...)
 	cmd := exec.CommandContext(ctx, "nsenter", argv...)
 	cmd.Env = t.Env
-	out, err := cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// The command runs in its own process group (nsenter execs it, so
+	// nsenter's PID leads the group): on timeout the whole group is
+	// killed, not just its first process; after it ends, whatever it left
+	// running too. WaitDelay bounds the wait for a pipe still held open
+	// by a process that escaped the group (setsid).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = execProbeWaitDelay
+	err := cmd.Start()
+	if err == nil {
+		err = cmd.Wait()
+		_ = killGroup(cmd.Process.Pid)
+	}
 	if ctx.Err() != nil {
 		return false, fmt.Sprintf("command %q timed out", strings.Join(e.Command, " "))
 	}
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
+	// ErrWaitDelay: the command exited 0, a process it left kept the
+	// output open (and was killed above). The exit status decides.
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
+		msg := strings.TrimSpace(out.String())
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			return false, fmt.Sprintf("command %q exited with %d: %s", strings.Join(e.Command, " "), ee.ExitCode(), msg)
@@ -179,6 +197,22 @@ func (r realProber) exec(ctx context.Context, e *v1.ExecAction, t probeTarget) (
 		return false, fmt.Sprintf("running %q: %v", strings.Join(e.Command, " "), err)
 	}
 	return true, ""
+}
+
+// execProbeWaitDelay is how long an exec probe's output is read after its
+// command ended or was killed.
+const execProbeWaitDelay = 500 * time.Millisecond
+
+// killGroup sends SIGKILL to the process group pgid; an empty group is not
+// an error. Called after the leader was reaped, the number cannot name
+// another group while any member of this one lives; once all are gone the
+// kill finds nothing (a new process would have to get that very PID and
+// make it a group within microseconds to be hit).
+func killGroup(pgid int) error {
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("killing process group %d: %w", pgid, err)
+	}
+	return nil
 }
 
 func (r realProber) httpGet(ctx context.Context, h *v1.HTTPGetAction, t probeTarget) (bool, string) {
