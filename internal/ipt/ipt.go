@@ -55,6 +55,8 @@ type Table struct {
 	Name   string
 	Chains []string // every chain, built-in ones included, in save order
 	Rules  []Rule   // in save order (grouped by chain)
+	// Policies are the built-in chains' policies ("ACCEPT", "DROP").
+	Policies map[string]string
 }
 
 // Rule is one "-A CHAIN args..." line of a save.
@@ -103,7 +105,7 @@ func (t *Table) RulesIn(chain string) []Rule {
 // ParseSave reads iptables-save output and returns the named table (an
 // empty table when the output does not contain it).
 func ParseSave(data []byte, table string) (*Table, error) {
-	t := &Table{Name: table}
+	t := &Table{Name: table, Policies: map[string]string{}}
 	in := false
 	for n, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSpace(line)
@@ -115,8 +117,14 @@ func ParseSave(data []byte, table string) (*Table, error) {
 		case line == "COMMIT":
 			in = false
 		case strings.HasPrefix(line, ":"):
-			name, _, _ := strings.Cut(line[1:], " ")
-			t.Chains = append(t.Chains, name)
+			f := strings.Fields(line[1:])
+			if len(f) == 0 {
+				return nil, fmt.Errorf("save line %d: unexpected %q", n+1, line)
+			}
+			t.Chains = append(t.Chains, f[0])
+			if len(f) > 1 && f[1] != "-" {
+				t.Policies[f[0]] = f[1]
+			}
 		default:
 			args, err := Split(line)
 			if err != nil {

@@ -52,7 +52,7 @@ func Down(root, name string, out io.Writer) error {
 	}
 	nodes := discoverNodes(s)
 	podNS := discoverPodNetns(s, nodes)
-	k := kernel{}
+	k := newKernel("")
 	bridge, err := k.linkExists(s.Bridge)
 	if err != nil {
 		return err

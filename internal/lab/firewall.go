@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"strings"
 	"time"
+
+	"github.com/flatnet/flatnet/internal/ipt"
+	"github.com/flatnet/flatnet/internal/sysctl"
 )
 
 // warnBridgeFirewall warns when the host's firewall will see, and drop,
@@ -17,19 +17,26 @@ import (
 // silently breaks pod-to-pod traffic across nodes. The lab never changes
 // the host's firewall, so it only says so. It reads; it never fails up.
 func warnBridgeFirewall(out io.Writer, bridge string) {
-	b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
-	if err != nil || strings.TrimSpace(string(b)) != "1" {
+	nfCall, err := sysctl.Get("net.bridge.bridge-nf-call-iptables")
+	if err != nil || nfCall != "1" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	rules, err := exec.CommandContext(ctx, "iptables", "-S", "FORWARD").Output()
+	filter, err := ipt.New().Save(ctx, ipt.IPv4, "filter")
 	if err != nil {
 		return
 	}
-	if strings.Contains(string(rules), "-P FORWARD DROP") {
-		fmt.Fprintf(out, "warning: br_netfilter is on and the host's iptables FORWARD policy is DROP: traffic between lab nodes\n"+
-			"crosses bridge %s through that chain and may be dropped; allow it (iptables -I FORWARD -i %s -o %s -j ACCEPT)\n"+
-			"or set net.bridge.bridge-nf-call-iptables=0. The lab does not change the host's firewall.\n", bridge, bridge, bridge)
+	fmt.Fprint(out, bridgeFirewallWarning(nfCall, filter, bridge))
+}
+
+// bridgeFirewallWarning is warnBridgeFirewall's text ("" for none) from
+// the sysctl's value and the host's filter table.
+func bridgeFirewallWarning(nfCallIptables string, filter *ipt.Table, bridge string) string {
+	if nfCallIptables != "1" || filter.Policies["FORWARD"] != "DROP" {
+		return ""
 	}
+	return fmt.Sprintf("warning: br_netfilter is on and the host's iptables FORWARD policy is DROP: traffic between lab nodes\n"+
+		"crosses bridge %s through that chain and may be dropped; allow it (iptables -I FORWARD -i %s -o %s -j ACCEPT)\n"+
+		"or set net.bridge.bridge-nf-call-iptables=0. The lab does not change the host's firewall.\n", bridge, bridge, bridge)
 }

@@ -12,8 +12,20 @@ package lab
 // 1), as a BGP router announcing the range from every node would, so
 // several connections spread over the nodes. That route lives only in its
 // namespace: the root namespace never reaches LoadBalancer IPs.
-// Every function here is idempotent: it checks each piece and makes only
-// what is missing, so a half-built lab (an interrupted up) is completed.
+//
+// Design (the agent's shape, see internal/agent/routes): topology turns
+// the Spec into the objects each part of the lab needs (the underlay, the
+// router, each node, the external host), as plain data; a kernelIO reads
+// what of them exists into a view, data again; diff compares the two and
+// returns a list of fixes, each a plain value with a description. A part
+// is ready when no fix names it, and `up` applies a part's fixes in
+// order, so every invariant is written once, in diff. The fixes assume
+// the ones before them succeed: a namespace or link about to be
+// (re)created is empty, so everything that must be on it is listed too,
+// and a half-built lab (an interrupted up) is completed by the same code.
+// Only the kernelIO touches the kernel (netlinkKernel, kernel_netlink.go,
+// through internal/netns, netlinkx, sysctl and cni/veth; fakeKernel in
+// the tests).
 //
 // hostNS stands for the root namespace: "" is the caller's own namespace
 // (the lab), a namespace path is used by root tests so they never touch
@@ -24,28 +36,20 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
-
-	"github.com/flatnet/flatnet/internal/netlinkx"
-	"github.com/flatnet/flatnet/internal/netns"
-	"github.com/flatnet/flatnet/internal/sysctl"
+	"slices"
+	"strings"
 )
 
-type kernel struct {
-	hostNS string
-}
+// partID names a part of the lab: the unit `up` and `status` report.
+type partID string
 
-// inHost runs fn in the host namespace.
-func (k kernel) inHost(fn func() error) error {
-	if k.hostNS == "" {
-		return fn()
-	}
-	return netns.Do(k.hostNS, fn)
-}
+const (
+	partUnderlay partID = "underlay"
+	partRouter   partID = "router"
+	partExternal partID = "external host"
+)
+
+func nodePart(name string) partID { return partID("node " + name) }
 
 // segment is a layer-2 network: a bridge and the namespace holding it.
 type segment struct {
@@ -53,46 +57,80 @@ type segment struct {
 	bridge string
 }
 
-// in runs fn in the namespace holding seg's bridge.
-func (k kernel) in(seg segment, fn func() error) error {
-	if seg.ns == "" {
-		return k.inHost(fn)
-	}
-	return netns.Do(seg.ns, fn)
+// route is a main-table route to dst on dev: on-link without vias, via
+// one gateway, or over several (ECMP: the kernel stores a single nexthop
+// as a plain route). vias are sorted.
+type route struct {
+	dst  netip.Prefix
+	dev  string
+	vias []netip.Addr
 }
 
-// route is a static route inside an endpoint: dst via a gateway on eth0,
-// or on-link on eth0 when via is the zero Addr.
-type route struct {
-	dst netip.Prefix
-	via netip.Addr
+func (r route) String() string {
+	s := r.dst.String()
+	if len(r.vias) > 0 {
+		s += " via " + joinAddrs(r.vias)
+	}
+	return s + " dev " + r.dev
+}
+
+func (r route) equal(o route) bool {
+	return r.dst == o.dst && r.dev == o.dev && slices.Equal(r.vias, o.vias)
+}
+
+type sysctlValue struct{ key, value string }
+
+// bridge is a bridge with an address and routes on it.
+type bridge struct {
+	ns     string // namespace path; "" the host
+	name   string
+	addr   netip.Prefix // address and prefix length (not masked)
+	routes []route
 }
 
 // endpoint is a namespace wired to a segment by a veth pair: eth0 inside
 // (with a MAC derived from its address), hostVeth on the segment's bridge.
 type endpoint struct {
-	what     string // for messages: "node lab-node1", "router", "external host"
-	netns    string
+	netns    string // name, under /run/netns
 	hostVeth string
 	seg      segment
-	ip       netip.Addr
-	bits     int
-	routes   []route
-	// ecmp are routes over several gateways on eth0.
-	ecmp    []ecmpRoute
-	forward bool // net.ipv4.ip_forward=1 inside
-	// sysctls are set inside (and checked by endpointReady).
-	sysctls []sysctlValue
+	addr     netip.Prefix // eth0's
+	routes   []route      // on eth0
+	sysctls  []sysctlValue
 }
 
-// ecmpRoute is dst over every gateway in vias on eth0 (two or more: the
-// kernel stores a single nexthop as a plain route).
-type ecmpRoute struct {
-	dst  netip.Prefix
-	vias []netip.Addr
+// part is what one part of the lab needs: an endpoint, a bridge, or both
+// (the router: its leg first, then the bridge inside it).
+type part struct {
+	id       partID
+	endpoint *endpoint
+	bridge   *bridge
 }
 
-type sysctlValue struct{ key, value string }
+const ipForward = "net.ipv4.ip_forward"
+
+// topology is the kernel objects of s, part by part in the order `up`
+// makes them.
+func topology(s *Spec) ([]part, error) {
+	parts := []part{{id: partUnderlay, bridge: &bridge{
+		name: s.Bridge, addr: netip.PrefixFrom(s.HostAddr, s.Underlay.Bits()), routes: s.hostRoutes()}}}
+	if r := s.Router; r != nil {
+		parts = append(parts, part{id: partRouter,
+			endpoint: &endpoint{netns: r.Netns, hostVeth: r.HostVeth, seg: s.firstSegment(),
+				addr: netip.PrefixFrom(r.IP, s.Underlay.Bits()), sysctls: []sysctlValue{{ipForward, "1"}}},
+			bridge: &bridge{ns: NetnsPath(r.Netns), name: r.Bridge, addr: netip.PrefixFrom(r.IP2, s.Underlay2.Bits())}})
+	}
+	for _, n := range s.Nodes {
+		if n.Subnet == 1 && s.Router == nil {
+			return nil, fmt.Errorf("node %s is on the second subnet of a lab without one", n.Name)
+		}
+		parts = append(parts, part{id: nodePart(n.Name), endpoint: s.nodeEndpoint(n)})
+	}
+	if s.External != nil {
+		parts = append(parts, part{id: partExternal, endpoint: s.externalEndpoint()})
+	}
+	return parts, nil
+}
 
 // firstSegment is the first underlay: the bridge in the root namespace.
 func (s *Spec) firstSegment() segment { return segment{bridge: s.Bridge} }
@@ -102,17 +140,22 @@ func (s *Spec) secondSegment() segment {
 	return segment{ns: NetnsPath(s.Router.Netns), bridge: s.Router.Bridge}
 }
 
+func onEth0(dst netip.Prefix, vias ...netip.Addr) route {
+	return route{dst: dst, dev: "eth0", vias: vias}
+}
+
 // nodeEndpoint is node n as an endpoint: on its subnet's segment, with a
-// route to the other subnet via the router (and no default route).
-func (s *Spec) nodeEndpoint(n Node) endpoint {
-	e := endpoint{what: "node " + n.Name, netns: n.Netns, hostVeth: n.HostVeth, ip: n.IP,
-		bits: s.UnderlayOf(n.Subnet).Bits(), forward: true, seg: s.firstSegment()}
+// route to the other subnet via the router (and no default route); it
+// forwards between its pods and the underlay.
+func (s *Spec) nodeEndpoint(n Node) *endpoint {
+	e := &endpoint{netns: n.Netns, hostVeth: n.HostVeth, addr: netip.PrefixFrom(n.IP, s.UnderlayOf(n.Subnet).Bits()),
+		seg: s.firstSegment(), sysctls: []sysctlValue{{ipForward, "1"}}}
 	if s.Router != nil {
 		if n.Subnet == 1 {
 			e.seg = s.secondSegment()
-			e.routes = []route{{s.Underlay, s.Router.IP2}}
+			e.routes = []route{onEth0(s.Underlay, s.Router.IP2)}
 		} else {
-			e.routes = []route{{s.Underlay2, s.Router.IP}}
+			e.routes = []route{onEth0(s.Underlay2, s.Router.IP)}
 		}
 	}
 	// The service CIDR on-link on eth0: without a route (a node has no
@@ -120,30 +163,25 @@ func (s *Spec) nodeEndpoint(n Node) endpoint {
 	// routing ("network is unreachable") before the proxy's reject in the
 	// forward hook. Nothing on the underlay answers ARP for it, so a
 	// packet to an unknown ClusterIP dies in the node.
-	e.routes = append(e.routes, route{dst: s.ServiceCIDR})
+	e.routes = append(e.routes, onEth0(s.ServiceCIDR))
 	return e
-}
-
-// routerEndpoint is the router's leg on the first underlay.
-func (s *Spec) routerEndpoint() endpoint {
-	return endpoint{what: "router", netns: s.Router.Netns, hostVeth: s.Router.HostVeth, ip: s.Router.IP,
-		bits: s.Underlay.Bits(), forward: true, seg: s.firstSegment()}
 }
 
 // externalEndpoint is the external host: on the first underlay, reaching
 // the second through the router, and the load-balancer range through the
 // nodes. It forwards nothing.
-func (s *Spec) externalEndpoint() endpoint {
-	e := endpoint{what: "external host", netns: s.External.Netns, hostVeth: s.External.HostVeth, ip: s.External.IP,
-		bits: s.Underlay.Bits(), seg: s.firstSegment()}
+func (s *Spec) externalEndpoint() *endpoint {
+	e := &endpoint{netns: s.External.Netns, hostVeth: s.External.HostVeth,
+		addr: netip.PrefixFrom(s.External.IP, s.Underlay.Bits()), seg: s.firstSegment()}
 	if s.Router != nil {
-		e.routes = []route{{s.Underlay2, s.Router.IP}}
+		e.routes = []route{onEth0(s.Underlay2, s.Router.IP)}
 	}
-	if gws := s.lbGateways(); len(gws) == 1 {
-		e.routes = append(e.routes, route{dst: s.LBPool, via: gws[0]})
-	} else if len(gws) > 1 {
-		e.ecmp = []ecmpRoute{{dst: s.LBPool, vias: gws}}
-		e.sysctls = []sysctlValue{{"net.ipv4.fib_multipath_hash_policy", "1"}}
+	if gws := s.lbGateways(); len(gws) > 0 {
+		slices.SortFunc(gws, netip.Addr.Compare)
+		e.routes = append(e.routes, onEth0(s.LBPool, gws...))
+		if len(gws) > 1 {
+			e.sysctls = []sysctlValue{{"net.ipv4.fib_multipath_hash_policy", "1"}}
+		}
 	}
 	return e
 }
@@ -169,521 +207,356 @@ func (s *Spec) hostRoutes() []route {
 	if s.Router == nil {
 		return nil
 	}
-	return []route{{s.Underlay2, s.Router.IP}}
+	return []route{{dst: s.Underlay2, dev: s.Bridge, vias: []netip.Addr{s.Router.IP}}}
 }
 
-func ipNet(a netip.Addr, bits int) *net.IPNet {
-	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}
+// view is what a kernelIO read: per namespace path ("" the host) what
+// exists of the links, routes and sysctls the topology names; nil for a
+// namespace that does not exist.
+type view map[string]*nsView
+
+type nsView struct {
+	links   map[string]linkView
+	routes  []route // main-table IPv4 routes to the destinations asked for
+	sysctls map[string]string
 }
 
-func hasAddr(l netlink.Link, want netip.Addr, bits int) (bool, error) {
-	addrs, err := netlinkx.AddrList(l, netlink.FAMILY_V4)
-	if err != nil {
-		return false, fmt.Errorf("listing addresses of %s: %w", l.Attrs().Name, err)
-	}
-	for _, a := range addrs {
-		got, ok := netip.AddrFromSlice(a.IP)
-		ones, _ := a.Mask.Size()
-		if ok && got.Unmap() == want && ones == bits {
-			return true, nil
-		}
-	}
-	return false, nil
+type linkView struct {
+	kind   string // "bridge", "veth", ...
+	up     bool
+	master string // the bridge it is attached to; "" none
+	addrs  []netip.Prefix
 }
 
-func isUp(l netlink.Link) bool { return l.Attrs().Flags&net.FlagUp != 0 }
-
-// mainRoutesTo lists the main table's IPv4 routes to dst.
-func mainRoutesTo(dst netip.Prefix) ([]netlink.Route, error) {
-	got, err := netlinkx.RouteListFiltered(netlink.FAMILY_V4,
-		&netlink.Route{Dst: ipNet(dst.Addr(), dst.Bits()), Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, fmt.Errorf("listing routes to %s: %w", dst, err)
-	}
-	return got, nil
+// query is what to read in one namespace.
+type query struct {
+	links   []string
+	dsts    []netip.Prefix
+	sysctls []string
 }
 
-// hasRoute reports whether the main table routes r.dst via r.via on l.
-func hasRoute(l netlink.Link, r route) (bool, error) {
-	got, err := mainRoutesTo(r.dst)
-	if err != nil {
-		return false, err
-	}
-	for _, x := range got {
-		if !r.via.IsValid() {
-			if len(x.Gw) == 0 && x.LinkIndex == l.Attrs().Index {
-				return true, nil
-			}
-			continue
+// queries lists what to read of parts, per namespace path.
+func queries(parts []part) map[string]*query {
+	qs := map[string]*query{}
+	q := func(ns string) *query {
+		if qs[ns] == nil {
+			qs[ns] = &query{}
 		}
-		gw, ok := netip.AddrFromSlice(x.Gw)
-		if ok && gw.Unmap() == r.via && x.LinkIndex == l.Attrs().Index {
-			return true, nil
+		return qs[ns]
+	}
+	addRoutes := func(x *query, rs []route) {
+		for _, r := range rs {
+			x.dsts = append(x.dsts, r.dst)
 		}
 	}
-	return false, nil
-}
-
-// hasECMPRoute reports whether the main table routes r.dst over exactly
-// r.vias on l.
-func hasECMPRoute(l netlink.Link, r ecmpRoute) (bool, error) {
-	got, err := mainRoutesTo(r.dst)
-	if err != nil {
-		return false, err
-	}
-	for _, x := range got {
-		if len(x.MultiPath) != len(r.vias) {
-			continue
-		}
-		want := map[netip.Addr]bool{}
-		for _, g := range r.vias {
-			want[g] = true
-		}
-		for _, nh := range x.MultiPath {
-			gw, ok := netip.AddrFromSlice(nh.Gw)
-			if ok && nh.LinkIndex == l.Attrs().Index {
-				delete(want, gw.Unmap())
+	for _, p := range parts {
+		if e := p.endpoint; e != nil {
+			sq := q(e.seg.ns)
+			sq.links = append(sq.links, e.seg.bridge, e.hostVeth)
+			eq := q(NetnsPath(e.netns))
+			eq.links = append(eq.links, "lo", "eth0")
+			addRoutes(eq, e.routes)
+			for _, sc := range e.sysctls {
+				eq.sysctls = append(eq.sysctls, sc.key)
 			}
 		}
-		if len(want) == 0 {
-			return true, nil
+		if b := p.bridge; b != nil {
+			bq := q(b.ns)
+			bq.links = append(bq.links, b.name)
+			addRoutes(bq, b.routes)
 		}
 	}
-	return false, nil
+	for _, x := range qs {
+		slices.Sort(x.links)
+		x.links = slices.Compact(x.links)
+	}
+	return qs
 }
 
-// ensureECMPRoute makes the main table route r.dst over r.vias on l
-// (replacing another route to r.dst).
-func ensureECMPRoute(l netlink.Link, r ecmpRoute) error {
-	ok, err := hasECMPRoute(l, r)
-	if err != nil || ok {
-		return err
-	}
-	nr := &netlink.Route{Dst: ipNet(r.dst.Addr(), r.dst.Bits()), Protocol: unix.RTPROT_STATIC, Table: unix.RT_TABLE_MAIN}
-	for _, g := range r.vias {
-		nr.MultiPath = append(nr.MultiPath, &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: g.AsSlice()})
-	}
-	if err := netlink.RouteReplace(nr); err != nil {
-		return fmt.Errorf("route %s via %v dev %s: %w", r.dst, r.vias, l.Attrs().Name, err)
-	}
-	return nil
+// fixOp is what a fix does.
+type fixOp int
+
+const (
+	fixCreateNetns  fixOp = iota // netns (ns is its path)
+	fixCreateBridge              // bridge link
+	fixCreateVeth                // veth link on bridge master <-> eth0 in peerNS, with mac
+	fixDeleteLink                // delete link (a veth's peer goes with it)
+	fixSetMaster                 // attach link to bridge master
+	fixSetUp                     // set link up
+	fixAddAddr                   // add addr to link
+	fixReplaceRoute              // route (replacing any other to its dst)
+	fixSetSysctl                 // key=value
+	fixRefuse                    // nothing can fix it: why says what to do
+	fixDeleteNetns               // netns (for down)
+)
+
+// fix is one change that makes the kernel closer to the topology.
+type fix struct {
+	part   partID
+	op     fixOp
+	ns     string // where: a namespace path, "" the host
+	link   string
+	master string
+	peerNS string           // fixCreateVeth: path of eth0's namespace
+	mac    net.HardwareAddr // fixCreateVeth: eth0's
+	addr   netip.Prefix
+	route  route
+	key    string // fixSetSysctl
+	value  string
+	why    string // fixDeleteLink, fixRefuse
 }
 
-// ensureRoute makes the main table route r.dst via r.via on l (replacing
-// another route to r.dst).
-func ensureRoute(l netlink.Link, r route) error {
-	ok, err := hasRoute(l, r)
-	if err != nil || ok {
-		return err
+// String describes f for people: the part, the change, where.
+func (f fix) String() string {
+	var what string
+	switch f.op {
+	case fixCreateNetns:
+		what = "create " + nsName(f.ns)
+	case fixDeleteNetns:
+		what = "delete " + nsName(f.ns)
+	case fixCreateBridge:
+		what = "create bridge " + f.link
+	case fixCreateVeth:
+		return fmt.Sprintf("%s: create veth %s on %s in %s <-> eth0 (%s) in %s", f.part, f.link, f.master, nsName(f.ns), f.mac, nsName(f.peerNS))
+	case fixDeleteLink:
+		what = "delete " + f.link
+		if f.why != "" {
+			what += " (" + f.why + ")"
+		}
+	case fixSetMaster:
+		what = fmt.Sprintf("attach %s to %s", f.link, f.master)
+	case fixSetUp:
+		what = "set " + f.link + " up"
+	case fixAddAddr:
+		what = fmt.Sprintf("add %s to %s", f.addr, f.link)
+	case fixReplaceRoute:
+		what = "route " + f.route.String()
+	case fixSetSysctl:
+		what = fmt.Sprintf("sysctl %s=%s", f.key, f.value)
+	case fixRefuse:
+		what = "cannot fix: " + f.why
 	}
-	nr := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(r.dst.Addr(), r.dst.Bits()),
-		Gw: r.via.AsSlice(), Protocol: unix.RTPROT_STATIC, Table: unix.RT_TABLE_MAIN}
-	if !r.via.IsValid() {
-		nr.Gw, nr.Scope = nil, netlink.SCOPE_LINK
+	if f.op != fixCreateNetns && f.op != fixDeleteNetns {
+		what += " in " + nsName(f.ns)
 	}
-	if err := netlink.RouteReplace(nr); err != nil {
-		return fmt.Errorf("route %s via %s dev %s: %w", r.dst, r.via, l.Attrs().Name, err)
-	}
-	return nil
+	return fmt.Sprintf("%s: %s", f.part, what)
 }
 
-// bridgeReady reports whether a bridge is up and holds addr/bits (when
-// addr is valid) and routes.
-func bridgeReady(name string, addr netip.Addr, bits int, routes []route) (bool, error) {
-	l, err := netlinkx.LinkByName(name)
-	if netlinkx.IsNotFound(err) {
-		return false, nil
+func nsName(path string) string {
+	if path == "" {
+		return "the host"
 	}
-	if err != nil {
-		return false, err
-	}
-	if l.Type() != "bridge" || !isUp(l) {
-		return false, nil
-	}
-	if addr.IsValid() {
-		if ok, err := hasAddr(l, addr, bits); err != nil || !ok {
-			return false, err
+	return "netns " + strings.TrimPrefix(path, "/run/netns/")
+}
+
+// diff lists the fixes that make v hold parts, part by part in order.
+// It is pure.
+func diff(parts []part, v view) []fix {
+	d := differ{v: v, fresh: map[string]bool{}}
+	for _, p := range parts {
+		d.part = p.id
+		if p.endpoint != nil {
+			d.endpoint(*p.endpoint)
+		}
+		if p.bridge != nil {
+			d.bridge(*p.bridge)
 		}
 	}
-	for _, r := range routes {
-		if ok, err := hasRoute(l, r); err != nil || !ok {
-			return false, err
-		}
-	}
-	return true, nil
+	return d.fixes
 }
 
-// ensureBridgeHere makes a bridge named name, up, with addr/bits and
-// routes, in the calling namespace.
-func ensureBridgeHere(name string, addr netip.Addr, bits int, routes []route) error {
-	l, err := netlinkx.LinkByName(name)
-	if netlinkx.IsNotFound(err) {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
-		if err := netlink.LinkAdd(br); err != nil {
-			return fmt.Errorf("creating bridge %s: %w", name, err)
+// differ carries what diff assumed so far: fresh namespaces and links
+// ("ns\x00link") are about to be created, so they hold nothing yet.
+type differ struct {
+	v     view
+	part  partID
+	fresh map[string]bool
+	fixes []fix
+}
+
+func (d *differ) add(f fix) {
+	f.part = d.part
+	d.fixes = append(d.fixes, f)
+}
+
+// ns returns what the view holds of namespace path (empty when it is
+// missing or about to be created).
+func (d *differ) ns(path string) *nsView {
+	if n := d.v[path]; n != nil && !d.fresh[path] {
+		return n
+	}
+	return &nsView{}
+}
+
+// link returns link name in namespace path as the view has it (absent
+// when the link or the namespace is about to be created).
+func (d *differ) link(path, name string) (linkView, bool) {
+	if d.fresh[path+"\x00"+name] {
+		return linkView{}, false
+	}
+	l, ok := d.ns(path).links[name]
+	return l, ok
+}
+
+func (d *differ) routes(path string, rs []route) {
+	n := d.ns(path)
+	for _, r := range rs {
+		have := false
+		if !d.fresh[path+"\x00"+r.dev] {
+			have = slices.ContainsFunc(n.routes, r.equal)
 		}
-		l, err = netlinkx.LinkByName(name)
+		if !have {
+			d.add(fix{op: fixReplaceRoute, ns: path, route: r})
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("bridge %s: %w", name, err)
+}
+
+// upWithAddr lists adding addr (when valid) to a link and setting it up,
+// as far as l (what the view has of it) or a just created link lacks them.
+func (d *differ) upWithAddr(path, name string, l linkView, created bool, addr netip.Prefix) {
+	if addr.IsValid() && (created || !slices.Contains(l.addrs, addr)) {
+		d.add(fix{op: fixAddAddr, ns: path, link: name, addr: addr})
 	}
-	if l.Type() != "bridge" {
-		return fmt.Errorf("interface %s exists and is a %s, not the lab's bridge; remove it or pick another --name", name, l.Type())
+	if created || !l.up {
+		d.add(fix{op: fixSetUp, ns: path, link: name})
 	}
-	ok, err := hasAddr(l, addr, bits)
-	if err != nil {
-		return err
+}
+
+func (d *differ) bridge(b bridge) {
+	l, ok := d.link(b.ns, b.name)
+	if ok && l.kind != "bridge" {
+		d.add(fix{op: fixRefuse, ns: b.ns, link: b.name,
+			why: fmt.Sprintf("interface %s exists and is a %s, not the lab's bridge; remove it or pick another --name", b.name, l.kind)})
+		return
 	}
 	if !ok {
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipNet(addr, bits)}); err != nil {
-			return fmt.Errorf("adding %s/%d to %s: %w", addr, bits, name, err)
+		d.add(fix{op: fixCreateBridge, ns: b.ns, link: b.name})
+		d.fresh[b.ns+"\x00"+b.name] = true
+	}
+	d.upWithAddr(b.ns, b.name, l, !ok, b.addr)
+	d.routes(b.ns, b.routes)
+}
+
+func (d *differ) endpoint(e endpoint) {
+	path := NetnsPath(e.netns)
+	if d.v[path] == nil {
+		d.add(fix{op: fixCreateNetns, ns: path})
+		d.fresh[path] = true
+	}
+	hv, hvOK := d.link(e.seg.ns, e.hostVeth)
+	if hvOK && hv.kind != "veth" {
+		d.add(fix{op: fixRefuse, ns: e.seg.ns, link: e.hostVeth,
+			why: fmt.Sprintf("interface %s exists and is a %s, not the lab's veth to %s; remove it", e.hostVeth, hv.kind, e.netns)})
+		return
+	}
+	_, ethOK := d.link(path, "eth0")
+	// A veth pair lives or dies as a whole: one end without the other
+	// is not ours (the peer went elsewhere, or another eth0): remove it,
+	// then make the pair again.
+	if hvOK && !ethOK {
+		d.add(fix{op: fixDeleteLink, ns: e.seg.ns, link: e.hostVeth, why: "its eth0 in " + nsName(path) + " is gone"})
+	}
+	if ethOK && !hvOK {
+		d.add(fix{op: fixDeleteLink, ns: path, link: "eth0", why: "its host end " + e.hostVeth + " is gone"})
+	}
+	created := !hvOK || !ethOK
+	if created {
+		// The host end is born on the bridge and up (veth.Create).
+		d.add(fix{op: fixCreateVeth, ns: e.seg.ns, link: e.hostVeth, master: e.seg.bridge, peerNS: path,
+			// A MAC derived from the IP: a rebuilt endpoint keeps it,
+			// so its peers' ARP entries stay right.
+			mac: nodeMAC(e.addr.Addr())})
+		d.fresh[path+"\x00eth0"] = true
+	} else {
+		if hv.master != e.seg.bridge {
+			d.add(fix{op: fixSetMaster, ns: e.seg.ns, link: e.hostVeth, master: e.seg.bridge})
+		}
+		if !hv.up {
+			d.add(fix{op: fixSetUp, ns: e.seg.ns, link: e.hostVeth})
 		}
 	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("setting %s up: %w", name, err)
+	if lo, _ := d.link(path, "lo"); !lo.up {
+		d.add(fix{op: fixSetUp, ns: path, link: "lo"})
 	}
-	for _, r := range routes {
-		if err := ensureRoute(l, r); err != nil {
-			return err
+	eth, _ := d.link(path, "eth0")
+	d.upWithAddr(path, "eth0", eth, created, e.addr)
+	d.routes(path, e.routes)
+	n := d.ns(path)
+	for _, sc := range e.sysctls {
+		if n.sysctls[sc.key] != sc.value {
+			d.add(fix{op: fixSetSysctl, ns: path, key: sc.key, value: sc.value})
+		}
+	}
+}
+
+// kernelIO is the narrow door to the kernel: read what the queries name
+// (per namespace path), apply one fix. netlinkKernel implements it;
+// fakeKernel in the tests.
+type kernelIO interface {
+	read(qs map[string]*query) (view, error)
+	apply(f fix) error
+}
+
+// kernel is the lab's view of its kernel objects.
+type kernel struct {
+	io kernelIO
+}
+
+// newKernel returns the kernel of the namespace at hostNS ("" this one).
+func newKernel(hostNS string) kernel { return kernel{io: netlinkKernel{hostNS: hostNS}} }
+
+// plan returns the fixes s needs now, in the order to apply them.
+func (k kernel) plan(s *Spec) ([]fix, error) {
+	parts, err := topology(s)
+	if err != nil {
+		return nil, err
+	}
+	v, err := k.io.read(queries(parts))
+	if err != nil {
+		return nil, err
+	}
+	return diff(parts, v), nil
+}
+
+// apply applies fixes in order and stops at the first failure.
+func (k kernel) apply(fixes []fix) error {
+	for _, f := range fixes {
+		if err := k.io.apply(f); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
 	return nil
 }
 
-// bridgeReady reports whether the underlay bridge exists, is up and holds
-// the host address (and, with two subnets, the route to the second one).
-func (k kernel) bridgeReady(s *Spec) (bool, error) {
-	ready := false
-	err := k.inHost(func() error {
-		var err error
-		ready, err = bridgeReady(s.Bridge, s.HostAddr, s.Underlay.Bits(), s.hostRoutes())
-		return err
-	})
-	return ready, err
+// fixesOf are the fixes of part id.
+func fixesOf(fixes []fix, id partID) []fix {
+	var out []fix
+	for _, f := range fixes {
+		if f.part == id {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
-// ensureBridge creates the underlay bridge with the host address.
-func (k kernel) ensureBridge(s *Spec) error {
-	return k.inHost(func() error {
-		if err := ensureBridgeHere(s.Bridge, s.HostAddr, s.Underlay.Bits(), s.hostRoutes()); err != nil {
-			return fmt.Errorf("underlay: %w", err)
-		}
-		return nil
-	})
-}
-
-// routerReady reports whether the router is wired: its leg on the first
-// underlay and, inside, the second underlay's bridge with its address.
-func (k kernel) routerReady(s *Spec) (bool, error) {
-	ok, err := k.endpointReady(s.routerEndpoint())
-	if err != nil || !ok {
-		return false, err
-	}
-	err = netns.Do(NetnsPath(s.Router.Netns), func() error {
-		var err error
-		ok, err = bridgeReady(s.Router.Bridge, s.Router.IP2, s.Underlay2.Bits(), nil)
-		return err
-	})
-	return ok, err
-}
-
-// ensureRouter creates the router namespace, its leg on the first
-// underlay and the second underlay's bridge inside it.
-func (k kernel) ensureRouter(s *Spec) error {
-	if err := k.ensureEndpoint(s.routerEndpoint()); err != nil {
-		return err
-	}
-	return netns.Do(NetnsPath(s.Router.Netns), func() error {
-		if err := ensureBridgeHere(s.Router.Bridge, s.Router.IP2, s.Underlay2.Bits(), nil); err != nil {
-			return fmt.Errorf("router: %w", err)
-		}
-		return nil
-	})
-}
-
-// nodeReady reports whether node n is fully wired (see endpointReady).
-func (k kernel) nodeReady(s *Spec, n Node) (bool, error) {
-	if n.Subnet == 1 && s.Router == nil {
-		return false, fmt.Errorf("node %s is on the second subnet of a lab without one", n.Name)
-	}
-	return k.endpointReady(s.nodeEndpoint(n))
-}
-
-// ensureNode creates node n's namespace and wires it to its underlay.
-func (k kernel) ensureNode(s *Spec, n Node) error {
-	if n.Subnet == 1 && s.Router == nil {
-		return fmt.Errorf("node %s is on the second subnet of a lab without one", n.Name)
-	}
-	return k.ensureEndpoint(s.nodeEndpoint(n))
-}
-
-// externalReady and ensureExternal are the external host's.
-func (k kernel) externalReady(s *Spec) (bool, error) { return k.endpointReady(s.externalEndpoint()) }
-func (k kernel) ensureExternal(s *Spec) error        { return k.ensureEndpoint(s.externalEndpoint()) }
-
-// endpointReady reports whether e is fully wired: its namespace exists,
-// its host veth is up on the segment's bridge, and inside, lo and eth0 are
-// up, eth0 holds the address, the routes are there, and IPv4 forwarding
-// is on when e forwards.
-func (k kernel) endpointReady(e endpoint) (bool, error) {
-	path := NetnsPath(e.netns)
-	if err := netns.Check(path); err != nil {
-		if errors.Is(err, netns.ErrNotExist) {
-			return false, nil
-		}
-		return false, err
-	}
-	if e.seg.ns != "" {
-		if err := netns.Check(e.seg.ns); errors.Is(err, netns.ErrNotExist) {
-			return false, nil
-		}
-	}
-	ready := false
-	err := k.in(e.seg, func() error {
-		br, err := netlinkx.LinkByName(e.seg.bridge)
-		if netlinkx.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err := netlinkx.LinkByName(e.hostVeth)
-		if netlinkx.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ready = v.Type() == "veth" && isUp(v) && v.Attrs().MasterIndex == br.Attrs().Index
-		return nil
-	})
-	if err != nil || !ready {
-		return false, err
-	}
-	err = netns.Do(path, func() error {
-		ready = false
-		lo, err := netlinkx.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		eth, err := netlinkx.LinkByName("eth0")
-		if netlinkx.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ok, err := hasAddr(eth, e.ip, e.bits)
-		if err != nil || !ok || !isUp(lo) || !isUp(eth) {
-			return err
-		}
-		for _, r := range e.routes {
-			if ok, err := hasRoute(eth, r); err != nil || !ok {
-				return err
-			}
-		}
-		for _, r := range e.ecmp {
-			if ok, err := hasECMPRoute(eth, r); err != nil || !ok {
-				return err
-			}
-		}
-		if e.forward {
-			fwd, err := sysctl.Get("net.ipv4.ip_forward")
-			if err != nil || fwd != "1" {
-				return err
-			}
-		}
-		for _, sc := range e.sysctls {
-			if v, err := sysctl.Get(sc.key); err != nil || v != sc.value {
-				return err
-			}
-		}
-		ready = true
-		return nil
-	})
-	return ready, err
-}
-
-// ensureEndpoint creates e's namespace and wires it to its segment.
-func (k kernel) ensureEndpoint(e endpoint) error {
-	path := NetnsPath(e.netns)
-	if err := netns.Check(path); errors.Is(err, netns.ErrNotExist) {
-		if _, err := netns.Create(e.netns); err != nil {
-			return fmt.Errorf("%s: %w", e.what, err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("%s: %w", e.what, err)
-	}
-	h, err := vnetns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("%s: opening netns %s: %w", e.what, path, err)
-	}
-	defer h.Close()
-
-	// A veth pair lives or dies as a whole, so eth0 inside without our
-	// host veth is not ours: remove it, then make the pair.
-	hostVethOK := false
-	err = k.in(e.seg, func() error {
-		v, err := netlinkx.LinkByName(e.hostVeth)
-		if netlinkx.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if v.Type() != "veth" {
-			return fmt.Errorf("interface %s exists and is a %s, not the veth of %s; remove it", e.hostVeth, v.Type(), e.what)
-		}
-		hostVethOK = true
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	var eth0OK bool
-	if err := netns.DoHandle(h, func() error {
-		eth, err := netlinkx.LinkByName("eth0")
-		if netlinkx.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !hostVethOK {
-			return netlink.LinkDel(eth)
-		}
-		eth0OK = true
-		return nil
-	}); err != nil {
-		return fmt.Errorf("%s: %w", e.what, err)
-	}
-	if hostVethOK && !eth0OK {
-		// Our host veth's peer went elsewhere: recreate the pair.
-		if err := k.in(e.seg, func() error { return deleteLink(e.hostVeth) }); err != nil {
-			return err
-		}
-		hostVethOK = false
-	}
-
-	err = k.in(e.seg, func() error {
-		br, err := netlinkx.LinkByName(e.seg.bridge)
-		if err != nil {
-			return fmt.Errorf("%s: bridge %s: %w", e.what, e.seg.bridge, err)
-		}
-		if !hostVethOK {
-			veth := &netlink.Veth{
-				LinkAttrs:     netlink.LinkAttrs{Name: e.hostVeth, MasterIndex: br.Attrs().Index},
-				PeerName:      "eth0",
-				PeerNamespace: netlink.NsFd(int(h)),
-				// A MAC derived from the IP: a rebuilt endpoint keeps it,
-				// so its peers' ARP entries stay right.
-				PeerHardwareAddr: nodeMAC(e.ip),
-			}
-			if err := netlink.LinkAdd(veth); err != nil {
-				return fmt.Errorf("%s: creating veth %s <-> eth0: %w", e.what, e.hostVeth, err)
-			}
-		}
-		v, err := netlinkx.LinkByName(e.hostVeth)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.what, err)
-		}
-		if v.Attrs().MasterIndex != br.Attrs().Index {
-			if err := netlink.LinkSetMaster(v, br); err != nil {
-				return fmt.Errorf("%s: attaching %s to %s: %w", e.what, e.hostVeth, e.seg.bridge, err)
-			}
-		}
-		if err := netlink.LinkSetUp(v); err != nil {
-			return fmt.Errorf("%s: setting %s up: %w", e.what, e.hostVeth, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-
-	return netns.DoHandle(h, func() error {
-		lo, err := netlinkx.LinkByName("lo")
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.what, err)
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return fmt.Errorf("%s: lo up: %w", e.what, err)
-		}
-		eth, err := netlinkx.LinkByName("eth0")
-		if err != nil {
-			return fmt.Errorf("%s: eth0: %w", e.what, err)
-		}
-		ok, err := hasAddr(eth, e.ip, e.bits)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(e.ip, e.bits)}); err != nil {
-				return fmt.Errorf("%s: adding %s to eth0: %w", e.what, e.ip, err)
-			}
-		}
-		if err := netlink.LinkSetUp(eth); err != nil {
-			return fmt.Errorf("%s: eth0 up: %w", e.what, err)
-		}
-		for _, r := range e.routes {
-			if err := ensureRoute(eth, r); err != nil {
-				return fmt.Errorf("%s: %w", e.what, err)
-			}
-		}
-		for _, r := range e.ecmp {
-			if err := ensureECMPRoute(eth, r); err != nil {
-				return fmt.Errorf("%s: %w", e.what, err)
-			}
-		}
-		if e.forward {
-			// A node routes between its pods and the underlay; the router
-			// between the underlays.
-			if err := sysctl.Set("net.ipv4.ip_forward", "1"); err != nil {
-				return fmt.Errorf("%s: %w", e.what, err)
-			}
-		}
-		for _, sc := range e.sysctls {
-			if err := sysctl.Set(sc.key, sc.value); err != nil {
-				return fmt.Errorf("%s: %w", e.what, err)
-			}
-		}
-		return nil
-	})
-}
-
-// deleteLink removes a link by name; a missing one is fine.
-func deleteLink(name string) error {
-	l, err := netlinkx.LinkByName(name)
-	if netlinkx.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("deleting %s: %w", name, err)
-	}
-	return nil
+// ready reports whether no fix names part id.
+func ready(fixes []fix, id partID) bool {
+	return !slices.ContainsFunc(fixes, func(f fix) bool { return f.part == id })
 }
 
 // removeEndpoint deletes a host veth (and with it eth0) from the segment's
 // namespace, when that still exists, and the namespace netnsName.
 // Processes still inside keep the namespace alive, so callers stop them
 // first.
-func (k kernel) removeEndpoint(what, netnsName, hostVeth string, seg segment) error {
+func (k kernel) removeEndpoint(id partID, netnsName, hostVeth string, seg segment) error {
 	var errs []error
-	segGone := false
-	if seg.ns != "" {
-		segGone = errors.Is(netns.Check(seg.ns), netns.ErrNotExist)
-	}
-	if !segGone {
-		if err := k.in(seg, func() error { return deleteLink(hostVeth) }); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+	for _, f := range []fix{
+		{part: id, op: fixDeleteLink, ns: seg.ns, link: hostVeth},
+		{part: id, op: fixDeleteNetns, ns: NetnsPath(netnsName)},
+	} {
+		if err := k.io.apply(f); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
 		}
-	}
-	if err := netns.Delete(netnsName); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", what, err))
 	}
 	return errors.Join(errs...)
 }
@@ -696,37 +569,33 @@ func (k kernel) removeNode(n Node, routerNetns string) error {
 	if n.Subnet == 1 {
 		seg.ns = NetnsPath(routerNetns)
 	}
-	return k.removeEndpoint("node "+n.Name, n.Netns, n.HostVeth, seg)
+	return k.removeEndpoint(nodePart(n.Name), n.Netns, n.HostVeth, seg)
 }
 
 // removeRouter and removeExternal delete lab name's router and external
 // host (by their names, so they go without a lab.json too).
 func (k kernel) removeRouter(name string) error {
-	return k.removeEndpoint("router", RouterNetns(name), RouterVeth(name), segment{})
+	return k.removeEndpoint(partRouter, RouterNetns(name), RouterVeth(name), segment{})
 }
 
 func (k kernel) removeExternal(name string) error {
-	return k.removeEndpoint("external host", ExternalNetns(name), ExternalVeth(name), segment{})
+	return k.removeEndpoint(partExternal, ExternalNetns(name), ExternalVeth(name), segment{})
 }
 
 // removeBridge deletes the underlay bridge (and the host address and the
 // lab's routes on it).
 func (k kernel) removeBridge(s *Spec) error {
-	return k.inHost(func() error { return deleteLink(s.Bridge) })
+	return k.io.apply(fix{part: partUnderlay, op: fixDeleteLink, link: s.Bridge})
 }
 
 // linkExists reports whether a link named name exists in the host.
 func (k kernel) linkExists(name string) (bool, error) {
-	found := false
-	err := k.inHost(func() error {
-		_, err := netlinkx.LinkByName(name)
-		if netlinkx.IsNotFound(err) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	return found, err
+	v, err := k.io.read(map[string]*query{"": {links: []string{name}}})
+	if err != nil {
+		return false, err
+	}
+	_, ok := v[""].links[name]
+	return ok, nil
 }
 
 // nodeMAC is 0a:58 followed by the IPv4 address, as Kubernetes networking

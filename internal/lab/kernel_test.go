@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,23 @@ import (
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
+
+func mustPlan(t *testing.T, k kernel, s *Spec) []fix {
+	t.Helper()
+	fixes, err := k.plan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixes
+}
+
+// applyPlan applies the fixes s needs now.
+func applyPlan(t *testing.T, k kernel, s *Spec) {
+	t.Helper()
+	if err := k.apply(mustPlan(t, k, s)); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestKernelUnderlay builds a 2-node underlay with a test namespace
 // standing in for the root namespace: nodes reach each other and the
@@ -26,42 +44,27 @@ func TestKernelUnderlay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := kernel{hostNS: hostNS}
+	k := newKernel(hostNS)
 	t.Cleanup(func() {
 		for _, n := range s.Nodes {
 			_ = netns.Delete(n.Netns)
 		}
 	})
 
+	plan := func() []fix { t.Helper(); return mustPlan(t, k, s) }
 	obs := func() (bool, []bool) {
-		br, err := k.bridgeReady(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		t.Helper()
+		fixes := plan()
 		var nodes []bool
 		for _, n := range s.Nodes {
-			ok, err := k.nodeReady(s, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			nodes = append(nodes, ok)
+			nodes = append(nodes, ready(fixes, nodePart(n.Name)))
 		}
-		return br, nodes
+		return ready(fixes, partUnderlay), nodes
 	}
 	if br, nodes := obs(); br || nodes[0] || nodes[1] {
 		t.Fatalf("before: bridge %v nodes %v", br, nodes)
 	}
-	ensure := func() {
-		t.Helper()
-		if err := k.ensureBridge(s); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range s.Nodes {
-			if err := k.ensureNode(s, n); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	ensure := func() { t.Helper(); applyPlan(t, k, s) }
 	ensure()
 	if br, nodes := obs(); !br || !nodes[0] || !nodes[1] {
 		t.Fatalf("after ensure: bridge %v nodes %v", br, nodes)
@@ -89,9 +92,28 @@ func TestKernelUnderlay(t *testing.T) {
 			testutil.RunIn(t, NetnsPath(s.Nodes[0].Netns), "ip", "-o", "-4", "addr")
 	}
 	before := dump()
+	if fixes := plan(); len(fixes) != 0 {
+		t.Errorf("fixes on a ready lab:\n%s", fixLines(fixes))
+	}
 	ensure()
 	if after := dump(); after != before {
 		t.Errorf("second ensure changed the kernel:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+
+	// Drift in real namespaces: a route gone from node 1, forwarding off
+	// in node 2, the bridge down: exactly those fixes, then none.
+	testutil.RunIn(t, NetnsPath(s.Nodes[0].Netns), "ip", "route", "del", s.ServiceCIDR.String())
+	testutil.RunIn(t, NetnsPath(s.Nodes[1].Netns), "sysctl", "-qw", "net.ipv4.ip_forward=0")
+	testutil.RunIn(t, hostNS, "ip", "link", "set", s.Bridge, "down")
+	want := "underlay: set " + s.Bridge + " up in the host\n" +
+		"node " + s.Nodes[0].Name + ": route " + s.ServiceCIDR.String() + " dev eth0 in netns " + s.Nodes[0].Netns + "\n" +
+		"node " + s.Nodes[1].Name + ": sysctl net.ipv4.ip_forward=1 in netns " + s.Nodes[1].Netns + "\n"
+	if got := fixLines(plan()); got != want {
+		t.Errorf("fixes after drift:\n%s\nwant:\n%s", got, want)
+	}
+	ensure()
+	if fixes := plan(); len(fixes) != 0 {
+		t.Errorf("fixes after repair:\n%s", fixLines(fixes))
 	}
 
 	// Repair: the host veth of node 2 is deleted (its eth0 goes with it).
@@ -182,7 +204,7 @@ func TestKernelTwoSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := kernel{hostNS: hostNS}
+	k := newKernel(hostNS)
 	t.Cleanup(func() {
 		for _, n := range s.Nodes {
 			_ = netns.Delete(n.Netns)
@@ -194,47 +216,34 @@ func TestKernelTwoSubnets(t *testing.T) {
 		t.Fatalf("layout: %+v", s.Nodes)
 	}
 
+	plan := func() []fix { t.Helper(); return mustPlan(t, k, s) }
 	ready := func() string {
 		t.Helper()
-		var b strings.Builder
-		check := func(what string, ok bool, err error) {
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			fmt.Fprintf(&b, "%s=%v ", what, ok)
-		}
-		ok, err := k.bridgeReady(s)
-		check("bridge", ok, err)
-		ok, err = k.routerReady(s)
-		check("router", ok, err)
+		fixes := plan()
+		parts := []struct {
+			what string
+			id   partID
+		}{{"bridge", partUnderlay}, {"router", partRouter}}
 		for _, n := range s.Nodes {
-			ok, err := k.nodeReady(s, n)
-			check(n.Name[len(name)+1:], ok, err)
+			parts = append(parts, struct {
+				what string
+				id   partID
+			}{n.Name[len(name)+1:], nodePart(n.Name)})
 		}
-		ok, err = k.externalReady(s)
-		check("external", ok, err)
+		parts = append(parts, struct {
+			what string
+			id   partID
+		}{"external", partExternal})
+		var b strings.Builder
+		for _, p := range parts {
+			fmt.Fprintf(&b, "%s=%v ", p.what, !slices.ContainsFunc(fixes, func(f fix) bool { return f.part == p.id }))
+		}
 		return strings.TrimSpace(b.String())
 	}
 	if got := ready(); strings.Contains(got, "true") {
 		t.Fatalf("before: %s", got)
 	}
-	ensure := func() {
-		t.Helper()
-		if err := k.ensureBridge(s); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.ensureRouter(s); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range s.Nodes {
-			if err := k.ensureNode(s, n); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := k.ensureExternal(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensure := func() { t.Helper(); applyPlan(t, k, s) }
 	ensure()
 	allReady := "bridge=true router=true node1=true node2=true node3=true external=true"
 	if got := ready(); got != allReady {
@@ -289,10 +298,12 @@ func TestKernelTwoSubnets(t *testing.T) {
 		t.Errorf("second ensure changed the kernel:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
-	// A node's route to the other subnet is part of being wired.
+	// A node's route to the other subnet is part of being wired: exactly
+	// that fix.
 	testutil.RunIn(t, NetnsPath(s.Nodes[0].Netns), "ip", "route", "del", "10.250.79.0/24")
-	if got := ready(); !strings.Contains(got, "node1=false") {
-		t.Errorf("node 1 without its route: %s", got)
+	want := "node " + s.Nodes[0].Name + ": route 10.250.79.0/24 via 10.250.78.254 dev eth0 in netns " + s.Nodes[0].Netns + "\n"
+	if got := fixLines(plan()); got != want {
+		t.Errorf("node 1 without its route:\n%s\nwant:\n%s", got, want)
 	}
 	// The router rebuilt from nothing: the second subnet's nodes lose
 	// their veths with it.

@@ -135,8 +135,8 @@ func TestLBPoolExternalRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := s.externalEndpoint()
-	if len(e.routes) != 0 || len(e.ecmp) != 1 || e.ecmp[0].dst.String() != "10.251.0.0/24" ||
-		joinAddrs(e.ecmp[0].vias) != "10.250.0.11 10.250.0.12 10.250.0.13" || len(e.sysctls) != 1 || e.sysctls[0].value != "1" {
+	if len(e.routes) != 1 || e.routes[0].String() != "10.251.0.0/24 via 10.250.0.11 10.250.0.12 10.250.0.13 dev eth0" ||
+		len(e.sysctls) != 1 || e.sysctls[0].value != "1" {
 		t.Errorf("external endpoint: %+v", e)
 	}
 	// Two subnets: only the nodes on the external host's own underlay.
@@ -146,12 +146,12 @@ func TestLBPoolExternalRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := s2.externalEndpoint(); len(e.ecmp) != 1 || joinAddrs(e.ecmp[0].vias) != "10.250.0.11 10.250.0.13" {
+	if e := s2.externalEndpoint(); len(e.routes) != 2 || e.routes[1].String() != "10.251.0.0/24 via 10.250.0.11 10.250.0.13 dev eth0" {
 		t.Errorf("two subnets: %+v", e)
 	}
 	// One node: a plain route.
 	s1, _ := NewSpec(lbOpts("flatnet", 1), DefaultUnderlay("flatnet"))
-	if e := s1.externalEndpoint(); len(e.ecmp) != 0 || len(e.routes) != 1 || e.routes[0] != (route{netip.MustParsePrefix("10.251.0.0/24"), netip.MustParseAddr("10.250.0.11")}) {
+	if e := s1.externalEndpoint(); len(e.routes) != 1 || e.routes[0].String() != "10.251.0.0/24 via 10.250.0.11 dev eth0" || len(e.sysctls) != 0 {
 		t.Errorf("one node: %+v", e)
 	}
 }
@@ -208,30 +208,17 @@ func TestKernelLBRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := kernel{hostNS: hostNS}
+	k := newKernel(hostNS)
 	t.Cleanup(func() {
 		for _, n := range append(s.Nodes, Node{Netns: NodeNetns(name, 4)}) {
 			_ = netns.Delete(n.Netns)
 		}
 		_ = netns.Delete(s.External.Netns)
 	})
-	ensure := func(s *Spec) {
-		t.Helper()
-		if err := k.ensureBridge(s); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range s.Nodes {
-			if err := k.ensureNode(s, n); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := k.ensureExternal(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensure := func(s *Spec) { t.Helper(); applyPlan(t, k, s) }
 	ensure(s)
-	if ok, err := k.externalReady(s); !ok || err != nil {
-		t.Fatalf("external host not ready after ensure: %v", err)
+	if fixes := mustPlan(t, k, s); len(fixes) != 0 {
+		t.Fatalf("not ready after ensure:\n%s", fixLines(fixes))
 	}
 	ext := NetnsPath(s.External.Netns)
 	route := func() string { return testutil.RunIn(t, ext, "ip", "-4", "route", "show", "10.251.76.0/24") }
@@ -287,8 +274,9 @@ func TestKernelLBRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := k.externalReady(s4); ok {
-		t.Error("external host ready with a route over 3 of 4 nodes")
+	if fixes := fixesOf(mustPlan(t, k, s4), partExternal); len(fixes) != 1 ||
+		fixes[0].String() != "external host: route 10.251.76.0/24 via 10.250.76.11 10.250.76.12 10.250.76.13 10.250.76.14 dev eth0 in netns "+s.External.Netns {
+		t.Errorf("external host with a route over 3 of 4 nodes: fixes\n%s", fixLines(fixes))
 	}
 	ensure(s4)
 	if !strings.Contains(route(), "nexthop via "+s4.Nodes[3].IP.String()+" dev eth0") || strings.Count(route(), "nexthop") != 4 {

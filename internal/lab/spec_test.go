@@ -409,17 +409,23 @@ func TestNewSpecTwoSubnets(t *testing.T) {
 	// Routes: nodes reach the other subnet via the router, the host and
 	// the external host reach the second subnet via it; nobody has a
 	// default route.
-	svc := route{dst: s.ServiceCIDR} // on-link on eth0
-	if got := s.nodeEndpoint(s.Nodes[1]).routes; len(got) != 2 || got[0] != (route{p("10.250.0.0/24"), a("10.250.1.1")}) || got[1] != svc {
+	routes := func(rs []route) string {
+		var ss []string
+		for _, r := range rs {
+			ss = append(ss, r.String())
+		}
+		return strings.Join(ss, "; ")
+	}
+	if got := routes(s.nodeEndpoint(s.Nodes[1]).routes); got != "10.250.0.0/24 via 10.250.1.1 dev eth0; 10.96.0.0/16 dev eth0" {
 		t.Errorf("node 2 routes %v", got)
 	}
-	if got := s.nodeEndpoint(s.Nodes[0]).routes; len(got) != 2 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) || got[1] != svc {
+	if got := routes(s.nodeEndpoint(s.Nodes[0]).routes); got != "10.250.1.0/24 via 10.250.0.254 dev eth0; 10.96.0.0/16 dev eth0" {
 		t.Errorf("node 1 routes %v", got)
 	}
-	if got := s.hostRoutes(); len(got) != 1 || got[0] != (route{p("10.250.1.0/24"), a("10.250.0.254")}) {
+	if got := routes(s.hostRoutes()); got != "10.250.1.0/24 via 10.250.0.254 dev fl-flatnet" {
 		t.Errorf("host routes %v", got)
 	}
-	if got := s.externalEndpoint(); got.forward || len(got.routes) != 1 {
+	if got := s.externalEndpoint(); len(got.sysctls) != 0 || len(got.routes) != 1 {
 		t.Errorf("external endpoint %+v", got)
 	}
 	// Options rebuild the same Spec.

@@ -130,9 +130,12 @@ type Status struct {
 	EtcdPID      int
 	ControlPlane bool
 	Controller   int // pid; 0 when not running
-	Nodes        []NodeStatus
-	Pods         []PodStatus
-	APIError     error // the API could not be read
+	// Drift lists what the kernel lacks (one line per fix `up` would
+	// apply); empty when every part is wired.
+	Drift    []string
+	Nodes    []NodeStatus
+	Pods     []PodStatus
+	APIError error // the API could not be read
 }
 
 // NodeStatus is one node.
@@ -158,19 +161,17 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 	}
 	s := &rec.Spec
 	st := &Status{Spec: s, K8sBinDir: rec.K8sBinDir}
-	k := kernel{}
-	if st.Underlay, err = k.bridgeReady(s); err != nil {
+	fixes, err := newKernel("").plan(s)
+	if err != nil {
 		return nil, err
 	}
-	if s.Router != nil {
-		if st.Router, err = k.routerReady(s); err != nil {
-			return nil, err
-		}
+	for _, f := range fixes {
+		st.Drift = append(st.Drift, f.String())
 	}
+	st.Underlay = ready(fixes, partUnderlay)
+	st.Router = s.Router != nil && ready(fixes, partRouter)
+	st.External = s.External != nil && ready(fixes, partExternal)
 	if s.External != nil {
-		if st.External, err = k.externalReady(s); err != nil {
-			return nil, err
-		}
 		if pid, ok := proc.Running(s.StateDir, ProcExternal); ok {
 			st.ExternalPID = pid
 		}
@@ -180,10 +181,7 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 		st.Controller = pid
 	}
 	for _, n := range s.Nodes {
-		ns := NodeStatus{Node: n, Ready: "-"}
-		if ns.Wired, err = k.nodeReady(s, n); err != nil {
-			return nil, err
-		}
+		ns := NodeStatus{Node: n, Ready: "-", Wired: ready(fixes, nodePart(n.Name))}
 		if pid, ok := proc.Running(s.StateDir, AgentProc(n.Name)); ok {
 			ns.Agent = pid
 		}
@@ -312,6 +310,13 @@ func (st *Status) Print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if len(st.Drift) > 0 {
+		fmt.Fprintf(w, "missing in the kernel (`flatnet lab up%s` repairs it):\n", nameFlag(s.Name))
+		for _, d := range st.Drift {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
+		fmt.Fprintln(w)
+	}
 	if st.APIError != nil {
 		fmt.Fprintf(w, "pods: cannot read the API: %v\n", st.APIError)
 		return

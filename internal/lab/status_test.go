@@ -20,7 +20,8 @@ func TestStatusPrint(t *testing.T) {
 			{Node: s.Nodes[0], Wired: true, Agent: 40, PodCIDR: "10.244.0.0/24", Ready: "True"},
 			{Node: s.Nodes[1], Wired: false, PodCIDR: "10.244.1.0/24", Ready: "Unknown"},
 		},
-		Pods: []PodStatus{{Namespace: "default", Name: "netexec-1", Node: "flatnet-node1", IP: "10.244.0.2", Phase: "Running", Ready: "1/1"}},
+		Drift: []string{"node flatnet-node2: route 10.96.0.0/16 dev eth0 in netns fl-flatnet-n2"},
+		Pods:  []PodStatus{{Namespace: "default", Name: "netexec-1", Node: "flatnet-node1", IP: "10.244.0.2", Phase: "Running", Ready: "1/1"}},
 	}
 	var b bytes.Buffer
 	st.Print(&b)
@@ -33,6 +34,9 @@ networks:      cluster 10.244.0.0/16 (/24 per node), services 10.96.0.0/16, back
 NODE           INTERNAL-IP  POD-CIDR       READY    NETNS                    AGENT
 flatnet-node1  10.250.0.11  10.244.0.0/24  True     fl-flatnet-n1            pid 40
 flatnet-node2  10.250.0.12  10.244.1.0/24  Unknown  fl-flatnet-n2 (MISSING)  not running
+
+missing in the kernel (` + "`flatnet lab up`" + ` repairs it):
+  node flatnet-node2: route 10.96.0.0/16 dev eth0 in netns fl-flatnet-n2
 
 NAMESPACE  POD        NODE           IP          PHASE    READY
 default    netexec-1  flatnet-node1  10.244.0.2  Running  1/1

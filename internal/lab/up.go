@@ -90,8 +90,8 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		return nil, err
 	}
 
-	k := kernel{}
-	obs, err := observe(k, s)
+	k := newKernel("")
+	obs, fixes, err := observe(k, s)
 	if err != nil {
 		return nil, err
 	}
@@ -132,19 +132,18 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		case StepBin:
 			err = installBinaries(s.BinDir(), flatnetBin, cniBin)
 		case StepUnderlay:
-			err = k.ensureBridge(s)
+			err = k.apply(fixesOf(fixes, partUnderlay))
 		case StepRouter:
-			err = k.ensureRouter(s)
+			err = k.apply(fixesOf(fixes, partRouter))
 		case StepNode:
-			n, _ := s.Node(st.Node)
-			err = k.ensureNode(s, n)
+			err = k.apply(fixesOf(fixes, nodePart(st.Node)))
 		case StepExternal:
 			if st.Restart {
 				if err = proc.Stop(s.StateDir, ProcExternal, 5*time.Second); err != nil {
 					break
 				}
 			}
-			if err = k.ensureExternal(s); err != nil {
+			if err = k.apply(fixesOf(fixes, partExternal)); err != nil {
 				break
 			}
 			if _, running := proc.Running(s.StateDir, ProcExternal); !running {
@@ -214,23 +213,22 @@ func nameFlag(name string) string {
 	return " --name " + name
 }
 
-// observe reads what of s already runs.
-func observe(k kernel, s *Spec) (Observed, error) {
+// observe reads what of s already runs, and the kernel fixes s needs.
+func observe(k kernel, s *Spec) (Observed, []fix, error) {
 	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
 	o.Bin = binariesPresent(s.BinDir())
-	var err error
-	if o.Underlay, err = k.bridgeReady(s); err != nil {
-		return o, err
+	fixes, err := k.plan(s)
+	if err != nil {
+		return o, nil, err
 	}
+	o.Underlay = ready(fixes, partUnderlay)
+	o.Router = s.Router != nil && ready(fixes, partRouter)
+	o.External = s.External != nil && ready(fixes, partExternal)
 	for _, n := range s.Nodes {
-		ok, err := k.nodeReady(s, n)
-		if err != nil {
-			return o, fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		o.Nodes[n.Name] = ok
+		o.Nodes[n.Name] = ready(fixes, nodePart(n.Name))
 		var pid int
 		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
 		if o.Agents[n.Name] {
@@ -238,15 +236,7 @@ func observe(k kernel, s *Spec) (Observed, error) {
 			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
 		}
 	}
-	if s.Router != nil {
-		if o.Router, err = k.routerReady(s); err != nil {
-			return o, fmt.Errorf("router: %w", err)
-		}
-	}
 	if s.External != nil {
-		if o.External, err = k.externalReady(s); err != nil {
-			return o, fmt.Errorf("external host: %w", err)
-		}
 		_, o.ExternalServer = proc.Running(s.StateDir, ProcExternal)
 	}
 	_, _, o.ControlPlane = controlplane.Running(s.StateDir)
@@ -255,7 +245,7 @@ func observe(k kernel, s *Spec) (Observed, error) {
 		o.ControllerWithoutEndpointSlices = !hasFlag(cpid, "--endpointslices")
 		o.ControllerLBPool = flagOf(cpid, "--load-balancer-ip-pool")
 	}
-	return o, nil
+	return o, fixes, nil
 }
 
 func makeStateDirs(s *Spec) error {
