@@ -117,28 +117,40 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, name string) {
 		startFailed(err)
 		return
 	}
+	rctx, cancel := context.WithCancel(ctx)
 	cr.Proc, cr.StartedAt = &proc, now
 	cr.Ready, cr.Started = false, c.StartupProbe == nil
 	cr.TermSentAt, cr.KillSentAt, cr.KillReason = time.Time{}, time.Time{}, ""
-	w.watch(ctx, pod, c, cr, exits, env)
+	w.watch(rctx, cancel, pod, c, cr, exits, false, env)
 	w.log.Info("Started container", "container", name, "pid", proc.PID, "restartCount", cr.RestartCount)
 	w.event(pod, v1.EventTypeNormal, "Started", "Started container %s", name)
 }
 
-// watch follows a live container: its exit and its probes.
-func (w *worker) watch(ctx context.Context, pod *v1.Pod, c *v1.Container, cr *containerRecord, exits <-chan exitInfo, env []string) {
-	rctx, cancel := context.WithCancel(ctx)
+// watch follows a live container, its exit and its probes, until rctx
+// ends (cancel ends it). Every goroutine it starts is counted in
+// w.watchers. An adopted container's exits channel comes from a process
+// watcher that ends with rctx and then closes it: the exit watcher waits
+// for that, so that no goroutine outlives the worker.
+func (w *worker) watch(rctx context.Context, cancel context.CancelFunc, pod *v1.Pod, c *v1.Container, cr *containerRecord, exits <-chan exitInfo, adopted bool, env []string) {
 	run := &containerRun{proc: *cr.Proc, cancel: cancel, counters: map[probeKind]*probeCounter{}}
 	if old := w.runs[cr.Name]; old != nil {
 		old.cancel()
 	}
 	w.runs[cr.Name] = run
 	name, proc := cr.Name, *cr.Proc
+	w.watchers.Add(1)
 	go func() {
+		defer w.watchers.Done()
 		select {
-		case e := <-exits:
-			w.post(workerEvent{kind: evExit, container: name, proc: proc, exit: e})
+		case e, ok := <-exits:
+			if ok {
+				w.post(workerEvent{kind: evExit, container: name, proc: proc, exit: e})
+			}
 		case <-rctx.Done():
+		}
+		if adopted {
+			for range exits {
+			}
 		}
 	}()
 	if c == nil || pod == nil {
@@ -158,15 +170,22 @@ func (w *worker) watch(ctx context.Context, pod *v1.Pod, c *v1.Container, cr *co
 			// Adopted and ready: stay so until the probe says otherwise.
 			run.counters[kind] = &probeCounter{verdict: true, decided: true}
 		}
-		go w.probeLoop(rctx, name, proc, kind, p, target)
+		w.watchers.Add(1)
+		go func() {
+			defer w.watchers.Done()
+			w.probeLoop(rctx, name, proc, kind, p, target)
+		}()
 	}
 }
 
+// stopWatching ends the watch of every container and waits for its
+// goroutines (a probe in flight is cancelled; see prober.go).
 func (w *worker) stopWatching() {
 	for n, r := range w.runs {
 		r.cancel()
 		delete(w.runs, n)
 	}
+	w.watchers.Wait()
 }
 
 // containerExited records the exit of a container's first process.
@@ -199,8 +218,10 @@ func (w *worker) adopt(ctx context.Context) {
 		if cr.Proc == nil {
 			continue
 		}
-		exits, ok := w.c.d.procs.adopt(*cr.Proc)
+		rctx, cancel := context.WithCancel(ctx)
+		exits, ok := w.c.d.procs.adopt(rctx, *cr.Proc)
 		if !ok || nsLost {
+			cancel()
 			w.c.d.procs.killAll(*cr.Proc)
 			recordExit(cr, exitRecordFor(exitInfo{At: now}, cr.StartedAt), now)
 			continue
@@ -217,7 +238,7 @@ func (w *worker) adopt(ctx context.Context) {
 		if c != nil {
 			env, _ = w.env(ctx, pod, c)
 		}
-		w.watch(ctx, pod, c, cr, exits, env)
+		w.watch(rctx, cancel, pod, c, cr, exits, true, env)
 		w.log.Info("Adopted running container", "container", cr.Name, "pid", cr.Proc.PID)
 	}
 	if nsLost {

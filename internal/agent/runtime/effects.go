@@ -68,8 +68,9 @@ type processes interface {
 	// its exit.
 	start(spec procSpec) (procID, <-chan exitInfo, error)
 	// adopt watches a process started by an earlier agent; ok is false
-	// if it is not running any more.
-	adopt(p procID) (exits <-chan exitInfo, ok bool)
+	// if it is not running any more. The watch ends with ctx (or the
+	// exit) and then closes exits.
+	adopt(ctx context.Context, p procID) (exits <-chan exitInfo, ok bool)
 	// signal sends sig to the container's first process.
 	signal(p procID, sig syscall.Signal) error
 	// killAll kills every remaining process of the container.
@@ -349,14 +350,16 @@ func exitFromState(ps *os.ProcessState) exitInfo {
 	return e
 }
 
-func (r *realProcesses) adopt(p procID) (<-chan exitInfo, bool) {
+func (r *realProcesses) adopt(ctx context.Context, p procID) (<-chan exitInfo, bool) {
 	if !procAlive(p) {
 		return nil, false
 	}
 	exits := make(chan exitInfo, 1)
 	go func() {
-		waitGone(p, nil)
-		exits <- exitInfo{Known: false, At: time.Now()}
+		defer close(exits)
+		if waitGone(p, ctx.Done()) {
+			exits <- exitInfo{Known: false, At: time.Now()}
+		}
 	}()
 	return exits, true
 }

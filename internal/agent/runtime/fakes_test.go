@@ -178,15 +178,24 @@ func (f *fakeProcs) exit(container string, code int32) bool {
 	return false
 }
 
-func (f *fakeProcs) adopt(id procID) (<-chan exitInfo, bool) {
+func (f *fakeProcs) adopt(ctx context.Context, id procID) (<-chan exitInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.find(id)
 	if p == nil || !p.alive {
 		return nil, false
 	}
-	p.exits = make(chan exitInfo, 1)
-	return p.exits, true
+	in, out := make(chan exitInfo, 1), make(chan exitInfo, 1)
+	p.exits = in
+	go func() {
+		defer close(out)
+		select {
+		case e := <-in:
+			out <- e
+		case <-ctx.Done():
+		}
+	}()
+	return out, true
 }
 
 func (f *fakeProcs) signal(id procID, sig syscall.Signal) error {

@@ -105,26 +105,27 @@ func signalProc(p procID, sig syscall.Signal) error {
 	return nil
 }
 
-// waitGone blocks until p has exited (or is a zombie) or ctx-like stop
-// closes. It polls a pidfd, which becomes readable at exit.
-func waitGone(p procID, stop <-chan struct{}) {
+// waitGone blocks until p has exited (or is a zombie), and reports true,
+// or until stop closes, and reports false (checked every half second). It
+// polls a pidfd, which becomes readable at exit.
+func waitGone(p procID, stop <-chan struct{}) bool {
 	fd, err := pidfdFor(p)
 	if err != nil {
-		return
+		return true
 	}
 	defer unix.Close(fd)
 	for {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, 500)
 		if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
-			return
+			return true
 		}
 		if !procAlive(p) {
-			return
+			return true
 		}
 		select {
 		case <-stop:
-			return
+			return false
 		default:
 		}
 	}

@@ -43,6 +43,7 @@ type worker struct {
 	// Owned by run.
 	rec            *podRecord
 	runs           map[string]*containerRun
+	watchers       sync.WaitGroup // the goroutines of runs: exit watchers, probe loops
 	sandboxErr     string
 	sandboxRetryAt time.Time
 	sandboxBackoff time.Duration

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -29,8 +31,10 @@ type harness struct {
 	ns     *fakeNS
 	procs  *fakeProcs
 	prober *fakeProber
-	cancel context.CancelFunc
-	done   chan error
+	// realProcs, when set, are the processes instead of procs.
+	realProcs processes
+	cancel    context.CancelFunc
+	done      chan error
 }
 
 func newHarness(t *testing.T, objs ...kruntime.Object) *harness {
@@ -60,6 +64,9 @@ func (h *harness) start(resolv string) {
 	d := deps{
 		net: h.net, ns: h.ns, procs: h.procs, prober: h.prober, now: time.Now,
 		heartbeat: 50 * time.Millisecond, netPoll: 10 * time.Millisecond, resolvConf: resolv,
+	}
+	if h.realProcs != nil {
+		d.procs = h.realProcs
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
@@ -461,5 +468,89 @@ func TestSameNameNewPodWaitsForOld(t *testing.T) {
 	_, dels, attached := h.net.snapshot()
 	if len(dels) != 1 || attached != 1 || h.ns.count() != 1 {
 		t.Errorf("old sandbox not cleaned before the new one: dels %d attached %d netns %d", len(dels), attached, h.ns.count())
+	}
+}
+
+// realAdopter is the fake processes with the real adopt, for processes an
+// "earlier runtime" left running.
+type realAdopter struct {
+	*fakeProcs
+	real *realProcesses
+}
+
+func (r realAdopter) adopt(ctx context.Context, p procID) (<-chan exitInfo, bool) {
+	return r.real.adopt(ctx, p)
+}
+
+// goroutinesIn returns the stacks of the live goroutines that have fn in
+// their stack.
+func goroutinesIn(fn string) []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// The goroutines that watch an adopted container end when the runtime
+// stops (before: the process watcher polled until the container exited,
+// one goroutine leaked per adopted container and restart).
+func TestAdoptedWatchersStopWithTheRuntime(t *testing.T) {
+	kept := webPod("kept", "aaaaaaaa-0000-0000-0000-000000000000")
+	kept.Spec.Containers = kept.Spec.Containers[1:] // just "side"
+	h := newHarnessNoStart(t, kept)
+	h.realProcs = realAdopter{fakeProcs: h.procs, real: &realProcesses{}}
+
+	// The container an earlier runtime started: a real process.
+	sleep := exec.Command("sleep", "1000")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
+	st, err := readProcStat(sleep.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := nsInode(sleep.Process.Pid, "mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecord(kept, time.Now())
+	rec.Netns, rec.SandboxID, rec.IPs = "fntp-aaaaaaaa", "sb-kept", []string{"10.244.1.50"}
+	rec.Containers[0].Proc = &procID{PID: sleep.Process.Pid, StartTicks: st.startTicks, MntNS: mnt}
+	rec.Containers[0].ID, rec.Containers[0].StartedAt = "kept-side", time.Now()
+	if err := rec.save(podDir(h.cfg.StateDir, rec.Namespace, rec.Name)); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = h.ns.create(rec.Netns)
+	h.net.attached[rec.SandboxID] = rec.IPs[0]
+
+	h.start(filepath.Join(t.TempDir(), "resolv.conf"))
+	h.waitPod("app", "kept", "adopted and running", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
+			p.Status.ContainerStatuses[0].ContainerID == "flatnet://kept-side"
+	})
+	if n := len(goroutinesIn("runtime.waitGone(")); n != 1 {
+		t.Fatalf("%d goroutines watch the adopted process, want 1", n)
+	}
+	h.stop()
+	for _, fn := range []string{"runtime.waitGone(", "runtime.(*worker)."} {
+		if g := goroutinesIn(fn); len(g) > 0 {
+			t.Errorf("%d goroutines in %s outlived the runtime:\n%s", len(g), fn, strings.Join(g, "\n\n"))
+		}
+	}
+	if !procAlive(*rec.Containers[0].Proc) {
+		t.Error("the container stopped with the runtime; it should keep running")
 	}
 }
