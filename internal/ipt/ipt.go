@@ -22,6 +22,9 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/flatnet/flatnet/internal/execx"
 )
 
 // Protocol selects iptables (IPv4) or ip6tables (IPv6).
@@ -262,7 +265,13 @@ func (b *Builder) Bytes() []byte {
 
 // Runner implements Interface with the iptables-save/-restore binaries. It
 // acts in the network namespace of the calling thread.
-type Runner struct{}
+type Runner struct {
+	// Timeout bounds each run (0: execx.DefaultTimeout, 30 s); a context
+	// deadline that comes sooner wins. iptables-restore -w waits for the
+	// xtables lock with no limit of its own, so without this one process
+	// holding the lock would hang every CNI ADD and DEL on the node.
+	Timeout time.Duration
+}
 
 // New returns a Runner.
 func New() *Runner { return &Runner{} }
@@ -280,8 +289,8 @@ func Available(proto Protocol) error {
 }
 
 // Save implements Interface.
-func (*Runner) Save(ctx context.Context, proto Protocol, table string) (*Table, error) {
-	out, err := run(ctx, nil, binary(proto, "save"), "-t", table)
+func (r *Runner) Save(ctx context.Context, proto Protocol, table string) (*Table, error) {
+	out, err := r.run(ctx, nil, binary(proto, "save"), "-t", table)
 	if err != nil {
 		// iptables-legacy before the table's module is loaded: nothing in it.
 		if strings.Contains(err.Error(), "does not exist") && !errors.Is(err, ErrNoIPTables) {
@@ -293,31 +302,26 @@ func (*Runner) Save(ctx context.Context, proto Protocol, table string) (*Table, 
 }
 
 // Restore implements Interface.
-func (*Runner) Restore(ctx context.Context, proto Protocol, data []byte) error {
-	_, err := run(ctx, data, binary(proto, "restore"), "--noflush", "-w")
+func (r *Runner) Restore(ctx context.Context, proto Protocol, data []byte) error {
+	_, err := r.run(ctx, data, binary(proto, "restore"), "--noflush", "-w")
 	if err != nil {
 		return fmt.Errorf("%w\ninput was:\n%s", err, data)
 	}
 	return nil
 }
 
-func run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+// timeoutHint says what to look at when a run times out.
+const timeoutHint = "another process may be holding the xtables lock (/run/xtables.lock: `fuser -v /run/xtables.lock` names it), " +
+	"or iptables is stuck; retry once it is released"
+
+func (r *Runner) run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	path, err := exec.LookPath(name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoIPTables, name)
 	}
-	cmd := exec.CommandContext(ctx, path, args...)
+	c := execx.Cmd{Path: path, Args: args, Timeout: r.Timeout, Hint: timeoutHint}
 	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+		c.Stdin = bytes.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = err.Error()
-		}
-		return nil, fmt.Errorf("%s %s: %s", name, strings.Join(args, " "), msg)
-	}
-	return stdout.Bytes(), nil
+	return c.Output(ctx)
 }

@@ -19,7 +19,6 @@
 package nft
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,8 +26,11 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/execx"
 )
 
 // ErrNoNFT is wrapped when the nft binary is not installed.
@@ -151,6 +153,10 @@ type Runner struct {
 	// Classify, when set, replaces every failure that nft reports (an
 	// *Error): CNI plugins use it to give kernel refusals their error code.
 	Classify func(*Error) error
+	// Timeout bounds each nft run (0: execx.DefaultTimeout, 30 s); a
+	// context deadline that comes sooner wins. A timeout is an
+	// *execx.TimeoutError, not an *Error, and is not passed to Classify.
+	Timeout time.Duration
 }
 
 // New returns a Runner for family/table. It only looks nft up (LookPath
@@ -216,25 +222,29 @@ func (r *Runner) Probe(ctx context.Context) error {
 	return r.Check(ctx, tx)
 }
 
+// timeoutHint says what to look at when nft times out.
+const timeoutHint = "nft is stuck (another nft, iptables-nft or netlink client holding the nftables commit lock? " +
+	"`ps -C nft,iptables-restore,iptables` shows them); retry once it is gone"
+
 func (r *Runner) run(ctx context.Context, stdin string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.path, args...)
+	c := execx.Cmd{Path: r.path, Args: args, Timeout: r.Timeout, Hint: timeoutHint}
 	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
+		c.Stdin = strings.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = err.Error()
-		}
-		e := &Error{Msg: fmt.Sprintf("nft %s: %s", strings.Join(args, " "), msg), Errno: classify(msg)}
-		if r.Classify != nil {
-			return nil, r.Classify(e)
-		}
-		return nil, e
+	out, err := c.Output(ctx)
+	var xe *execx.Error
+	if !errors.As(err, &xe) {
+		return out, err // success, timeout or canceled
 	}
-	return stdout.Bytes(), nil
+	msg := xe.Stderr
+	if msg == "" {
+		msg = xe.Err.Error()
+	}
+	e := &Error{Msg: fmt.Sprintf("nft %s: %s", strings.Join(args, " "), msg), Errno: classify(msg)}
+	if r.Classify != nil {
+		return nil, r.Classify(e)
+	}
+	return nil, e
 }
 
 // Fake is knftables' fake with ListTable, for unit tests.

@@ -8,6 +8,7 @@
 package cnierr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -86,7 +87,9 @@ func Wrap(code uint, err error, format string, args ...any) error {
 }
 
 // Code returns the code of the outermost *Error in err's chain, and
-// whether there was one.
+// whether there was one. A chain with no code that holds an expired
+// deadline (a stuck nft or iptables-restore killed by internal/execx) is
+// 11, try again later: the tool, not the request, was the problem.
 func Code(err error) (uint, bool) {
 	var e *Error
 	if errors.As(err, &e) {
@@ -95,6 +98,9 @@ func Code(err error) (uint, bool) {
 	var te *types.Error
 	if errors.As(err, &te) {
 		return te.Code, true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return TryAgainLater, true
 	}
 	return 0, false
 }
