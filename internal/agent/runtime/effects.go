@@ -282,11 +282,15 @@ func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o755); err != nil {
 		return procID{}, nil, err
 	}
-	logf, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, stateFileMode)
 	if err != nil {
 		return procID{}, nil, fmt.Errorf("opening container log: %w", err)
 	}
 	defer logf.Close()
+	// A log created by an older runtime (0644) is made private too.
+	if err := logf.Chmod(stateFileMode); err != nil {
+		return procID{}, nil, fmt.Errorf("container log %s: %w", spec.LogPath, err)
+	}
 	args := []string{r.initBin, "container-init", "--hostname", spec.Hostname, "--resolv", spec.ResolvFile, "--hosts", spec.HostsFile}
 	if spec.Workdir != "" {
 		args = append(args, "--workdir", spec.Workdir)

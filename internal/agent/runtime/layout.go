@@ -23,6 +23,13 @@ import (
 //	pods/<namespace>_<name>/etc/{resolv.conf,hosts}   bind-mounted into the containers
 //	pods/<namespace>_<name>/containers/<c>/pid   PID while the container runs
 //	pods/<namespace>_<name>/containers/<c>/log   its stdout and stderr, all runs appended
+//
+// state.json, netns, pid and log are 0600; resolv.conf and hosts are 0644
+// (what the containers read as /etc files).
+
+// stateFileMode is the mode of the pod's state files and container logs:
+// what a pod logs or how it is run is for root only.
+const stateFileMode = 0o600
 
 func podDir(stateDir, namespace, name string) string {
 	return filepath.Join(stateDir, "pods", namespace+"_"+name)
@@ -121,12 +128,12 @@ func (r *podRecord) save(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, "state.json"), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "state.json"), b, stateFileMode); err != nil {
 		return err
 	}
 	nsFile := filepath.Join(dir, "netns")
 	if r.Netns != "" {
-		if err := atomicfile.WriteFile(nsFile, []byte(filepath.Join(netnsRunDir, r.Netns)+"\n"), 0o644); err != nil {
+		if err := atomicfile.WriteFile(nsFile, []byte(filepath.Join(netnsRunDir, r.Netns)+"\n"), stateFileMode); err != nil {
 			return err
 		}
 	} else if err := os.Remove(nsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -139,7 +146,7 @@ func (r *podRecord) save(dir string) error {
 		}
 		pidFile := filepath.Join(cdir, "pid")
 		if c.Proc != nil {
-			if err := atomicfile.WriteFile(pidFile, []byte(strconv.Itoa(c.Proc.PID)+"\n"), 0o644); err != nil {
+			if err := atomicfile.WriteFile(pidFile, []byte(strconv.Itoa(c.Proc.PID)+"\n"), stateFileMode); err != nil {
 				return err
 			}
 		} else if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -338,6 +338,11 @@ func TestRootExitsLogsAndHostNetwork(t *testing.T) {
 	if err != nil || string(logb) != "hello from job\n" {
 		t.Errorf("job log: %q %v", logb, err)
 	}
+	if st, err := os.Stat(filepath.Join(podDir(l.cfg.StateDir, "default", "job"), "containers", "c", "log")); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("job log mode %v, want 0600", st.Mode().Perm())
+	}
 
 	// A crash with OnFailure: restarted, the exit code kept as last state.
 	l.waitPod("default", "crash", "restarted after exit 3", func(p *v1.Pod) bool {
