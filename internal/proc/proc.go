@@ -75,7 +75,9 @@ type record struct {
 // Start returns once the process exists; it does not wait for the daemon
 // to be ready. The daemon must keep its command line (not exec another
 // program or rewrite argv): that is how Running recognises it. It fails with ErrRunning if name is already running; a stale
-// pid file is replaced.
+// pid file is replaced. When the pid file is unreadable (empty or
+// truncated) and a process running exactly argv in inNetns is alive,
+// Start adopts it: it writes a new pid file for it and returns its PID.
 func Start(name string, argv []string, env []string, stateDir string, inNetns string) (int, error) {
 	if err := checkName(name); err != nil {
 		return 0, err
@@ -89,6 +91,22 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 	for _, d := range []string{"pids", "logs"} {
 		if err := os.MkdirAll(filepath.Join(stateDir, d), 0o755); err != nil {
 			return 0, fmt.Errorf("starting %s: %w", name, err)
+		}
+	}
+	// A pid file cut short (a crash while it was written, a full disk)
+	// names no process, but the daemon may still run: a live process
+	// running exactly argv in that namespace is it. Adopt it rather than
+	// start a second copy next to it (two agents for one node, an etcd
+	// that cannot bind its port).
+	if b, err := os.ReadFile(PIDFile(stateDir, name)); err == nil {
+		if _, perr := parseRecord(b); perr != nil {
+			if rec, ok := findRunning(argv, inNetns, b); ok {
+				rec.Argv, rec.Netns = argv, inNetns
+				if err := writeRecord(PIDFile(stateDir, name), rec); err != nil {
+					return 0, fmt.Errorf("adopting %s (pid %d): %w", name, rec.PID, err)
+				}
+				return rec.PID, nil
+			}
 		}
 	}
 	path := argv[0]
@@ -291,6 +309,41 @@ func parseRecord(b []byte) (record, error) {
 	}
 	rec.PID = pid
 	return rec, nil
+}
+
+// findRunning returns the record of a live process whose command line is
+// exactly argv, in the network namespace inNetns ("" this process's).
+// A PID on the first line of the unreadable pid file old is preferred
+// among several.
+func findRunning(argv []string, inNetns string, old []byte) (record, bool) {
+	nsPath := inNetns
+	if nsPath == "" {
+		nsPath = "/proc/self/ns/net"
+	}
+	var want unix.Stat_t
+	if err := unix.Stat(nsPath, &want); err != nil {
+		return record{}, false
+	}
+	pids := Scan(func(pid int) bool {
+		got, err := readCmdline(pid)
+		if err != nil || !slices.Equal(got, argv) {
+			return false
+		}
+		var st unix.Stat_t
+		return unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/net", &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
+	})
+	first, _, _ := bytes.Cut(old, []byte("\n"))
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(first))); err == nil {
+		if i := slices.Index(pids, pid); i > 0 {
+			pids[0], pids[i] = pids[i], pids[0]
+		}
+	}
+	for _, pid := range pids {
+		if rec, err := identify(pid); err == nil {
+			return rec, true
+		}
+	}
+	return record{}, false
 }
 
 // isOurs reports whether the process rec.PID is alive and is the one rec

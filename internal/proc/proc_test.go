@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -183,6 +185,54 @@ func TestStalePIDFileNeverKills(t *testing.T) {
 		t.Error("exact record not recognised as running")
 	}
 	os.Remove(PIDFile(dir, "victim"))
+}
+
+// A pid file cut short while its daemon runs: Running says "not
+// running" (nothing identifies the process), and Start adopts the live
+// process running the same command line instead of starting a second
+// one. With nothing running, Start starts it.
+func TestTruncatedPIDFile(t *testing.T) {
+	dir := t.TempDir()
+	// A command line no other test or helper runs.
+	argv := []string{"sleep", fmt.Sprintf("%d.%d", 3000+os.Getpid()%1000, time.Now().UnixNano()%1000000)}
+	pid, err := Start("daemon", argv, nil, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, dir, "daemon")
+	full, err := os.ReadFile(PIDFile(dir, "daemon"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cut := range map[string][]byte{"empty": nil, "truncated": full[:len(full)/2], "pid only": []byte(strconv.Itoa(pid) + "\n")} {
+		if err := os.WriteFile(PIDFile(dir, "daemon"), cut, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := Running(dir, "daemon"); ok || got != 0 {
+			t.Errorf("%s: Running = %d, %v; want 0, false", name, got, ok)
+		}
+		got, err := Start("daemon", argv, nil, dir, "")
+		if err != nil || got != pid {
+			t.Fatalf("%s: Start = %d, %v; want the running pid %d adopted", name, got, err, pid)
+		}
+		if got, ok := Running(dir, "daemon"); !ok || got != pid {
+			t.Errorf("%s: after adoption Running = %d, %v; want %d, true", name, got, ok, pid)
+		}
+	}
+	if n := len(Scan(func(p int) bool { c, err := readCmdline(p); return err == nil && slices.Equal(c, argv) })); n != 1 {
+		t.Errorf("%d processes run %v, want 1", n, argv)
+	}
+	// Nothing runs: a truncated pid file is replaced by a new start.
+	if err := Stop(dir, "daemon", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(PIDFile(dir, "daemon"), full[:3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pid2, err := Start("daemon", argv, nil, dir, "")
+	if err != nil || pid2 == pid {
+		t.Fatalf("Start with nothing running = %d, %v", pid2, err)
+	}
 }
 
 // A pid file left by a process that died is stale, and a new Start
