@@ -250,6 +250,12 @@ func TestKernelTwoSubnets(t *testing.T) {
 		t.Fatalf("after ensure: %s", got)
 	}
 
+	// What a lost lab.json held is read back from these objects.
+	if r, err := readRunningLab(k, t.TempDir(), name); err != nil || r.nodes != 3 || !r.external ||
+		joinPrefixes(r.underlays) != "10.250.78.0/24,10.250.79.0/24" {
+		t.Errorf("read back from the kernel: %+v, %v", r, err)
+	}
+
 	// Everyone serves; everyone asks everyone, and the answer names the
 	// asker's own address (no NAT anywhere on the underlay).
 	type host struct {

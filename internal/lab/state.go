@@ -39,7 +39,8 @@ func loadRecord(root, name string) (*record, error) {
 	}
 	r, err := parseRecord(b, name)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w (remove the lab with `flatnet lab down --name %s`)", specFile(root, name), err, name)
+		return nil, fmt.Errorf("%w %s (%d bytes): %w (`flatnet lab up --name %s` rebuilds it from the running lab; `flatnet lab down --name %s` removes the lab)",
+			ErrBadRecord, specFile(root, name), len(b), err, name, name)
 	}
 	return r, nil
 }

@@ -58,13 +58,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	}
 	defer unlock()
 
-	var recorded *Spec
-	rec, err := loadRecord(root, req.Name)
-	switch {
-	case err == nil:
-		recorded = &rec.Spec
-	case errors.Is(err, ErrNoLab):
-	default:
+	k := newKernel("")
+	recorded, recordedBin, err := loadOrRecover(req, func() (runningLab, error) { return readRunningLab(k, root, req.Name) }, out)
+	if err != nil {
 		return nil, err
 	}
 	host, err := hostroutes.HostPrefixesExcept(BridgeName(req.Name))
@@ -77,8 +73,8 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	}
 
 	k8sBin := cfg.K8sBinDir
-	if k8sBin == "" && rec != nil && rec.K8sBinDir != "" {
-		k8sBin = rec.K8sBinDir
+	if k8sBin == "" {
+		k8sBin = recordedBin
 	}
 	if k8sBin == "" {
 		if k8sBin, err = controlplane.BinDir(); err != nil {
@@ -90,7 +86,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		return nil, err
 	}
 
-	k := newKernel("")
+	reportBadPIDFiles(s.StateDir, out)
 	obs, fixes, err := observe(k, s)
 	if err != nil {
 		return nil, err
