@@ -113,7 +113,7 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		// Whatever parses must plan and render without panicking.
-		p := buildPlan(cfg, Attachment{cfg.Name, "c", "eth0"}, netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("fd00::2"))
+		p := buildPlan(cfg, Attachment{cfg.Name, "c", "eth0"}, netip.MustParsePrefix("10.1.0.2/24"), netip.MustParsePrefix("fd00::2/64"))
 		renderNFT(p)
 		renderIPT(p)
 		for _, m := range cfg.Mappings {

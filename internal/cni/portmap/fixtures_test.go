@@ -7,7 +7,8 @@ import (
 )
 
 // Three attachments used by the backend tests:
-//   - A: net1/ctr1/eth0, dual-stack, snat, tcp 8080->80 on every address
+//   - A: net1/ctr1/eth0, dual-stack (10.1.0.2/24, fd00::2/64), snat, tcp
+//     8080->80 on every address
 //     and udp 10.0.0.1:5353->53 (IPv4 only, by its hostIP).
 //   - B: net1/ctr2/eth0, IPv4 only, snat off, udp 53->5353.
 //   - C: net2/ctr3/net1, dual-stack, masqAll with mark bit 5 and an IPv4
@@ -23,18 +24,18 @@ func planA() *Plan {
 		{Protocol: "tcp", HostPort: 8080, ContainerPort: 80},
 		{Protocol: "udp", HostPort: 5353, ContainerPort: 53, HostIP: netip.MustParseAddr("10.0.0.1")},
 	}}
-	return buildPlan(cfg, attA, netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("fd00::2"))
+	return buildPlan(cfg, attA, netip.MustParsePrefix("10.1.0.2/24"), netip.MustParsePrefix("fd00::2/64"))
 }
 
 func planB() *Plan {
 	cfg := &Config{Name: "net1", SNAT: false, MarkBit: 13, Mappings: []Mapping{{Protocol: "udp", HostPort: 53, ContainerPort: 5353}}}
-	return buildPlan(cfg, attB, netip.MustParseAddr("10.1.0.3"), netip.Addr{})
+	return buildPlan(cfg, attB, netip.MustParsePrefix("10.1.0.3/24"), netip.Prefix{})
 }
 
 func planC(cond ...string) *Plan {
 	cfg := &Config{Name: "net2", SNAT: true, MasqAll: true, MarkBit: 5, ConditionsV4: cond,
 		Mappings: []Mapping{{Protocol: "tcp", HostPort: 443, ContainerPort: 8443}}}
-	return buildPlan(cfg, attC, netip.MustParseAddr("10.2.0.2"), netip.MustParseAddr("fd00:2::2"))
+	return buildPlan(cfg, attC, netip.MustParsePrefix("10.2.0.2/24"), netip.MustParsePrefix("fd00:2::2/64"))
 }
 
 // lines turns an indented literal into the dump format (one line each,

@@ -4,7 +4,7 @@ package portmap
 //
 //	PREROUTING, OUTPUT:        -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 //	FLATNET-HOSTPORT-DNAT:     [conditions] -m comment --comment "<id> ..." -j FLATNET-DN-<NET>-<ATT>   (one per attachment)
-//	FLATNET-DN-<NET>-<ATT>:    per mapping: -j FLATNET-HOSTPORT-SETMARK for hairpin/localhost, -j DNAT
+//	FLATNET-DN-<NET>-<ATT>:    per mapping: -s <pod network> and -s 127.0.0.1 -j FLATNET-HOSTPORT-SETMARK, -j DNAT
 //	FLATNET-HOSTPORT-SETMARK:  -j MARK --set-xmark MARK/MARK   (one per mark bit in use)
 //	POSTROUTING (first rule):  -j FLATNET-HOSTPORT-MASQ
 //	FLATNET-HOSTPORT-MASQ:     -m mark --mark MARK/MARK -j MASQUERADE
@@ -82,9 +82,9 @@ func renderIPT(p *Plan) []iptFamily {
 				case p.MasqAll:
 					sources = [][]string{nil}
 				case f.IPv6:
-					sources = [][]string{{"-s", prefix(f.ContainerIP)}}
+					sources = [][]string{{"-s", f.PodNet.String()}}
 				default:
-					sources = [][]string{{"-s", prefix(f.ContainerIP)}, {"-s", "127.0.0.1/32"}}
+					sources = [][]string{{"-s", f.PodNet.String()}, {"-s", "127.0.0.1/32"}}
 				}
 				for _, s := range sources {
 					fam.Rules = append(fam.Rules, concat(s, dst, port, []string{"-j", setMark}))

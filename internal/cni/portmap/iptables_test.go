@@ -31,10 +31,10 @@ const iptAv4 = `
 -A PREROUTING -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 -A OUTPUT -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 -A POSTROUTING -m comment --comment "flatnet-portmap: masquerade marked hostport connections" -j FLATNET-HOSTPORT-MASQ
--A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.2/32 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
+-A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.0/24 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.1.0.2:80
--A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.2/32 -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j FLATNET-HOSTPORT-SETMARK
+-A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.0/24 -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 127.0.0.1/32 -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j DNAT --to-destination 10.1.0.2:53
 -A FLATNET-HOSTPORT-DNAT -m comment --comment "ujajvl-cbftli2xat net=net1 id=ctr1 if=eth0" -j FLATNET-DN-UJAJVL-CBFTLI2XAT
@@ -56,7 +56,7 @@ const iptAv6 = `
 -A PREROUTING -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 -A OUTPUT -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 -A POSTROUTING -m comment --comment "flatnet-portmap: masquerade marked hostport connections" -j FLATNET-HOSTPORT-MASQ
--A FLATNET-DN-UJAJVL-CBFTLI2XAT -s fd00::2/128 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
+-A FLATNET-DN-UJAJVL-CBFTLI2XAT -s fd00::/64 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -p tcp -m tcp --dport 8080 -j DNAT --to-destination [fd00::2]:80
 -A FLATNET-HOSTPORT-DNAT -m comment --comment "ujajvl-cbftli2xat net=net1 id=ctr1 if=eth0" -j FLATNET-DN-UJAJVL-CBFTLI2XAT
 -A FLATNET-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE
@@ -79,10 +79,10 @@ const iptACv4 = `
 -A PREROUTING -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 -A OUTPUT -m comment --comment "flatnet-portmap: connections to a local address" -m addrtype --dst-type LOCAL -j FLATNET-HOSTPORT-DNAT
 -A POSTROUTING -m comment --comment "flatnet-portmap: masquerade marked hostport connections" -j FLATNET-HOSTPORT-MASQ
--A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.2/32 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
+-A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.0/24 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.1.0.2:80
--A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.2/32 -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j FLATNET-HOSTPORT-SETMARK
+-A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 10.1.0.0/24 -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -s 127.0.0.1/32 -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j FLATNET-HOSTPORT-SETMARK
 -A FLATNET-DN-UJAJVL-CBFTLI2XAT -d 10.0.0.1/32 -p udp -m udp --dport 5353 -j DNAT --to-destination 10.1.0.2:53
 -A FLATNET-DN-WQNKQJ-EFYOKCJJCQ -p tcp -m tcp --dport 443 -j FLATNET-HOSTPORT-SETMARK
@@ -233,7 +233,7 @@ func TestIPTLeavesOthersAlone(t *testing.T) {
 	}
 	got := f.Dump(ipt.IPv4, "nat")
 	for _, want := range []string{
-		"-A FLATNET-DN-UJAJVL-FTY67EY7OH -s 10.1.0.3/32 -p udp -m udp --dport 53 -j KUBE-MARK-MASQ",
+		"-A FLATNET-DN-UJAJVL-FTY67EY7OH -s 10.1.0.0/24 -p udp -m udp --dport 53 -j KUBE-MARK-MASQ",
 		"-A FLATNET-DN-UJAJVL-FTY67EY7OH -s 127.0.0.1/32 -p udp -m udp --dport 53 -j KUBE-MARK-MASQ",
 	} {
 		if !strings.Contains(got, want+"\n") {

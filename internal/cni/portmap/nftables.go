@@ -9,7 +9,7 @@ package portmap
 //	output            (nat, dstnat)  fib daddr type local jump hostports
 //	masquerade-bitN   (nat, srcnat)  meta mark & 1<<N == 1<<N masquerade   (one per mark bit in use)
 //	hostports                        jump dnat-<net>-<att>  comment "<net>-<att> ..."   (one per attachment)
-//	dnat-<net>-<att>                 per mapping: mark hairpin/localhost, dnat to the container
+//	dnat-<net>-<att>                 per mapping: mark hairpin (from the pod network) and localhost, dnat to the container
 //
 // Each attachment owns one chain, named from a hash of (network,
 // containerID, ifname), and the jump rule(s) to it, tagged by a comment that
@@ -19,7 +19,10 @@ package portmap
 // one nft run. DEL and GC find an attachment's chain and jumps from one
 // listing of the table and remove them in one transaction; DEL leaves the
 // skeleton (see removeTx). Masquerade uses a packet mark, as the iptables
-// backend does, so that postrouting needs no per-attachment rules.
+// backend does, so that postrouting needs no per-attachment rules. The mark
+// is set for sources in the container's pod network, not just the
+// container: on a bridge without br_netfilter the reply to a pod from the
+// same bridge would otherwise bypass the node's conntrack (see Family.PodNet).
 
 import (
 	"context"
@@ -80,9 +83,9 @@ func renderNFT(p *Plan) nftAttachment {
 				case p.MasqAll:
 					r = concat(base, port)
 				case f.IPv6:
-					r = concat([]string{"ip6 saddr", f.ContainerIP.String()}, dst, port)
+					r = concat([]string{"ip6 saddr", nftPrefix(f.PodNet)}, dst, port)
 				default:
-					r = concat([]string{"ip saddr {", f.ContainerIP.String() + ",", "127.0.0.1 }"}, dst, port)
+					r = concat([]string{"ip saddr {", nftPrefix(f.PodNet) + ",", "127.0.0.1 }"}, dst, port)
 				}
 				out.Rules = append(out.Rules, &knftables.Rule{
 					Chain:   out.Chain,
@@ -121,6 +124,14 @@ func renderNFT(p *Plan) nftAttachment {
 		jump(concat([]string{"meta nfproto", proto}, f.Conditions))
 	}
 	return out
+}
+
+// nftPrefix writes p as nft lists it: a lone address without "/len".
+func nftPrefix(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
 }
 
 func concat(parts ...[]string) []string {

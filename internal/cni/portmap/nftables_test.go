@@ -19,11 +19,11 @@ add chain inet flatnet-portmap hostports
 add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.0/24, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.2:80 comment "v4 tcp 8080->80 dnat to 10.1.0.2:80"
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } ip daddr 10.0.0.1 udp dport 5353 meta mark set meta mark | 0x2000 comment "v4 udp 10.0.0.1:5353->53 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.0/24, 127.0.0.1 } ip daddr 10.0.0.1 udp dport 5353 meta mark set meta mark | 0x2000 comment "v4 udp 10.0.0.1:5353->53 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip daddr 10.0.0.1 udp dport 5353 dnat ip to 10.1.0.2:53 comment "v4 udp 10.0.0.1:5353->53 dnat to 10.1.0.2:53"
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::2 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::/64 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00::2]:80 comment "v6 tcp 8080->80 dnat to [fd00::2]:80"
 add rule inet flatnet-portmap hostports jump dnat-ujajvl-cbftli2xat comment "ujajvl-cbftli2xat mxvxjj net=net1 id=ctr1 if=eth0"
 add rule inet flatnet-portmap masquerade-bit13 meta mark & 0x2000 == 0x2000 masquerade comment "flatnet-portmap: masquerade mark 0x2000"
@@ -42,11 +42,11 @@ add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting prio
 add chain inet flatnet-portmap masquerade-bit5 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.0/24, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.2:80 comment "v4 tcp 8080->80 dnat to 10.1.0.2:80"
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } ip daddr 10.0.0.1 udp dport 5353 meta mark set meta mark | 0x2000 comment "v4 udp 10.0.0.1:5353->53 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.0/24, 127.0.0.1 } ip daddr 10.0.0.1 udp dport 5353 meta mark set meta mark | 0x2000 comment "v4 udp 10.0.0.1:5353->53 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip daddr 10.0.0.1 udp dport 5353 dnat ip to 10.1.0.2:53 comment "v4 udp 10.0.0.1:5353->53 dnat to 10.1.0.2:53"
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::2 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::/64 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00::2]:80 comment "v6 tcp 8080->80 dnat to [fd00::2]:80"
 add rule inet flatnet-portmap dnat-ujajvl-fty67ey7oh meta nfproto ipv4 udp dport 53 dnat ip to 10.1.0.3:5353 comment "v4 udp 53->5353 dnat to 10.1.0.3:5353"
 add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv4 tcp dport 443 meta mark set meta mark | 0x20 comment "v4 tcp 443->8443 mark for masquerade"
@@ -73,11 +73,11 @@ add chain inet flatnet-portmap masquerade-bit13 { type nat hook postrouting prio
 add chain inet flatnet-portmap masquerade-bit5 { type nat hook postrouting priority 100 ; }
 add chain inet flatnet-portmap output { type nat hook output priority -100 ; }
 add chain inet flatnet-portmap prerouting { type nat hook prerouting priority -100 ; }
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.0/24, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000 comment "v4 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.2:80 comment "v4 tcp 8080->80 dnat to 10.1.0.2:80"
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.2, 127.0.0.1 } ip daddr 10.0.0.1 udp dport 5353 meta mark set meta mark | 0x2000 comment "v4 udp 10.0.0.1:5353->53 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip saddr { 10.1.0.0/24, 127.0.0.1 } ip daddr 10.0.0.1 udp dport 5353 meta mark set meta mark | 0x2000 comment "v4 udp 10.0.0.1:5353->53 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip daddr 10.0.0.1 udp dport 5353 dnat ip to 10.1.0.2:53 comment "v4 udp 10.0.0.1:5353->53 dnat to 10.1.0.2:53"
-add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::2 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
+add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat ip6 saddr fd00::/64 tcp dport 8080 meta mark set meta mark | 0x2000 comment "v6 tcp 8080->80 mark for masquerade"
 add rule inet flatnet-portmap dnat-ujajvl-cbftli2xat meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00::2]:80 comment "v6 tcp 8080->80 dnat to [fd00::2]:80"
 add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv4 tcp dport 443 meta mark set meta mark | 0x20 comment "v4 tcp 443->8443 mark for masquerade"
 add rule inet flatnet-portmap dnat-wqnkqj-efyokcjjcq meta nfproto ipv4 tcp dport 443 dnat ip to 10.2.0.2:8443 comment "v4 tcp 443->8443 dnat to 10.2.0.2:8443"

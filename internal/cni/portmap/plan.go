@@ -50,6 +50,13 @@ func (a Attachment) ID() ID { return attachmentID(a.Network, a.ContainerID, a.If
 type Family struct {
 	IPv6        bool
 	ContainerIP netip.Addr
+	// PodNet is the container's network (its address masked by the prefix
+	// length in prevResult): a connection from it to a host port is
+	// hairpin. On a bridge the DNATed reply would cross the bridge straight
+	// to the caller, bypassing the node's conntrack unless br_netfilter is
+	// on, so with snat it is masqueraded, as by the reference's iptables
+	// backend.
+	PodNet netip.Prefix
 	// Conditions are the configured extra match conditions for this family
 	// (conditionsV4/V6), in the backend's own syntax.
 	Conditions []string
@@ -62,8 +69,9 @@ type Family struct {
 type Plan struct {
 	Attachment Attachment
 	ID         ID
-	// SNAT marks hairpin (container to itself through its host port) and,
-	// for IPv4, localhost-originated connections for masquerade.
+	// SNAT marks hairpin (a container of the same pod network, itself
+	// included, through a host port) and, for IPv4, localhost-originated
+	// connections for masquerade.
 	SNAT bool
 	// MasqAll marks every mapped connection, not just hairpin/localhost.
 	MasqAll bool
@@ -99,10 +107,11 @@ func (p *Plan) UDPPorts(ipv6 bool) []uint16 {
 }
 
 // containerIPs returns the first IPv4 and first IPv6 address of the
-// container interface ifName in a result. Addresses of other interfaces
-// (host-side interfaces have no sandbox) are skipped; addresses that name
-// no interface are taken, as by the reference plugin.
-func containerIPs(r *current.Result, ifName string) (v4, v6 netip.Addr) {
+// container interface ifName in a result, with their prefix lengths.
+// Addresses of other interfaces (host-side interfaces have no sandbox) are
+// skipped; addresses that name no interface are taken, as by the reference
+// plugin.
+func containerIPs(r *current.Result, ifName string) (v4, v6 netip.Prefix) {
 	if r == nil {
 		return
 	}
@@ -118,19 +127,23 @@ func containerIPs(r *current.Result, ifName string) (v4, v6 netip.Addr) {
 			continue
 		}
 		a = a.Unmap()
+		bits := a.BitLen() // no usable mask: the address alone
+		if ones, size := ip.Address.Mask.Size(); size == bits {
+			bits = ones
+		}
 		switch {
 		case a.Is4() && !v4.IsValid():
-			v4 = a
+			v4 = netip.PrefixFrom(a, bits)
 		case a.Is6() && !v6.IsValid():
-			v6 = a
+			v6 = netip.PrefixFrom(a, bits)
 		}
 	}
 	return
 }
 
 // buildPlan computes the rules of attachment a with container addresses
-// v4 and v6 (either may be invalid).
-func buildPlan(cfg *Config, a Attachment, v4, v6 netip.Addr) *Plan {
+// v4 and v6, "ip/len" (either may be invalid).
+func buildPlan(cfg *Config, a Attachment, v4, v6 netip.Prefix) *Plan {
 	p := &Plan{
 		Attachment:   a,
 		ID:           a.ID(),
@@ -141,13 +154,13 @@ func buildPlan(cfg *Config, a Attachment, v4, v6 netip.Addr) *Plan {
 	}
 	for _, fam := range []struct {
 		ipv6 bool
-		ip   netip.Addr
+		ip   netip.Prefix
 		cond []string
 	}{{false, v4, cfg.ConditionsV4}, {true, v6, cfg.ConditionsV6}} {
 		if !fam.ip.IsValid() {
 			continue
 		}
-		f := Family{IPv6: fam.ipv6, ContainerIP: fam.ip, Conditions: fam.cond}
+		f := Family{IPv6: fam.ipv6, ContainerIP: fam.ip.Addr(), PodNet: fam.ip.Masked(), Conditions: fam.cond}
 		for _, m := range cfg.Mappings {
 			if m.HostIP.IsValid() && m.HostIP.Is6() != fam.ipv6 {
 				continue // a hostIP of the other family

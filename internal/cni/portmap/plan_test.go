@@ -2,6 +2,7 @@ package portmap
 
 import (
 	"encoding/json"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -18,17 +19,22 @@ func TestContainerIPs(t *testing.T) {
 		t.Fatal(err)
 	}
 	v4, v6 := containerIPs(&r, "eth0")
-	if v4 != netip.MustParseAddr("10.1.0.2") || v6 != netip.MustParseAddr("fd00::2") {
+	if v4 != netip.MustParsePrefix("10.1.0.2/24") || v6 != netip.MustParsePrefix("fd00::2/64") {
 		t.Fatalf("eth0: %v %v", v4, v6)
 	}
-	if v4, v6 = containerIPs(&r, "eth1"); v4 != netip.MustParseAddr("10.8.0.2") || v6.IsValid() {
+	if v4, v6 = containerIPs(&r, "eth1"); v4 != netip.MustParsePrefix("10.8.0.2/24") || v6.IsValid() {
 		t.Fatalf("eth1: %v %v", v4, v6)
 	}
 	// An IPAM-style result names no interface: its addresses are taken.
 	var ipam current.Result
 	_ = json.Unmarshal([]byte(`{"cniVersion":"1.0.0","ips":[{"address":"10.2.0.2/24"}]}`), &ipam)
-	if v4, _ = containerIPs(&ipam, "eth0"); v4 != netip.MustParseAddr("10.2.0.2") {
+	if v4, _ = containerIPs(&ipam, "eth0"); v4 != netip.MustParsePrefix("10.2.0.2/24") {
 		t.Fatalf("no interface index: %v", v4)
+	}
+	// An address with no mask stands for itself alone.
+	bare := &current.Result{IPs: []*current.IPConfig{{Address: net.IPNet{IP: net.ParseIP("10.3.0.2")}}}}
+	if v4, _ = containerIPs(bare, "eth0"); v4 != netip.MustParsePrefix("10.3.0.2/32") {
+		t.Fatalf("no mask: %v", v4)
 	}
 	if v4, v6 = containerIPs(nil, "eth0"); v4.IsValid() || v6.IsValid() {
 		t.Fatal("nil result gave addresses")
@@ -42,10 +48,17 @@ func TestBuildPlanFamilies(t *testing.T) {
 		{Protocol: "udp", HostPort: 3, ContainerPort: 3, HostIP: netip.MustParseAddr("fd00::1")},
 		{Protocol: "udp", HostPort: 4, ContainerPort: 4, HostIP: netip.MustParseAddr("0.0.0.0")},
 	}}
-	v4, v6 := netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("fd00::2")
+	v4, v6 := netip.MustParsePrefix("10.1.0.2/24"), netip.MustParsePrefix("fd00::2/64")
 	p := buildPlan(cfg, Attachment{"n", "c", "eth0"}, v4, v6)
 	if len(p.Families) != 2 {
 		t.Fatalf("families: %+v", p.Families)
+	}
+	// The pod network is the address's own, masked.
+	if f := p.Families[0]; f.ContainerIP != v4.Addr() || f.PodNet != netip.MustParsePrefix("10.1.0.0/24") {
+		t.Errorf("IPv4 family: container %v, pod network %v", f.ContainerIP, f.PodNet)
+	}
+	if f := p.Families[1]; f.ContainerIP != v6.Addr() || f.PodNet != netip.MustParsePrefix("fd00::/64") {
+		t.Errorf("IPv6 family: container %v, pod network %v", f.ContainerIP, f.PodNet)
 	}
 	ports := func(f Family) (out []uint16) {
 		for _, m := range f.Mappings {
@@ -70,11 +83,11 @@ func TestBuildPlanFamilies(t *testing.T) {
 	}
 	// An IPv4-only container gets no IPv6 family; a container whose only
 	// mappings are for the other family gets no rules at all.
-	if p := buildPlan(cfg, Attachment{"n", "c", "eth0"}, v4, netip.Addr{}); len(p.Families) != 1 || p.Families[0].IPv6 {
+	if p := buildPlan(cfg, Attachment{"n", "c", "eth0"}, v4, netip.Prefix{}); len(p.Families) != 1 || p.Families[0].IPv6 {
 		t.Errorf("v4-only: %+v", p.Families)
 	}
 	only6 := &Config{Name: "n", Mappings: []Mapping{{Protocol: "tcp", HostPort: 1, ContainerPort: 1, HostIP: netip.MustParseAddr("fd00::1")}}}
-	if p := buildPlan(only6, Attachment{"n", "c", "eth0"}, v4, netip.Addr{}); len(p.Families) != 0 {
+	if p := buildPlan(only6, Attachment{"n", "c", "eth0"}, v4, netip.Prefix{}); len(p.Families) != 0 {
 		t.Errorf("v6 hostIP on a v4 container: %+v", p.Families)
 	}
 }

@@ -189,7 +189,7 @@ func (e *env) cmdAdd(args *skel.CmdArgs) error {
 		return applyErr(err, "ADD", b)
 	}
 	if p.SNAT && v4.IsValid() && p.HasIPv4() {
-		if err := e.routeLocalnet(v4); err != nil {
+		if err := e.routeLocalnet(v4.Addr()); err != nil {
 			if derr := b.del(ctx, p.ID, true); derr != nil {
 				err = errors.Join(err, fmt.Errorf("undoing: %w", derr))
 			}

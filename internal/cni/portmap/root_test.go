@@ -87,13 +87,8 @@ func ipnet(s string) net.IPNet {
 
 func newRootLab(t testing.TB, backend string) *rootLab {
 	t.Helper()
-	testutil.RequireRoot(t)
+	requireTools(t)
 	testutil.RequireFreeRange(t, testRange, testRange6)
-	for _, tool := range []string{"nft", "iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Skip(t, "%s is not installed; run hack/deps.sh", tool)
-		}
-	}
 	l := &rootLab{Lab: vethtest.New(t, ""), t: t, ctr: testutil.NewNetNS(t), out: testutil.NewNetNS(t),
 		hostVeth: testutil.Name("fnpc"), network: testutil.Name("fnpm-"), backend: backend, cniPath: testutil.CNIPath(t)}
 	if err := l.InHost(func() error {
@@ -120,6 +115,18 @@ func newRootLab(t testing.TB, backend string) *rootLab {
 		},
 	}
 	return l
+}
+
+// requireTools skips t (fails it in CI) unless root and both backends'
+// tools are there.
+func requireTools(t testing.TB) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	for _, tool := range []string{"nft", "iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Skip(t, "%s is not installed; run hack/deps.sh", tool)
+		}
+	}
 }
 
 // udpEcho answers each datagram on addr inside ns with
