@@ -1,5 +1,6 @@
 // Command flatnet is flatnet's node agent, cluster controller, lab and
-// test workload in one binary; see `flatnet --help`.
+// test workload in one binary; see `flatnet --help` (which lists the exit
+// codes).
 package main
 
 import (
@@ -9,7 +10,5 @@ import (
 )
 
 func main() {
-	if err := cli.NewRoot().Execute(); err != nil {
-		os.Exit(cli.ExitCode(err))
-	}
+	os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr))
 }

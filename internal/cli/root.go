@@ -4,7 +4,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -12,27 +11,6 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 )
-
-// ExitError carries a specific process exit code (for `lab exec`, whose
-// command's exit code passes through).
-type ExitError struct{ Code int }
-
-func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
-
-// ExitCode maps an error from Execute to the process exit code.
-func ExitCode(err error) int {
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		return ee.Code
-	}
-	// Packages that cli imports (lab) cannot return *ExitError; they
-	// return an error with an ExitCode method, as *exec.ExitError has.
-	var ec interface{ ExitCode() int }
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
-	}
-	return 1
-}
 
 // subcommands is filled by register.go so that packages can be added
 // without touching NewRoot.
@@ -67,5 +45,7 @@ upstream kubelet and containerd.`,
 	for _, f := range subcommands {
 		root.AddCommand(f())
 	}
+	root.Long += "\n\n" + exitCodesHelp
+	markUsageErrors(root)
 	return root
 }
