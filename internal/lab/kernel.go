@@ -598,6 +598,15 @@ func (k kernel) linkExists(name string) (bool, error) {
 	return ok, nil
 }
 
+// rewired reports whether a fix of part id makes its namespace or its
+// veth pair anew: a process inside must start again (it holds the old
+// namespace, or the old eth0 under its devices).
+func rewired(fixes []fix, id partID) bool {
+	return slices.ContainsFunc(fixes, func(f fix) bool {
+		return f.part == id && (f.op == fixCreateNetns || f.op == fixCreateVeth)
+	})
+}
+
 // nodeMAC is 0a:58 followed by the IPv4 address, as Kubernetes networking
 // conventionally derives a MAC from an IP.
 func nodeMAC(ip netip.Addr) net.HardwareAddr {

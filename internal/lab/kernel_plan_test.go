@@ -154,6 +154,12 @@ node k-node2: route 10.96.0.0/16 dev eth0 in netns fl-k-n2
 			if got := fixLines(fixes); got != c.want {
 				t.Errorf("fixes:\n%s\nwant:\n%s", got, c.want)
 			}
+			// Only a re-made namespace or veth restarts what runs inside.
+			for _, id := range []partID{partRouter, nodePart("k-node1"), nodePart("k-node2"), nodePart("k-node3"), partExternal} {
+				if want := strings.Contains(c.want, string(id)+": create"); rewired(fixes, id) != want {
+					t.Errorf("%s rewired = %v, want %v", id, !want, want)
+				}
+			}
 			if err := k.apply(fixes); err != nil {
 				t.Fatal(err)
 			}

@@ -70,6 +70,12 @@ type Observed struct {
 	Router           bool // the router is wired (two-subnet labs)
 	External         bool // the external host's namespace is wired
 	ExternalServer   bool // its netexec runs
+	// Rewired: node name -> up re-makes its namespace or its veth pair,
+	// so a running agent there restarts; ExternalRewired is the same for
+	// the external host's server. Other repairs (a route, a sysctl, a
+	// link down) leave the processes alone.
+	Rewired         map[string]bool
+	ExternalRewired bool
 }
 
 // Plan lists the steps that make spec from what is observed. It is pure.
@@ -117,7 +123,7 @@ func Plan(s *Spec, o Observed) []Step {
 			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s%s, netexec HTTP :%d, UDP :%d", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
 				lbRoute, ExternalHTTPPort, ExternalUDPPort),
 			Present: ready && o.ExternalServer,
-			Restart: o.ExternalServer && !ready})
+			Restart: o.ExternalServer && o.ExternalRewired})
 	}
 	// (The pool shows in up's header line and in status; this text is
 	// matched by tooling as it is.)
@@ -144,8 +150,8 @@ func Plan(s *Spec, o Observed) []Step {
 		}
 		steps = append(steps, Step{Kind: StepAgent, Node: n.Name,
 			What:    what,
-			Present: o.Agents[n.Name] && wired(n) && !other,
-			Restart: o.Agents[n.Name] && (!wired(n) || other)})
+			Present: o.Agents[n.Name] && !o.Rewired[n.Name] && !other,
+			Restart: o.Agents[n.Name] && (o.Rewired[n.Name] || other)})
 	}
 	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config", len(s.Nodes))})
 	return steps

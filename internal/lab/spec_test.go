@@ -219,13 +219,20 @@ func TestPlan(t *testing.T) {
 		{"node netns gone under its agent", func() Observed {
 			o := all
 			o.Nodes = map[string]bool{"flatnet-node2": true}
+			o.Rewired = map[string]bool{"flatnet-node1": true}
 			return o
 		}(), "=state dir =binaries =underlay +node(flatnet-node1) =node(flatnet-node2) =control plane =controller ragent(flatnet-node1) =agent(flatnet-node2) +ready"},
-		{"bridge gone", func() Observed {
+		{"a route gone from a node: its agent keeps running", func() Observed {
+			o := all
+			o.Nodes = map[string]bool{"flatnet-node2": true}
+			return o
+		}(), "=state dir =binaries =underlay +node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
+		{"bridge gone (the veths are attached again; the agents keep running)", func() Observed {
 			o := all
 			o.Underlay = false
+			o.Nodes = map[string]bool{}
 			return o
-		}(), "=state dir =binaries +underlay +node(flatnet-node1) +node(flatnet-node2) =control plane =controller ragent(flatnet-node1) ragent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries +underlay +node(flatnet-node1) +node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
 		{"running without Services (no --endpointslices, one agent without --proxy)", func() Observed {
 			o := all
 			o.ControllerWithoutEndpointSlices = true
@@ -627,6 +634,7 @@ func TestPlanTwoSubnets(t *testing.T) {
 		{"router rebuilt under node 2", func() Observed {
 			o := all()
 			o.Router, o.Nodes["x-node2"] = false, false
+			o.Rewired = map[string]bool{"x-node2": true}
 			return o
 		}, "=state dir =binaries =underlay +router =node(x-node1) +node(x-node2) =external =control plane =controller =agent(x-node1) ragent(x-node2) +ready"},
 		{"external server died", func() Observed {
@@ -636,7 +644,7 @@ func TestPlanTwoSubnets(t *testing.T) {
 		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) +external =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
 		{"external netns gone under its server", func() Observed {
 			o := all()
-			o.External = false
+			o.External, o.ExternalRewired = false, true
 			return o
 		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) rexternal =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
 		{"agents run another backend", func() Observed {

@@ -223,8 +223,11 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 	o.Underlay = ready(fixes, partUnderlay)
 	o.Router = s.Router != nil && ready(fixes, partRouter)
 	o.External = s.External != nil && ready(fixes, partExternal)
+	o.ExternalRewired = rewired(fixes, partExternal)
+	o.Rewired = map[string]bool{}
 	for _, n := range s.Nodes {
 		o.Nodes[n.Name] = ready(fixes, nodePart(n.Name))
+		o.Rewired[n.Name] = rewired(fixes, nodePart(n.Name))
 		var pid int
 		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
 		if o.Agents[n.Name] {

@@ -380,6 +380,55 @@ func TestLab(t *testing.T) {
 		}
 	})
 
+	// Kernel drift is listed by status and repaired by up; a lab.json
+	// and pid files cut short are reported by path and rebuilt from what
+	// runs, and no daemon is started twice.
+	t.Run("UpRepairsDriftAndCutShortState", func(t *testing.T) {
+		n2 := s.Nodes[1]
+		testutil.RunIn(t, lab.NetnsPath(n2.Netns), "ip", "route", "del", s.ServiceCIDR.String())
+		drift := fmt.Sprintf("node %s: route %s dev eth0 in netns %s", n2.Name, s.ServiceCIDR, n2.Netns)
+		if out := l.mustCLI(t, "status"); !strings.Contains(out, drift) || !strings.Contains(out, n2.Netns+" (MISSING)") {
+			t.Errorf("status does not show the drift %q:\n%s", drift, out)
+		}
+		repaired := false
+		out := l.mustCLI(t, "up")
+		for _, line := range strings.Split(out, "\n") {
+			repaired = repaired || strings.Contains(line, n2.Name+": netns "+n2.Netns) && strings.Contains(line, "... done")
+		}
+		if !repaired {
+			t.Errorf("up did not repair node 2:\n%s", out)
+		}
+		if out := l.mustCLI(t, "status"); strings.Contains(out, "missing in the kernel") {
+			t.Errorf("drift left after up:\n%s", out)
+		}
+
+		p0 := pidFiles(t, s)
+		record, err := os.ReadFile(s.SpecFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		agentPID := proc.PIDFile(s.StateDir, lab.AgentProc(s.Nodes[0].Name))
+		ctlPID := proc.PIDFile(s.StateDir, lab.ProcController)
+		ctl, _ := os.ReadFile(ctlPID)
+		for path, content := range map[string][]byte{s.SpecFile(): record[:len(record)/2], agentPID: nil, ctlPID: ctl[:len(ctl)/3]} {
+			if err := os.WriteFile(path, content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = l.mustCLI(t, "up")
+		for _, want := range []string{"unusable lab record " + s.SpecFile(), "pid file " + agentPID, "pid file " + ctlPID} {
+			if !strings.Contains(out, want) {
+				t.Errorf("up does not report %q:\n%s", want, out)
+			}
+		}
+		if got, _ := os.ReadFile(s.SpecFile()); string(got) != string(record) {
+			t.Errorf("lab.json rebuilt as:\n%s\nwant:\n%s", got, record)
+		}
+		if p1 := pidFiles(t, s); p1 != p0 {
+			t.Errorf("up started daemons again instead of adopting them:\nbefore:\n%s\nafter:\n%s", p0, p1)
+		}
+	})
+
 	t.Run("NodesReadyWithSubnets", func(t *testing.T) {
 		nodes, err := l.c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
