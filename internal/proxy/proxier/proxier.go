@@ -4,9 +4,12 @@
 // changed into one nftables transaction (proxy/nftables) run by the nft
 // runner.
 //
-// Design. The first sync, every periodic one (MaxSyncInterval) and the one
-// after a failed transaction are full syncs: they read the table's chains
-// and sets first and reconcile against them, so a restarted agent neither
+// Design. The runner (proxy/runner) decides which syncs are full: the
+// first, the one after a failed sync, and one at least every
+// MaxSyncInterval however many partial syncs ran meanwhile, so drift (a
+// foreign edit of the table, a bug in a partial sync) is repaired within a
+// period even on a busy cluster. A full sync reads the table's chains
+// and sets first and reconciles against them, so a restarted agent neither
 // flushes its table (established flows keep their DNAT through the restart)
 // nor leaves chains of services deleted while it was down. Every other sync
 // is partial: only the services the tracker saw change, in a transaction
@@ -67,7 +70,7 @@ type Config struct {
 	NFT    NFT
 	Render nftables.Config
 	// MinSyncInterval bounds how often syncs start; MaxSyncInterval is the
-	// period of full resyncs.
+	// period of full resyncs and caps the backoff of retries.
 	MinSyncInterval time.Duration
 	MaxSyncInterval time.Duration
 	Clock           runner.Clock // the system clock when nil
@@ -246,17 +249,17 @@ func (p *Proxier) now() time.Time {
 }
 
 // syncAndLog is the runner's function: the runner retries a failed sync
-// and this says why.
-func (p *Proxier) syncAndLog(ctx context.Context, periodic bool) error {
-	err := p.sync(ctx, periodic)
+// (with backoff) and this says why.
+func (p *Proxier) syncAndLog(ctx context.Context, full bool) error {
+	err := p.sync(ctx, full)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Service rules not synced; retrying with a full sync")
 	}
 	return err
 }
 
-// sync is one transaction, full or partial.
-func (p *Proxier) sync(ctx context.Context, periodic bool) (err error) {
+// sync is one transaction, full when asked or when the state is unknown.
+func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 	logger := klog.FromContext(ctx)
 	start := p.now()
 	round := p.tracker.Take()
@@ -270,7 +273,7 @@ func (p *Proxier) sync(ctx context.Context, periodic bool) (err error) {
 	for _, ts := range round.TriggerTimes {
 		p.triggers = append(p.triggers, ts...)
 	}
-	full := periodic || p.state == nil
+	full = full || p.state == nil
 	defer func() {
 		p.cfg.Metrics.SyncDone(full, p.now().Sub(start))
 		if err != nil {

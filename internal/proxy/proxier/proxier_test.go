@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/flatnet/flatnet/internal/proxy/healthcheck"
 	"github.com/flatnet/flatnet/internal/proxy/metrics"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/proxy/runner/runnertest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -633,4 +635,150 @@ func TestServeRunsAlongside(t *testing.T) {
 	default:
 		t.Error("Run returned before Serve stopped")
 	}
+}
+
+// clockedNFT reports each transaction to the fake clock as a sync (full
+// when it rewrites the services chain), so a test sees syncs and the
+// runner's timers in the loop's order.
+type clockedNFT struct {
+	NFT
+	clock *runnertest.Clock
+}
+
+func (n clockedNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	full := false
+	for _, l := range strings.Split(tx.String(), "\n") {
+		full = full || (strings.HasPrefix(l, "flush chain ") && strings.HasSuffix(l, " services"))
+	}
+	n.clock.Synced(full)
+	return n.NFT.Run(ctx, tx)
+}
+
+// churnTable is what driveChurn needs of the table under test.
+type churnTable struct {
+	// breakWeb edits the table as someone else would: web no longer
+	// reaches its endpoint.
+	breakWeb func()
+	// webOK reports whether web's ClusterIP reaches its endpoint.
+	webOK func() bool
+	// busyAt returns where busy's ClusterIP leads ("" if nowhere); nil
+	// when the table cannot tell.
+	busyAt func() string
+}
+
+const churnPeriod = 30 * time.Second
+
+// startChurn returns a proxier serving web and busy on nf, driven by a
+// fake clock; its loop runs until the test ends.
+func startChurn(t *testing.T, nf NFT, table string) (*Proxier, *runnertest.Clock) {
+	t.Helper()
+	clock := runnertest.New()
+	p := New(Config{NFT: clockedNFT{NFT: nf, clock: clock}, Render: nftables.Config{Family: knftables.IPv4Family, Table: table},
+		MinSyncInterval: time.Second, MaxSyncInterval: churnPeriod, Clock: clock})
+	p.tracker.OnService(service("web", "10.96.0.10"))
+	p.tracker.OnEndpointSlice(slice("web", "10.244.2.7"))
+	p.tracker.OnService(service("busy", "10.96.0.20"))
+	p.tracker.OnEndpointSlice(slice("busy", "10.244.3.0"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.runner.Loop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p, clock
+}
+
+// driveChurn runs four periods of fake time after p's first sync: busy's
+// endpoint moves every half period (each change programmed by a partial
+// sync at once), and the table, broken by someone else right after the
+// first sync and again at 40s, must be repaired within one period each
+// time, by the full resync the runner forces.
+func driveChurn(t *testing.T, p *Proxier, clock *runnertest.Clock, tbl churnTable) {
+	t.Helper()
+	t0 := clock.Now()
+	var log strings.Builder
+	record := func(syncs []runnertest.Event) {
+		for _, s := range syncs {
+			fmt.Fprintf(&log, " %v/full=%v", s.At.Sub(t0), s.Full)
+		}
+	}
+	record(clock.Idle(t))
+	if !tbl.webOK() {
+		t.Fatal("web not served after the first sync")
+	}
+	edit := func() {
+		t.Helper()
+		tbl.breakWeb()
+		if tbl.webOK() {
+			t.Fatal("web still served after the foreign edit")
+		}
+	}
+	edit()
+	editedAt, repairedAt := t0, time.Time{}
+	const step = 5 * time.Second
+	for now := step; now <= 4*churnPeriod; now += step {
+		record(clock.Step(t, step))
+		if (now-step)%(churnPeriod/2) == 0 {
+			ep := fmt.Sprintf("10.244.3.%d", now/step)
+			p.onSlice(slice("busy", ep), false)
+			record(clock.Idle(t))
+			if tbl.busyAt != nil {
+				if got := tbl.busyAt(); got != ep+":8080" {
+					t.Fatalf("at %v busy leads to %q, want its new endpoint %s", now, got, ep)
+				}
+			}
+		}
+		switch {
+		case tbl.webOK():
+			if repairedAt.IsZero() {
+				repairedAt = clock.Now()
+				t.Logf("foreign edit at %v repaired at %v", editedAt.Sub(t0), repairedAt.Sub(t0))
+			}
+		case !repairedAt.IsZero():
+			t.Fatalf("at %v web broke again after its repair", now)
+		case clock.Now().Sub(editedAt) >= churnPeriod:
+			t.Fatalf("foreign edit at %v not repaired at %v (period %v); syncs:%s", editedAt.Sub(t0), now, churnPeriod, log.String())
+		}
+		if now == 40*time.Second {
+			edit()
+			editedAt, repairedAt = clock.Now(), time.Time{}
+		}
+	}
+	t.Logf("syncs:%s", log.String())
+}
+
+// EndpointSlice changes every half period keep partial syncs coming, and a
+// foreign edit of the table (web's map element deleted, its service chain
+// flushed) is still repaired within one period. Minutes of fake time, no
+// real waiting.
+func TestDriftRepairedUnderChurn(t *testing.T) {
+	ctx := context.Background()
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	p, clock := startChurn(t, nf, "")
+	tr := nfttrace.New(nf.Fake)
+	endpoint := func(dst string) string {
+		res, err := tr.Trace(nfttrace.Packet{Src: a("10.244.1.5"), Dst: a(dst), Proto: "tcp", DPort: 80})
+		if err != nil || !res.DNAT {
+			return ""
+		}
+		return res.Endpoint()
+	}
+	driveChurn(t, p, clock, churnTable{
+		breakWeb: func() {
+			chains, err := nf.List(ctx, "chain")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx := nf.NewTransaction()
+			tx.Delete(&knftables.Element{Map: "service-ips", Key: []string{"10.96.0.10", "tcp", "80"}})
+			for _, c := range chains {
+				if strings.Contains(c, "ns/web/") {
+					tx.Flush(&knftables.Chain{Name: c})
+				}
+			}
+			if err := nf.Fake.Run(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+		},
+		webOK:  func() bool { return endpoint("10.96.0.10") == "10.244.2.7:8080" },
+		busyAt: func() string { return endpoint("10.96.0.20") },
+	})
 }

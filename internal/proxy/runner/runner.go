@@ -1,16 +1,27 @@
 // Package runner runs a sync function at a bounded frequency, in the shape
-// of kube-proxy's BoundedFrequencyRunner (written anew):
+// of kube-proxy's BoundedFrequencyRunner (written anew), and decides which
+// syncs are full, as kube-proxy's proxiers do with lastFullSync and
+// needFullSync:
 //
 //   - Run asks for a sync; requests that arrive before the sync starts are
 //     coalesced into one, so a burst of API events costs one transaction;
 //   - two syncs start at least MinInterval apart (a request arriving sooner
 //     waits for the interval to pass, then runs);
-//   - a sync starts at least every MaxInterval even with no request, and is
-//     then marked periodic (the proxier does a full resync on those);
-//   - a failed sync is retried after RetryInterval (still no sooner than
-//     MinInterval after the failed one), without any new request.
+//   - a sync is full when it is the first, when the one before failed, or
+//     when the last successful full sync started MaxInterval ago or more.
+//     That clock is kept apart from the last sync of any kind: on a busy
+//     cluster requests keep partial syncs coming more often than
+//     MaxInterval, and a full one must still come, or drift (a foreign
+//     edit of the table, a bug in a partial sync) is never repaired. With
+//     no request the loop wakes for that full sync alone;
+//   - a failed sync is retried without any new request after RetryInterval,
+//     doubled on each further failure up to MaxInterval, and reset by a
+//     success. Requests do not cut that wait short: the retry is a full
+//     sync that takes every change in, and a table the kernel keeps
+//     refusing must not cost a full listing every MinInterval.
 //
-// The loop reads time only through Clock, so tests drive it with a fake.
+// The loop reads time only through Clock, so tests drive it with a fake
+// (runnertest).
 package runner
 
 import (
@@ -32,13 +43,14 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // Real is the system clock.
 var Real Clock = realClock{}
 
-// Func is one sync. periodic is true when the sync runs because MaxInterval
-// passed (or it is the first one) rather than because of Run.
-type Func func(ctx context.Context, periodic bool) error
+// Func is one sync; full asks it to rebuild everything rather than only
+// what changed.
+type Func func(ctx context.Context, full bool) error
 
 // Config sets the intervals. MinInterval may be 0 (run at once on every
-// request); MaxInterval must be > 0; RetryInterval defaults to MinInterval,
-// or one second when that is 0.
+// request); MaxInterval is the full-resync period (an hour when 0) and
+// caps the retry backoff; RetryInterval, the first retry's delay, defaults
+// to MinInterval, or one second when that is 0.
 type Config struct {
 	MinInterval   time.Duration
 	MaxInterval   time.Duration
@@ -78,26 +90,38 @@ func (r *Runner) Run() {
 	}
 }
 
+// schedule is what the loop remembers between syncs.
+type schedule struct {
+	last     time.Time // start of the last sync; zero before the first
+	lastFull time.Time // start of the last successful full sync
+	failures int       // consecutive failed syncs
+	retryAt  time.Time // when failures > 0: the earliest retry
+	pending  bool      // a request arrived since the last sync started
+}
+
 // Loop runs syncs until ctx ends. The first sync starts at once and is
-// periodic.
+// full.
 func (r *Runner) Loop(ctx context.Context) {
-	var (
-		last    time.Time // start of the last sync; zero before the first
-		pending = true
-		retryAt time.Time // zero when no retry is due
-	)
+	s := schedule{pending: true}
 	for {
 		now := r.cfg.Clock.Now()
-		due := r.due(last, pending, retryAt)
+		due := r.due(s)
 		if !now.Before(due) {
-			periodic := last.IsZero() || !now.Before(last.Add(r.cfg.MaxInterval))
-			pending, retryAt, last = false, time.Time{}, now
+			full := r.full(s, now)
+			s.last, s.pending = now, false
 			// A request arriving from here on is for the next sync.
-			if err := r.fn(ctx, periodic); err != nil {
-				retryAt = now.Add(r.cfg.RetryInterval)
-			}
+			err := r.fn(ctx, full)
 			if ctx.Err() != nil {
 				return
+			}
+			if err != nil {
+				s.failures++
+				s.retryAt = r.cfg.Clock.Now().Add(r.backoff(s.failures))
+			} else {
+				s.failures = 0
+				if full {
+					s.lastFull = now
+				}
 			}
 			continue
 		}
@@ -105,26 +129,45 @@ func (r *Runner) Loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
-			pending = true
+			s.pending = true
 		case <-r.cfg.Clock.After(due.Sub(now)):
 		}
 	}
 }
 
-// due is when the next sync may start.
-func (r *Runner) due(last time.Time, pending bool, retryAt time.Time) time.Time {
-	if last.IsZero() {
-		return last
+// full reports whether a sync starting at now must be full.
+func (r *Runner) full(s schedule, now time.Time) bool {
+	return s.lastFull.IsZero() || s.failures > 0 || !now.Before(s.lastFull.Add(r.cfg.MaxInterval))
+}
+
+// due is when the next sync may start: at once for the first; after a
+// failure at the retry; on a request MinInterval after the last sync;
+// without one when the next full resync is due.
+func (r *Runner) due(s schedule) time.Time {
+	if s.last.IsZero() {
+		return s.last
 	}
-	next := last.Add(r.cfg.MaxInterval)
-	if !retryAt.IsZero() && retryAt.Before(next) {
-		next = retryAt
+	var next time.Time
+	switch {
+	case s.failures > 0:
+		next = s.retryAt
+	case s.pending:
+		next = s.last
+	default:
+		next = s.lastFull.Add(r.cfg.MaxInterval)
 	}
-	if pending {
-		next = last.Add(r.cfg.MinInterval)
-	}
-	if earliest := last.Add(r.cfg.MinInterval); next.Before(earliest) {
+	if earliest := s.last.Add(r.cfg.MinInterval); next.Before(earliest) {
 		next = earliest
 	}
 	return next
+}
+
+// backoff is the wait after the n-th consecutive failure: RetryInterval,
+// doubled for each further one, at most MaxInterval.
+func (r *Runner) backoff(n int) time.Duration {
+	d := r.cfg.RetryInterval
+	for i := 1; i < n && d < r.cfg.MaxInterval; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.MaxInterval)
 }

@@ -3,70 +3,21 @@ package runner
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/flatnet/flatnet/internal/proxy/runner/runnertest"
 )
 
-// fakeClock reports every timer the loop arms on armed and fires timers
-// only when the test advances it.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []fakeTimer
-	armed  chan time.Time
-}
-
-type fakeTimer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), armed: make(chan time.Time, 100)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := fakeTimer{at: c.now.Add(d), ch: make(chan time.Time, 1)}
-	c.timers = append(c.timers, t)
-	c.armed <- t.at
-	return t.ch
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if !t.at.After(c.now) {
-			t.ch <- c.now
-			continue
-		}
-		kept = append(kept, t)
-	}
-	c.timers = kept
-}
-
-type call struct {
-	at       time.Time
-	periodic bool
-}
-
 type harness struct {
-	t       *testing.T
-	clock   *fakeClock
-	r       *Runner
-	calls   chan call
+	t     *testing.T
+	clock *runnertest.Clock
+	r     *Runner
+	// results ends each sync when result is nil.
 	results chan error
+	result  func(runnertest.Event) error
 }
 
 const (
@@ -75,12 +26,23 @@ const (
 	retryI = 5 * time.Second
 )
 
-func start(t *testing.T) *harness {
-	h := &harness{t: t, clock: newFakeClock(), calls: make(chan call), results: make(chan error)}
-	h.r = New(func(ctx context.Context, periodic bool) error {
-		h.calls <- call{at: h.clock.Now(), periodic: periodic}
-		return <-h.results
-	}, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI, Clock: h.clock})
+// start runs a loop on a fake clock; result, when set, ends each sync
+// (else the test does, on h.results).
+func start(t *testing.T, cfg Config, result func(runnertest.Event) error) *harness {
+	h := &harness{t: t, clock: runnertest.New(), results: make(chan error), result: result}
+	cfg.Clock = h.clock
+	h.r = New(func(ctx context.Context, full bool) error {
+		h.clock.Synced(full)
+		if h.result != nil {
+			return h.result(runnertest.Event{At: h.clock.Now(), Full: full})
+		}
+		select {
+		case err := <-h.results:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { h.r.Loop(ctx); close(done) }()
@@ -95,62 +57,37 @@ func start(t *testing.T) *harness {
 	return h
 }
 
-// sync waits for the next sync to start, checks it, and ends it with err.
-func (h *harness) sync(wantAt time.Time, wantPeriodic bool, err error) {
+func startDefault(t *testing.T) *harness {
+	return start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI}, nil)
+}
+
+// sync waits for the next sync to start (skipping timers armed on the
+// way), checks it, and ends it with err.
+func (h *harness) sync(wantAt time.Time, wantFull bool, err error) {
 	h.t.Helper()
-	select {
-	case c := <-h.calls:
-		if !c.at.Equal(wantAt) || c.periodic != wantPeriodic {
-			h.t.Fatalf("sync at %v periodic=%v, want at %v periodic=%v", c.at, c.periodic, wantAt, wantPeriodic)
+	for {
+		e := h.clock.Next(h.t)
+		if e.Timer {
+			continue
+		}
+		if !e.At.Equal(wantAt) || e.Full != wantFull {
+			h.t.Fatalf("sync at %v full=%v, want at %v full=%v", e.At, e.Full, wantAt, wantFull)
 		}
 		h.results <- err
-	case <-time.After(5 * time.Second):
-		h.t.Fatalf("no sync started (want one at %v)", wantAt)
+		return
 	}
 }
 
-// noSync checks that no sync starts for a moment of real time.
-func (h *harness) noSync() {
-	h.t.Helper()
-	select {
-	case c := <-h.calls:
-		h.t.Fatalf("unexpected sync at %v periodic=%v", c.at, c.periodic)
-	case <-time.After(50 * time.Millisecond):
-	}
-}
-
-// armed waits until the loop arms a timer for want; deadlines of timers it
-// abandoned on the way (a request arrived) are skipped.
-func (h *harness) armed(want time.Time) {
-	h.t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case at := <-h.clock.armed:
-			if at.Equal(want) {
-				return
-			}
-		case <-timeout:
-			h.t.Fatalf("loop never waited for %v", want)
-		}
-	}
-}
-
-// nextArmed checks the very next timer the loop arms.
+// nextArmed checks that the loop's next step is to wait until want.
 func (h *harness) nextArmed(want time.Time) {
 	h.t.Helper()
-	select {
-	case at := <-h.clock.armed:
-		if !at.Equal(want) {
-			h.t.Fatalf("loop waits until %v, want %v", at, want)
-		}
-	case <-time.After(5 * time.Second):
-		h.t.Fatalf("loop armed no timer (want %v)", want)
+	if e := h.clock.Next(h.t); !e.Timer || !e.At.Equal(want) {
+		h.t.Fatalf("loop did %+v, want a wait until %v", e, want)
 	}
 }
 
-func TestFirstSyncIsImmediateAndPeriodic(t *testing.T) {
-	h := start(t)
+func TestFirstSyncIsImmediateAndFull(t *testing.T) {
+	h := startDefault(t)
 	t0 := h.clock.Now()
 	h.sync(t0, true, nil)
 	h.nextArmed(t0.Add(maxI))
@@ -160,25 +97,27 @@ func TestFirstSyncIsImmediateAndPeriodic(t *testing.T) {
 }
 
 func TestBurstIsCoalescedAndWaitsMinInterval(t *testing.T) {
-	h := start(t)
+	h := startDefault(t)
 	t0 := h.clock.Now()
 	// Hold the first sync while a burst of requests arrives.
-	select {
-	case <-h.calls:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no first sync")
+	if e := h.clock.Next(t); e.Timer {
+		t.Fatalf("first event %+v, want the first sync", e)
 	}
 	for range 10 {
 		h.r.Run()
 	}
 	h.results <- nil
-	h.armed(t0.Add(minI))
-	h.clock.Advance(minI - time.Millisecond)
-	h.noSync()
+	if h.clock.Idle(t); !h.clock.Deadline().Equal(t0.Add(minI)) {
+		t.Fatalf("loop waits until %v, want %v", h.clock.Deadline(), t0.Add(minI))
+	}
+	if h.clock.Advance(minI - time.Millisecond) {
+		t.Fatal("the loop woke before MinInterval")
+	}
 	h.clock.Advance(time.Millisecond)
 	h.sync(t0.Add(minI), false, nil)
-	// One sync served the whole burst: the loop is back to the periodic wait.
-	h.nextArmed(t0.Add(minI + maxI))
+	// One sync served the whole burst: the loop waits for the next full
+	// resync, a period after the last one.
+	h.nextArmed(t0.Add(maxI))
 
 	// A request long after the last sync runs at once.
 	h.clock.Advance(10 * time.Second)
@@ -186,27 +125,117 @@ func TestBurstIsCoalescedAndWaitsMinInterval(t *testing.T) {
 	h.sync(t0.Add(minI+10*time.Second), false, nil)
 }
 
-func TestFailedSyncIsRetried(t *testing.T) {
-	h := start(t)
+func TestFailedSyncIsRetriedFully(t *testing.T) {
+	h := startDefault(t)
 	t0 := h.clock.Now()
-	h.sync(t0, true, errors.New("nft: boom"))
-	h.nextArmed(t0.Add(retryI))
+	h.sync(t0, true, nil)
+	h.nextArmed(t0.Add(maxI))
+	h.clock.Advance(10 * time.Second)
+	h.r.Run()
+	h.sync(t0.Add(10*time.Second), false, errors.New("nft: boom"))
+	h.nextArmed(t0.Add(10*time.Second + retryI))
 	h.clock.Advance(retryI)
-	h.sync(t0.Add(retryI), false, nil)
-	h.nextArmed(t0.Add(retryI + maxI))
+	h.sync(t0.Add(10*time.Second+retryI), true, nil)
+	h.nextArmed(t0.Add(10*time.Second + retryI + maxI))
+}
+
+// A sync requested every half period still leaves a full one at least
+// every period: churn must not postpone the repair of drift for ever.
+func TestFullResyncUnderChurn(t *testing.T) {
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI}, func(runnertest.Event) error { return nil })
+	t0 := h.clock.Now()
+	syncs := h.clock.Idle(t)
+	const step = 5 * time.Second
+	for now := step; now <= 6*maxI; now += step {
+		syncs = append(syncs, h.clock.Step(t, step)...)
+		if (now-10*time.Second)%(maxI/2) == 0 {
+			h.r.Run()
+			syncs = append(syncs, h.clock.Idle(t)...)
+		}
+	}
+	var log strings.Builder
+	lastFull, partial := t0, 0
+	for _, s := range syncs {
+		fmt.Fprintf(&log, " %v/full=%v", s.At.Sub(t0), s.Full)
+		if s.Full {
+			if gap := s.At.Sub(lastFull); gap > maxI {
+				t.Errorf("full syncs %v apart (at %v and %v), want at most the period %v", gap, lastFull.Sub(t0), s.At.Sub(t0), maxI)
+			}
+			lastFull = s.At
+		} else {
+			partial++
+		}
+	}
+	if end := h.clock.Now(); end.Sub(lastFull) > maxI {
+		t.Errorf("no full sync from %v to the end %v (period %v)", lastFull.Sub(t0), end.Sub(t0), maxI)
+	}
+	if partial < 10 {
+		t.Errorf("%d partial syncs, want one per request (12)", partial)
+	}
+	t.Logf("syncs:%s", log.String())
+}
+
+// Failed syncs are retried after 1, 2, 4, ... retry intervals, capped at
+// the period; requests arriving meanwhile do not cut the wait short; a
+// success resets the backoff.
+func TestFailedSyncsBackOff(t *testing.T) {
+	failing := true
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: time.Second}, func(runnertest.Event) error {
+		if failing {
+			return errors.New("nft: boom")
+		}
+		return nil
+	})
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60}
+	t0 := h.clock.Now()
+	if syncs := h.clock.Idle(t); len(syncs) != 1 || !syncs[0].Full {
+		t.Fatalf("first syncs %+v, want one full", syncs)
+	}
+	last := t0
+	for i, w := range want {
+		w *= time.Second
+		if got := h.clock.Deadline().Sub(last); got != w {
+			t.Fatalf("retry %d after %v, want %v", i+1, got, w)
+		}
+		// A request in the middle of the wait changes nothing.
+		if !h.clock.Advance(w / 2) {
+			h.r.Run()
+			if syncs := h.clock.Idle(t); len(syncs) != 0 || !h.clock.Deadline().Equal(last.Add(w)) {
+				t.Fatalf("a request during backoff: syncs %+v, then a wait until %v; want no sync and a wait until %v",
+					syncs, h.clock.Deadline().Sub(t0), last.Add(w).Sub(t0))
+			}
+		}
+		syncs := h.clock.Step(t, w-w/2)
+		if len(syncs) != 1 {
+			t.Fatalf("retry %d: syncs %+v, want one", i+1, syncs)
+		}
+		if !syncs[0].Full {
+			t.Errorf("retry %d was partial, want full", i+1)
+		}
+		last = h.clock.Now()
+	}
+	// Success, then a new failure: the backoff starts again from 1s.
+	failing = false
+	h.clock.Step(t, h.clock.Deadline().Sub(h.clock.Now()))
+	failing = true
+	h.clock.Advance(5 * time.Second)
+	h.r.Run()
+	if syncs := h.clock.Idle(t); len(syncs) != 1 || syncs[0].Full {
+		t.Fatalf("request after a success: syncs %+v, want one partial", syncs)
+	}
+	if got := h.clock.Deadline().Sub(h.clock.Now()); got != time.Second {
+		t.Errorf("first retry after a success and a new failure in %v, want 1s", got)
+	}
 }
 
 func TestRetryNoSoonerThanMinInterval(t *testing.T) {
-	r := New(nil, Config{MinInterval: 10 * time.Second, MaxInterval: time.Minute, RetryInterval: time.Second})
-	last := time.Unix(1000, 0)
-	if got, want := r.due(last, false, last.Add(time.Second)), last.Add(10*time.Second); !got.Equal(want) {
-		t.Errorf("retry due at %v, want %v", got, want)
-	}
-	if got, want := r.due(last, false, time.Time{}), last.Add(time.Minute); !got.Equal(want) {
-		t.Errorf("idle due at %v, want %v", got, want)
-	}
-	if got := r.due(time.Time{}, false, time.Time{}); !got.IsZero() {
-		t.Errorf("first sync due at %v, want at once", got)
+	h := start(t, Config{MinInterval: 10 * time.Second, MaxInterval: time.Minute, RetryInterval: time.Second}, func(runnertest.Event) error {
+		return errors.New("nft: boom")
+	})
+	t0 := h.clock.Now()
+	h.clock.Idle(t)
+	if got, want := h.clock.Deadline(), t0.Add(10*time.Second); !got.Equal(want) {
+		t.Errorf("retry due at %v, want %v", got.Sub(t0), want.Sub(t0))
 	}
 }
 
