@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -89,5 +90,48 @@ func TestBuildPlanFamilies(t *testing.T) {
 	only6 := &Config{Name: "n", Mappings: []Mapping{{Protocol: "tcp", HostPort: 1, ContainerPort: 1, HostIP: netip.MustParseAddr("fd00::1")}}}
 	if p := buildPlan(only6, Attachment{"n", "c", "eth0"}, v4, netip.Prefix{}); len(p.Families) != 0 {
 		t.Errorf("v6 hostIP on a v4 container: %+v", p.Families)
+	}
+}
+
+// TestHairpinSources: with snat, connections from the container's whole
+// pod network (and 127.0.0.1) are marked for masquerade, in both backends;
+// an address without a mask marks the container alone.
+func TestHairpinSources(t *testing.T) {
+	cfg := &Config{Name: "n", SNAT: true, MarkBit: 13, Mappings: []Mapping{{Protocol: "tcp", HostPort: 8080, ContainerPort: 80}}}
+	for _, c := range []struct {
+		v4, v6    string
+		nft, ipt4 string
+		nft6      string
+		ipt6      string
+	}{
+		{"10.244.1.7/24", "fd00:244:1::7/64",
+			"ip saddr { 10.244.1.0/24, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000",
+			"-s 10.244.1.0/24 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK",
+			"ip6 saddr fd00:244:1::/64 tcp dport 8080 meta mark set meta mark | 0x2000",
+			"-s fd00:244:1::/64 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK"},
+		{"10.244.1.7/32", "fd00:244:1::7/128",
+			"ip saddr { 10.244.1.7, 127.0.0.1 } tcp dport 8080 meta mark set meta mark | 0x2000",
+			"-s 10.244.1.7/32 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK",
+			"ip6 saddr fd00:244:1::7 tcp dport 8080 meta mark set meta mark | 0x2000",
+			"-s fd00:244:1::7/128 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK"},
+	} {
+		p := buildPlan(cfg, Attachment{"n", "c", "eth0"}, netip.MustParsePrefix(c.v4), netip.MustParsePrefix(c.v6))
+		nftRules := renderNFT(p).Rules
+		if got := nftRules[0].Rule; got != c.nft {
+			t.Errorf("%s: nft mark rule %q, want %q", c.v4, got, c.nft)
+		}
+		if got := nftRules[2].Rule; got != c.nft6 {
+			t.Errorf("%s: nft IPv6 mark rule %q, want %q", c.v6, got, c.nft6)
+		}
+		fams := renderIPT(p)
+		if got := strings.Join(fams[0].Rules[0], " "); got != c.ipt4 {
+			t.Errorf("%s: iptables mark rule %q, want %q", c.v4, got, c.ipt4)
+		}
+		if got := strings.Join(fams[0].Rules[1], " "); got != "-s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j FLATNET-HOSTPORT-SETMARK" {
+			t.Errorf("%s: iptables localhost rule %q", c.v4, got)
+		}
+		if got := strings.Join(fams[1].Rules[0], " "); got != c.ipt6 {
+			t.Errorf("%s: ip6tables mark rule %q, want %q", c.v6, got, c.ipt6)
+		}
 	}
 }
