@@ -7,23 +7,25 @@ package lab
 // first one: the kernel objects and the daemons of the lab still say what
 // it was started with. So up reports the file by its path and rebuilds
 // the Spec from what runs (runningLab: the bridge's and the router's
-// networks, the node namespaces, the external host, the daemons' flags),
+// networks, the node namespaces, the external host, the flags of the
+// daemons found by their command lines),
 // filling only what nothing running tells from this up's options; then it
 // carries on as for a recorded lab. Pid files cut short are reported the
 // same way; proc.Start adopts a daemon still running with the same command
 // line instead of starting a second one.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
@@ -152,24 +154,36 @@ func readRunningLab(k kernel, root, name string) (runningLab, error) {
 	}
 	r.external = fileExists(NetnsPath(ExternalNetns(name)))
 
+	// The daemons are found by their command lines, not their pid files:
+	// those may be what was cut short.
 	stateDir := filepath.Join(root, name)
-	for _, p := range pidFiles(stateDir, "agent-") {
-		if pid, ok := proc.Running(stateDir, p); ok && r.backend == "" {
-			r.backend, r.clusterCIDR = flagOf(pid, "--backend"), flagOf(pid, "--cluster-cidr")
-		}
-	}
-	if pid, ok := proc.Running(stateDir, ProcController); ok {
-		r.clusterCIDR = flagOf(pid, "--cluster-cidr")
-		r.nodeMask, _ = strconv.Atoi(flagOf(pid, "--node-cidr-mask-size"))
-		r.lbPool = flagOf(pid, "--load-balancer-ip-pool")
-	}
-	if pid, ok := proc.Running(stateDir, controlplane.APIServerName); ok {
-		r.serviceCIDR = flagOf(pid, "--service-cluster-ip-range")
+	for _, pid := range proc.Scan(func(pid int) bool {
+		argv, err := readArgv(pid)
+		return err == nil && slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, stateDir+"/") })
+	}) {
 		if argv, err := readArgv(pid); err == nil {
-			r.k8sBinDir = filepath.Dir(argv[0])
+			r.addDaemon(stateDir, argv)
 		}
 	}
 	return r, nil
+}
+
+// addDaemon notes what the command line of one of the lab's processes
+// says about its options.
+func (r *runningLab) addDaemon(stateDir string, argv []string) {
+	flatnet := filepath.Join(stateDir, "bin", "flatnet")
+	switch {
+	case len(argv) > 1 && argv[0] == flatnet && argv[1] == "agent":
+		r.backend = cmp.Or(r.backend, flagIn(argv, "--backend"))
+		r.clusterCIDR = cmp.Or(r.clusterCIDR, flagIn(argv, "--cluster-cidr"))
+	case len(argv) > 1 && argv[0] == flatnet && argv[1] == "controller":
+		r.clusterCIDR = flagIn(argv, "--cluster-cidr")
+		r.nodeMask, _ = strconv.Atoi(flagIn(argv, "--node-cidr-mask-size"))
+		r.lbPool = flagIn(argv, "--load-balancer-ip-pool")
+	case len(argv) > 0 && filepath.Base(argv[0]) == "kube-apiserver":
+		r.serviceCIDR = flagIn(argv, "--service-cluster-ip-range")
+		r.k8sBinDir = filepath.Dir(argv[0])
+	}
 }
 
 // loadOrRecover returns the recorded Spec of req's lab and where its

@@ -42,8 +42,16 @@ func TestUpRecoversLabRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	running := runningLab{underlays: made.Underlays(), nodes: 3, external: true, backend: "vxlan",
-		clusterCIDR: "10.248.0.0/16", nodeMask: 25, serviceCIDR: "10.97.0.0/16", lbPool: made.LoadBalancerPool(), k8sBinDir: "/k8s"}
+	// What readRunningLab finds: the kernel's objects, and the daemons'
+	// command lines (up's own argv builders; kube-apiserver's flags).
+	running := runningLab{underlays: made.Underlays(), nodes: 3, external: true}
+	for _, n := range made.Nodes {
+		running.addDaemon(made.StateDir, agentArgv(made, n))
+	}
+	running.addDaemon(made.StateDir, controllerArgv(made))
+	running.addDaemon(made.StateDir, []string{"/k8s/kube-apiserver", "--etcd-servers=https://127.0.0.1:2379",
+		"--service-cluster-ip-range=10.97.0.0/16", "--client-ca-file=" + made.StateDir + "/pki/ca.crt"})
+	running.addDaemon(made.StateDir, externalArgv(made))
 	req := upRequest(root, "rec")
 	for name, content := range map[string][]byte{
 		"empty":         nil,

@@ -301,6 +301,11 @@ func flagOf(pid int, flag string) string {
 	if err != nil {
 		return ""
 	}
+	return flagIn(argv, flag)
+}
+
+// flagIn returns the value of flag in argv ("" when absent).
+func flagIn(argv []string, flag string) string {
 	for i, a := range argv {
 		if a == flag && i+1 < len(argv) {
 			return argv[i+1]
