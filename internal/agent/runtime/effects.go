@@ -31,6 +31,9 @@ type network interface {
 	ready() error
 	add(ctx context.Context, a cniAttachment) (ips []string, err error)
 	del(ctx context.Context, a cniAttachment) error
+	// cached returns the attachments made for the pod namespace/name
+	// and not yet deleted (recovery of a lost record).
+	cached(namespace, name string) ([]cniAttachment, error)
 }
 
 // namespaces makes pod network namespaces.
@@ -77,6 +80,10 @@ type processes interface {
 	killAll(p procID)
 	// killNetns kills every process in the pod network namespace.
 	killNetns(nsPath string)
+	// identify returns the identity of pid if it is a container's first
+	// process, in the network namespace at nsPath when that is set
+	// (recovery of a lost record from a pid file).
+	identify(pid int, nsPath string) (procID, bool)
 }
 
 // --- CNI through libcni ---
@@ -222,6 +229,22 @@ func (n *cniNetwork) del(ctx context.Context, a cniAttachment) error {
 		return fmt.Errorf("CNI DEL (network %q): %w", list.Name, err)
 	}
 	return nil
+}
+
+// cached reads libcni's cache: it keeps each attachment, with its
+// CNI_ARGS and netns, until DEL.
+func (n *cniNetwork) cached(namespace, name string) ([]cniAttachment, error) {
+	atts, err := n.cni().GetCachedAttachments("")
+	if err != nil {
+		return nil, fmt.Errorf("reading the CNI cache in %s: %w", n.cacheDir, err)
+	}
+	var out []cniAttachment
+	for _, a := range atts {
+		if argValue(a.CniArgs, "K8S_POD_NAMESPACE") == namespace && argValue(a.CniArgs, "K8S_POD_NAME") == name {
+			out = append(out, cniAttachment{SandboxID: a.ContainerID, NetnsPath: a.NetNS, IfName: a.IfName, Args: a.CniArgs})
+		}
+	}
+	return out, nil
 }
 
 // --- network namespaces ---
@@ -383,3 +406,27 @@ func (r *realProcesses) killAll(p procID) {
 }
 
 func (r *realProcesses) killNetns(nsPath string) { killNetnsMembers(nsPath, 2*time.Second) }
+
+// identify accepts pid as a container's first process if it leads its own
+// process group (container-init runs in a session of its own) in a mount
+// namespace other than the runtime's, and, with nsPath, in that network
+// namespace. A recycled PID fails one of these.
+func (r *realProcesses) identify(pid int, nsPath string) (procID, bool) {
+	st, err := readProcStat(pid)
+	if err != nil || st.state == 'Z' || st.pgid != pid {
+		return procID{}, false
+	}
+	mnt, err := nsInode(pid, "mnt")
+	self, serr := nsInode(os.Getpid(), "mnt")
+	if err != nil || serr != nil || mnt == self {
+		return procID{}, false
+	}
+	if nsPath != "" {
+		want, err := fileInode(nsPath)
+		net, nerr := nsInode(pid, "net")
+		if err != nil || nerr != nil || net != want {
+			return procID{}, false
+		}
+	}
+	return procID{PID: pid, StartTicks: st.startTicks, MntNS: mnt}, true
+}

@@ -23,10 +23,13 @@ type fakeNet struct {
 	adds     []cniAttachment
 	dels     []cniAttachment
 	attached map[string]string // sandbox ID -> IP
+	cache    map[string]cniAttachment
 	n        int
 }
 
-func newFakeNet() *fakeNet { return &fakeNet{attached: map[string]string{}} }
+func newFakeNet() *fakeNet {
+	return &fakeNet{attached: map[string]string{}, cache: map[string]cniAttachment{}}
+}
 
 func (f *fakeNet) ready() error {
 	f.mu.Lock()
@@ -56,6 +59,7 @@ func (f *fakeNet) add(_ context.Context, a cniAttachment) ([]string, error) {
 	f.n++
 	ip := fmt.Sprintf("10.244.1.%d", f.n+1)
 	f.attached[a.SandboxID] = ip
+	f.cache[a.SandboxID] = a
 	return []string{ip}, nil
 }
 
@@ -67,7 +71,20 @@ func (f *fakeNet) del(_ context.Context, a cniAttachment) error {
 		return f.delErr
 	}
 	delete(f.attached, a.SandboxID)
+	delete(f.cache, a.SandboxID)
 	return nil
+}
+
+func (f *fakeNet) cached(namespace, name string) ([]cniAttachment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []cniAttachment
+	for _, a := range f.cache {
+		if argValue(a.Args, "K8S_POD_NAMESPACE") == namespace && argValue(a.Args, "K8S_POD_NAME") == name {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeNet) snapshot() (adds, dels []cniAttachment, attached int) {
@@ -219,6 +236,17 @@ func (f *fakeProcs) killAll(id procID) {
 		p.signals = append(p.signals, syscall.SIGKILL)
 		f.exitLocked(p, exitInfo{Code: 137, Signal: 9, Known: true})
 	}
+}
+
+func (f *fakeProcs) identify(pid int, _ string) (procID, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.procs {
+		if p.alive && p.id.PID == pid {
+			return p.id, true
+		}
+	}
+	return procID{}, false
 }
 
 func (f *fakeProcs) killNetns(path string) {

@@ -1,11 +1,13 @@
 package runtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -119,6 +121,23 @@ func (r *podRecord) container(name string) *containerRecord {
 	return nil
 }
 
+// sideFiles are the human-readable files next to state.json, by path:
+// the netns file and the pid files, nil for one that must not exist.
+func (r *podRecord) sideFiles(dir string) map[string][]byte {
+	files := map[string][]byte{filepath.Join(dir, "netns"): nil}
+	if r.Netns != "" {
+		files[filepath.Join(dir, "netns")] = []byte(filepath.Join(netnsRunDir, r.Netns) + "\n")
+	}
+	for _, c := range r.Containers {
+		var b []byte
+		if c.Proc != nil {
+			b = []byte(strconv.Itoa(c.Proc.PID) + "\n")
+		}
+		files[filepath.Join(containerDir(dir, c.Name), "pid")] = b
+	}
+	return files
+}
+
 // save writes the record and the human-readable side files atomically.
 func (r *podRecord) save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -128,32 +147,48 @@ func (r *podRecord) save(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, "state.json"), b, stateFileMode); err != nil {
+	if err := writeChanged(filepath.Join(dir, "state.json"), b); err != nil {
 		return err
 	}
-	nsFile := filepath.Join(dir, "netns")
-	if r.Netns != "" {
-		if err := atomicfile.WriteFile(nsFile, []byte(filepath.Join(netnsRunDir, r.Netns)+"\n"), stateFileMode); err != nil {
-			return err
-		}
-	} else if err := os.Remove(nsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	for _, c := range r.Containers {
-		cdir := containerDir(dir, c.Name)
-		if err := os.MkdirAll(cdir, 0o755); err != nil {
-			return err
-		}
-		pidFile := filepath.Join(cdir, "pid")
-		if c.Proc != nil {
-			if err := atomicfile.WriteFile(pidFile, []byte(strconv.Itoa(c.Proc.PID)+"\n"), stateFileMode); err != nil {
+	for path, b := range r.sideFiles(dir) {
+		if b == nil {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
-		} else if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := writeChanged(path, b); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeChanged replaces path with b (durably, mode stateFileMode) unless
+// it holds b already: the worker saves after every step, most of which
+// change nothing.
+func writeChanged(path string, b []byte) error {
+	if got, err := os.ReadFile(path); err == nil && bytes.Equal(got, b) {
+		return nil
+	}
+	return atomicfile.WriteFile(path, b, stateFileMode)
+}
+
+// staleSideFiles returns the side files that do not say what the record
+// says (a truncated pid file, say); the next save rewrites them.
+func staleSideFiles(dir string, r *podRecord) []string {
+	var stale []string
+	for path, want := range r.sideFiles(dir) {
+		got, err := os.ReadFile(path)
+		if (want == nil && !errors.Is(err, os.ErrNotExist)) || (want != nil && !bytes.Equal(got, want)) {
+			stale = append(stale, path)
+		}
+	}
+	slices.Sort(stale)
+	return stale
 }
 
 func loadRecord(dir string) (*podRecord, error) {
@@ -172,22 +207,23 @@ func loadRecord(dir string) (*podRecord, error) {
 }
 
 // loadRecords reads every pod record in stateDir. A pod dir without a
-// readable record is returned in bad, for the caller to report.
-func loadRecords(stateDir string) (recs []*podRecord, bad []error) {
-	ents, err := os.ReadDir(filepath.Join(stateDir, "pods"))
+// readable record is returned in bad, for the caller to recover.
+func loadRecords(stateDir string) (recs []*podRecord, bad []badRecord) {
+	dir := filepath.Join(stateDir, "pods")
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, []error{err}
+		return nil, []badRecord{{dir, err}}
 	}
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
-		r, err := loadRecord(filepath.Join(stateDir, "pods", e.Name()))
+		r, err := loadRecord(filepath.Join(dir, e.Name()))
 		if err != nil {
-			bad = append(bad, err)
+			bad = append(bad, badRecord{filepath.Join(dir, e.Name()), err})
 			continue
 		}
 		recs = append(recs, r)

@@ -244,21 +244,33 @@ func run(ctx context.Context, cfg Config, d deps) error {
 // dir: it adopts the pod if the API still has it, else cleans up after it.
 func (c *core) reconcileRecords(ctx context.Context) {
 	recs, bad := loadRecords(c.cfg.StateDir)
-	for _, err := range bad {
-		c.log.Error(err, "Unreadable pod record; leaving it alone")
+	claimed := map[string]bool{} // netns names and sandbox IDs
+	for _, rec := range recs {
+		claimed[rec.Netns], claimed[rec.SandboxID] = true, true
 	}
+	delete(claimed, "")
 	for _, rec := range recs {
 		pod, err := c.pods.Pods(rec.Namespace).Get(rec.Name)
 		if err != nil || pod.UID != rec.UID || pod.Spec.NodeName != c.cfg.NodeName {
 			pod = nil
 		}
+		dir := podDir(c.cfg.StateDir, rec.Namespace, rec.Name)
+		for _, f := range staleSideFiles(dir, rec) {
+			c.log.Error(nil, "Pod side file does not match state.json (truncated?); rewriting it", "path", f)
+		}
 		c.log.Info("Found pod from an earlier run", "pod", rec.Namespace+"/"+rec.Name, "adopt", pod != nil)
-		c.startWorker(ctx, rec, pod)
+		c.startWorker(ctx, rec, pod, nil)
+	}
+	for _, b := range bad {
+		c.recoverPod(ctx, b, claimed)
 	}
 }
 
-func (c *core) startWorker(ctx context.Context, rec *podRecord, pod *v1.Pod) {
+// startWorker runs a worker for rec; next is a Pod of the same name that
+// waits for it to finish.
+func (c *core) startWorker(ctx context.Context, rec *podRecord, pod, next *v1.Pod) {
 	w := newWorker(c, rec, pod)
+	w.next = next
 	c.mu.Lock()
 	c.workers[w.key] = w
 	c.mu.Unlock()
@@ -289,7 +301,7 @@ func (c *core) podChanged(ctx context.Context, obj any) {
 		// Finished before (this agent has no record of it): nothing to run.
 		return
 	}
-	c.startWorker(ctx, newRecord(pod, c.d.now()), pod)
+	c.startWorker(ctx, newRecord(pod, c.d.now()), pod, nil)
 }
 
 // podGone tells the worker of a Pod that it is gone from the API.

@@ -554,3 +554,121 @@ func TestAdoptedWatchersStopWithTheRuntime(t *testing.T) {
 		t.Error("the container stopped with the runtime; it should keep running")
 	}
 }
+
+// A pod dir whose state.json is empty or truncated (a crash, a full disk)
+// is reported and recovered: the sandbox found in the CNI cache and the
+// processes found through the pid files are torn down, and a pod the API
+// still has starts again; one it does not have is cleaned up. Nothing
+// leaks. A truncated side file next to a good record is rewritten.
+// (Before: the record was skipped, the pod got a second netns and IP, the
+// old ones and the old processes were left.)
+func TestUnreadableRecordsAreRecovered(t *testing.T) {
+	grace := int64(1)
+	mk := func(name string, uid types.UID) *v1.Pod {
+		p := webPod(name, uid)
+		p.Spec.Containers = p.Spec.Containers[1:] // just "side"
+		p.Spec.TerminationGracePeriodSeconds = &grace
+		return p
+	}
+	empty := mk("empty", "aaaaaaaa-0000-0000-0000-000000000000")
+	trunc := mk("trunc", "bbbbbbbb-0000-0000-0000-000000000000")
+	orphan := mk("orphan", "cccccccc-0000-0000-0000-000000000000") // gone from the API
+	valid := mk("valid", "dddddddd-0000-0000-0000-000000000000")
+	h := newHarnessNoStart(t, empty, trunc, valid)
+
+	// What an earlier runtime left: for each pod a netns, a CNI
+	// attachment (in libcni's cache) and a running process.
+	type leftover struct {
+		pod     *v1.Pod
+		sandbox string
+		pid     int
+		damage  func(dir string)
+	}
+	write := func(path, s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := []leftover{
+		{empty, "sb-empty", 501, func(dir string) { write(filepath.Join(dir, "state.json"), "") }},
+		{trunc, "sb-trunc", 502, func(dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "state.json"))
+			write(filepath.Join(dir, "state.json"), string(b[:len(b)/2]))
+			write(filepath.Join(dir, "netns"), "")
+		}},
+		{orphan, "sb-orphan", 503, func(dir string) { write(filepath.Join(dir, "state.json"), "") }},
+		{valid, "sb-valid", 504, func(dir string) { write(filepath.Join(dir, "containers", "side", "pid"), "5") }},
+	}
+	for i, l := range left {
+		rec := newRecord(l.pod, time.Now())
+		rec.Netns, rec.SandboxID, rec.IPs = "fntp-"+string(l.pod.UID)[:8], l.sandbox, []string{fmt.Sprintf("10.244.1.%d", 50+i)}
+		rec.Containers[0].Proc = &procID{PID: l.pid, StartTicks: 7, MntNS: uint64(l.pid)}
+		rec.Containers[0].ID, rec.Containers[0].StartedAt = "old-"+l.pod.Name, time.Now()
+		dir := podDir(h.cfg.StateDir, rec.Namespace, rec.Name)
+		if err := rec.save(dir); err != nil {
+			t.Fatal(err)
+		}
+		l.damage(dir)
+		_, _ = h.ns.create(rec.Netns)
+		h.net.attached[l.sandbox] = rec.IPs[0]
+		h.net.cache[l.sandbox] = cniAttachment{
+			SandboxID: l.sandbox, NetnsPath: filepath.Join(netnsRunDir, rec.Netns), IfName: podIfName,
+			Args: [][2]string{{"K8S_POD_NAMESPACE", "app"}, {"K8S_POD_NAME", l.pod.Name}, {"K8S_POD_UID", string(l.pod.UID)}},
+		}
+		h.procs.add(*rec.Containers[0].Proc)
+	}
+	h.start(filepath.Join(t.TempDir(), "resolv.conf"))
+
+	for _, name := range []string{"empty", "trunc"} {
+		h.waitPod("app", name, name+" running again in a new sandbox", func(p *v1.Pod) bool {
+			cs := p.Status.ContainerStatuses
+			return p.Status.Phase == v1.PodRunning && len(cs) == 1 && cs[0].State.Running != nil &&
+				cs[0].ContainerID != "flatnet://old-"+name && p.Status.PodIP != ""
+		})
+	}
+	h.waitFor("orphan cleaned up", func() (bool, string) {
+		_, err := os.Stat(podDir(h.cfg.StateDir, "app", "orphan"))
+		return errors.Is(err, os.ErrNotExist) && !h.ns.exists("fntp-cccccccc"), fmt.Sprint(err)
+	})
+	h.waitFor("old sandboxes released", func() (bool, string) {
+		_, dels, attached := h.net.snapshot()
+		return len(dels) == 3 && attached == 3 && h.ns.count() == 3, fmt.Sprintf("dels %v attached %d netns %d", dels, attached, h.ns.count())
+	})
+	_, dels, _ := h.net.snapshot()
+	var delIDs []string
+	for _, d := range dels {
+		delIDs = append(delIDs, d.SandboxID)
+	}
+	slices.Sort(delIDs)
+	if want := []string{"sb-empty", "sb-orphan", "sb-trunc"}; !slices.Equal(delIDs, want) {
+		t.Errorf("CNI DEL for %v, want %v", delIDs, want)
+	}
+	for _, p := range h.procs.list() {
+		if p.id.PID >= 501 && p.id.PID <= 503 && p.alive {
+			t.Errorf("process %d of a recovered pod still runs", p.id.PID)
+		}
+		if p.id.PID == 504 && (!p.alive || len(p.signals) > 0) {
+			t.Errorf("the valid pod's process was disturbed: %+v", p)
+		}
+	}
+	for _, name := range []string{"empty", "trunc"} {
+		rec, err := loadRecord(podDir(h.cfg.StateDir, "app", name))
+		if err != nil || rec.SandboxID == "" || rec.SandboxID == "sb-"+name {
+			t.Errorf("%s: state.json after recovery: %+v %v", name, rec, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(podDir(h.cfg.StateDir, "app", "valid"), "containers", "side", "pid")); err != nil || string(b) != "504\n" {
+		t.Errorf("the valid pod's truncated pid file: %q %v, want it rewritten", b, err)
+	}
+	h.waitFor("StateRecovered events for the two pods in the API", func() (bool, string) {
+		evs, _ := h.client.CoreV1().Events("app").List(context.Background(), metav1.ListOptions{})
+		var got []string
+		for _, e := range evs.Items {
+			if e.Reason == "StateRecovered" && strings.Contains(e.Message, "state.json") {
+				got = append(got, e.InvolvedObject.Name)
+			}
+		}
+		slices.Sort(got)
+		return slices.Equal(got, []string{"empty", "trunc"}), fmt.Sprint(got)
+	})
+}
