@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -393,4 +394,49 @@ func TestRootPartialSyncNewLocalService(t *testing.T) {
 	if out := testutil.RunIn(t, node, "nft", "list", "table", "ip", table); !strings.Contains(out, "svl-") || !strings.Contains(out, "30777") {
 		t.Errorf("the LoadBalancer's chains are missing:\n%s", out)
 	}
+}
+
+// TestRootDriftRepairedUnderChurn is TestDriftRepairedUnderChurn against
+// the kernel: the foreign edits are nft commands run in the namespace, and
+// the full resync the runner forces within a period puts web's map element
+// and rule back while busy's endpoint keeps moving.
+func TestRootDriftRepairedUnderChurn(t *testing.T) {
+	requireNFT(t)
+	ns := testutil.NewNetNS(t)
+	table, nsnft := tableIn(t, ns)
+	p, clock := startChurn(t, nsnft, table)
+	// chainOf lists the rules of svc's service chain.
+	chainOf := func(svc string) (name, rules string) {
+		all, err := nsnft.ListAll(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range all["chain"] {
+			if strings.HasPrefix(c, "svc-") && strings.Contains(c, "ns/"+svc+"/") {
+				return c, testutil.RunIn(t, ns, "nft", "list", "chain", "ip", table, c)
+			}
+		}
+		t.Fatalf("no chain of ns/%s in %v", svc, all["chain"])
+		return "", ""
+	}
+	dnatTo := regexp.MustCompile(`dnat to (\S+)`)
+	driveChurn(t, p, clock, churnTable{
+		breakWeb: func() {
+			chain, _ := chainOf("web")
+			testutil.RunIn(t, ns, "nft", "delete", "element", "ip", table, "service-ips", "{ 10.96.0.10 . tcp . 80 }")
+			testutil.RunIn(t, ns, "nft", "flush", "chain", "ip", table, chain)
+		},
+		webOK: func() bool {
+			elems := testutil.RunIn(t, ns, "nft", "list", "map", "ip", table, "service-ips")
+			_, rules := chainOf("web")
+			return strings.Contains(elems, "10.96.0.10 . tcp . 80 : goto") && strings.Contains(rules, "dnat to 10.244.2.7:8080")
+		},
+		busyAt: func() string {
+			_, rules := chainOf("busy")
+			if m := dnatTo.FindStringSubmatch(rules); m != nil {
+				return m[1]
+			}
+			return ""
+		},
+	})
 }
