@@ -388,3 +388,63 @@ func TestRootExitsLogsAndHostNetwork(t *testing.T) {
 		return len(ents) == 0, fmt.Sprint(ents)
 	})
 }
+
+// A pod whose state.json was cut short while the runtime was down is
+// recovered with the real CNI plugins: its old sandbox and processes are
+// torn down (host-local frees the IP, the veth goes), it runs again in a
+// new one, and its deletion then leaves nothing.
+func TestRootRecoversUnreadableRecord(t *testing.T) {
+	pod := simplePod("web", "0c000001-0000-0000-0000-000000000000", v1.RestartPolicyAlways, "flatnet", "netexec", "--http-port=8080", "--udp-port=-1")
+	l := newRootLab(t, pod)
+	running := func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return p.Status.Phase == v1.PodRunning && p.Status.PodIP != "" && len(cs) == 1 && cs[0].State.Running != nil
+	}
+	before := l.waitPod("default", "web", "Running", running)
+	pid, err := ContainerPID(l.cfg.StateDir, "default", "web", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := readProcStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := procID{PID: pid, StartTicks: st.startTicks}
+
+	l.stop()
+	state := filepath.Join(podDir(l.cfg.StateDir, "default", "web"), "state.json")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, b[:len(b)/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.startRuntime()
+
+	after := l.waitPod("default", "web", "running again in a new sandbox", func(p *v1.Pod) bool {
+		return running(p) && p.Status.ContainerStatuses[0].ContainerID != before.Status.ContainerStatuses[0].ContainerID
+	})
+	if procAlive(old) {
+		t.Errorf("the container's old process %d still runs", pid)
+	}
+	l.waitFor("the web pod answers at its new address", func() (bool, string) {
+		h, err := l.nodeHTTP("http://" + after.Status.PodIP + ":8080/hostname")
+		return err == nil && h == "web", fmt.Sprint(h, err)
+	})
+	ipFiles, _ := filepath.Glob(filepath.Join(l.dataDir, l.network, "10.*"))
+	links := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge)
+	if len(ipFiles) != 1 || strings.Count(links, "veth") != 1 {
+		t.Errorf("after recovery host-local holds %v and the bridge has:\n%s(want one of each)", ipFiles, links)
+	}
+
+	l.deleteGracefully("default", "web", 2)
+	l.waitFor("pod state dir removed", func() (bool, string) {
+		_, err := os.Stat(podDir(l.cfg.StateDir, "default", "web"))
+		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
+	})
+	ipFiles, _ = filepath.Glob(filepath.Join(l.dataDir, l.network, "10.*"))
+	if links := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge); len(ipFiles) != 0 || strings.Contains(links, "veth") {
+		t.Errorf("after deletion host-local holds %v and the bridge has:\n%s", ipFiles, links)
+	}
+}
