@@ -106,8 +106,8 @@ func recoverRecord(in recoverInput) (rec *podRecord, notes []string, err error) 
 		}
 	}
 	if rec.Netns == "" && rec.UID != "" {
-		uid := strings.ReplaceAll(string(rec.UID), "-", "")
-		for _, ns := range []string{in.Prefix + uid, in.Prefix + uid[:min(8, len(uid))]} {
+		short, long := netnsNames(in.Prefix, rec.UID)
+		for _, ns := range []string{long, short} {
 			if in.NS.exists(ns) && !in.Claimed[ns] {
 				rec.Netns = ns
 				break
@@ -168,7 +168,7 @@ func (c *core) recoverPod(ctx context.Context, b badRecord, claimed map[string]b
 	path := filepath.Join(b.dir, "state.json")
 	namespace, name, ok := podKey(b.dir)
 	if !ok {
-		c.log.Error(b.err, "Unreadable pod record in a dir not named <namespace>_<name>; leaving it alone", "path", path)
+		c.log.Error(b.err, "Unreadable pod state that names no pod (not in a <namespace>_<name> dir); leaving it alone", "path", path)
 		return
 	}
 	pod, err := c.pods.Pods(namespace).Get(name)

@@ -17,9 +17,18 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flatnet/flatnet/internal/atomicfile"
 )
+
+// netnsNames are the names a pod's network namespace may have: the
+// prefix and the first 8 hex digits of its UID, or, when another pod's
+// UID starts the same, all of them.
+func netnsNames(prefix string, uid types.UID) (short, long string) {
+	u := strings.ReplaceAll(string(uid), "-", "")
+	return prefix + u[:min(8, len(u))], prefix + u
+}
 
 func randomID(n int) string {
 	b := make([]byte, n)
@@ -85,10 +94,9 @@ func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {
 		fail(err)
 		return
 	}
-	uid := strings.ReplaceAll(string(pod.UID), "-", "")
-	name := w.c.cfg.NetnsPrefix + uid[:min(8, len(uid))]
+	name, long := netnsNames(w.c.cfg.NetnsPrefix, pod.UID)
 	if w.c.d.ns.exists(name) {
-		name = w.c.cfg.NetnsPrefix + uid // another pod's UID starts the same
+		name = long // another pod's UID starts the same
 	}
 	// Recorded before anything exists, so that a crash in between still
 	// leaves enough to clean up.
