@@ -23,6 +23,8 @@ package lab
 // the ones before them succeed: a namespace or link about to be
 // (re)created is empty, so everything that must be on it is listed too,
 // and a half-built lab (an interrupted up) is completed by the same code.
+// A part whose namespace or veth pair is made anew is rewired: up restarts
+// the daemon inside it; any other fix leaves the processes alone.
 // Only the kernelIO touches the kernel (netlinkKernel, kernel_netlink.go,
 // through internal/netns, netlinkx, sysctl and cni/veth; fakeKernel in
 // the tests).
