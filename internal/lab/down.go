@@ -119,7 +119,14 @@ func Down(root, name string, out io.Writer) error {
 		for _, p := range left {
 			errs = append(errs, proc.Stop(s.StateDir, p, 10*time.Second))
 		}
-		return fmt.Sprintf("%d", len(left)), errors.Join(errs...)
+		// A daemon whose pid file was lost or cut short is found by its
+		// command line (its flags name files in the state dir).
+		stray, err := stopUsing(s.StateDir, 10*time.Second)
+		detail := fmt.Sprintf("%d", len(left))
+		if len(stray) > 0 {
+			detail += fmt.Sprintf(", %d without a usable pid file stopped (%s)", len(stray), strings.Join(stray, "; "))
+		}
+		return detail, errors.Join(append(errs, err)...)
 	})
 	step("nodes", func() (string, error) {
 		inodes := map[uint64]bool{}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -171,7 +172,7 @@ func TestStopInNetns(t *testing.T) {
 	// ip netns exec enters the namespace, then execs sleep: wait until the
 	// process in the namespace is sleep, not ip half-way through its exec.
 	for range 250 {
-		pids := pidsInNetns(map[uint64]bool{ino: true})
+		pids := proc.Scan(func(pid int) bool { i, ok := pidNetns(pid); return ok && i == ino })
 		if len(pids) > 0 && strings.Contains(cmdline(pids[0]), "sleep 600") {
 			break
 		}
@@ -184,6 +185,36 @@ func TestStopInNetns(t *testing.T) {
 	<-done
 	if _, err := os.Stat("/proc/" + strconv.Itoa(outside.Process.Pid)); err != nil {
 		t.Fatalf("the process outside the namespace was stopped: %v", err)
+	}
+}
+
+// TestStopUsing: a daemon whose pid file is lost is found by a path under
+// the state dir in its command line, and only such processes are stopped.
+func TestStopUsing(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	start := func(arg string) *exec.Cmd {
+		// $0 carries the path; the shell loops until signalled.
+		cmd := exec.Command("sh", "-c", "while :; do sleep 1; done", arg)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	ours, theirs := start(dir+"/pids/controller"), start(other+"/pids/controller")
+	done := make(chan error, 1)
+	go func() { done <- ours.Wait() }()
+	stopped, err := stopUsing(dir, 5*time.Second)
+	if err != nil || len(stopped) != 1 || !strings.Contains(stopped[0], dir+"/pids/controller") {
+		t.Fatalf("stopped %q, %v", stopped, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process using the dir still runs")
+	}
+	if !usesDir(theirs.Process.Pid, other) {
+		t.Error("a process using another dir was stopped")
 	}
 }
 

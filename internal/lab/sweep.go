@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,18 +43,6 @@ func pidNetns(pid int) (uint64, bool) {
 	return ino, err == nil
 }
 
-// pidsInNetns lists the processes whose network namespace is one of
-// inodes, leaving out this process.
-func pidsInNetns(inodes map[uint64]bool) []int {
-	if len(inodes) == 0 {
-		return nil
-	}
-	return proc.Scan(func(pid int) bool {
-		ino, ok := pidNetns(pid)
-		return ok && inodes[ino]
-	})
-}
-
 // cmdline returns a process's command line for messages.
 func cmdline(pid int) string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
@@ -67,18 +56,43 @@ func cmdline(pid int) string {
 // inodes: SIGTERM, up to grace to exit, then SIGKILL. It returns the
 // command lines of the processes it signalled.
 func stopInNetns(inodes map[uint64]bool, grace time.Duration) ([]string, error) {
+	if len(inodes) == 0 {
+		return nil, nil
+	}
+	return stopMatching(func(pid int) bool {
+		ino, ok := pidNetns(pid)
+		return ok && inodes[ino]
+	}, grace)
+}
+
+// stopUsing stops every process with an argument under dir (the lab's
+// daemons whose pid files were lost or cut short), as stopInNetns does.
+func stopUsing(dir string, grace time.Duration) ([]string, error) {
+	return stopMatching(func(pid int) bool { return usesDir(pid, dir) }, grace)
+}
+
+// usesDir reports whether an argument of process pid is a path under dir.
+func usesDir(pid int, dir string) bool {
+	argv, err := readArgv(pid)
+	return err == nil && slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, dir+"/") })
+}
+
+// stopMatching stops every process (but this one) for which match is
+// true: SIGTERM, up to grace to exit, then SIGKILL. It returns the command
+// lines of the processes it signalled.
+func stopMatching(match func(pid int) bool, grace time.Duration) ([]string, error) {
 	type target struct {
 		pid, fd int
 	}
 	var targets []target
 	var stopped []string
-	for _, pid := range pidsInNetns(inodes) {
+	for _, pid := range proc.Scan(match) {
 		fd, err := unix.PidfdOpen(pid, 0)
 		if err != nil {
 			continue // gone already
 		}
 		// Checked after opening the pidfd, so the pidfd is this process.
-		if ino, ok := pidNetns(pid); !ok || !inodes[ino] {
+		if !match(pid) {
 			unix.Close(fd)
 			continue
 		}

@@ -909,6 +909,15 @@ func TestLab(t *testing.T) {
 			t.Fatal(err)
 		}
 		orphan := containerPID(t, s, n3, pods[2].name)
+		// A controller whose pid file was cut short is found by its
+		// command line and stopped too.
+		ctl, ok := proc.Running(s.StateDir, lab.ProcController)
+		if !ok {
+			t.Fatal("controller not running")
+		}
+		if err := os.WriteFile(proc.PIDFile(s.StateDir, lab.ProcController), []byte("12"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		out := l.mustCLI(t, "down")
 		l.down = true
 		t.Logf("lab down:\n%s", out)
@@ -921,6 +930,9 @@ func TestLab(t *testing.T) {
 		}
 		if _, err := os.Stat("/proc/" + strconv.Itoa(orphan)); err == nil && strings.Contains(cmdlineOf(orphan), "netexec") {
 			t.Errorf("pod %s of the killed agent still runs (pid %d)", pods[2].name, orphan)
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(ctl)); err == nil && strings.Contains(cmdlineOf(ctl), s.StateDir) {
+			t.Errorf("the controller without a usable pid file still runs (pid %d)", ctl)
 		}
 		if out, err := l.cli("status"); err == nil {
 			t.Errorf("status after down succeeded:\n%s", out)
