@@ -120,8 +120,8 @@ func Down(root, name string, out io.Writer) error {
 			errs = append(errs, proc.Stop(s.StateDir, p, 10*time.Second))
 		}
 		// A daemon whose pid file was lost or cut short is found by its
-		// command line (its flags name files in the state dir).
-		stray, err := stopUsing(s.StateDir, 10*time.Second)
+		// command line.
+		stray, err := stopDaemonsOf(s.StateDir, 10*time.Second)
 		detail := fmt.Sprintf("%d", len(left))
 		if len(stray) > 0 {
 			detail += fmt.Sprintf(", %d without a usable pid file stopped (%s)", len(stray), strings.Join(stray, "; "))

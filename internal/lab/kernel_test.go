@@ -188,33 +188,55 @@ func TestStopInNetns(t *testing.T) {
 	}
 }
 
-// TestStopUsing: a daemon whose pid file is lost is found by a path under
-// the state dir in its command line, and only such processes are stopped.
-func TestStopUsing(t *testing.T) {
+// TestStopDaemonsOf: a daemon whose pid file is lost is found by its
+// command line (a binary copied into the state dir), and only the lab's
+// daemons are stopped (not a process that merely names the dir).
+func TestStopDaemonsOf(t *testing.T) {
 	dir, other := t.TempDir(), t.TempDir()
-	start := func(arg string) *exec.Cmd {
-		// $0 carries the path; the shell loops until signalled.
-		cmd := exec.Command("sh", "-c", "while :; do sleep 1; done", arg)
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(argv ...string) *exec.Cmd {
+		cmd := exec.Command(argv[0], argv[1:]...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd
 	}
-	ours, theirs := start(dir+"/pids/controller"), start(other+"/pids/controller")
+	var daemons []*exec.Cmd
+	for _, d := range []string{dir, other} {
+		if err := os.MkdirAll(d+"/bin", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(d+"/bin/flatnet", b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		daemons = append(daemons, start(d+"/bin/flatnet", "300"))
+	}
+	// $0 names a file in the dir; the shell loops until signalled.
+	reader := start("sh", "-c", "while :; do sleep 1; done", dir+"/logs/controller.log")
 	done := make(chan error, 1)
-	go func() { done <- ours.Wait() }()
-	stopped, err := stopUsing(dir, 5*time.Second)
-	if err != nil || len(stopped) != 1 || !strings.Contains(stopped[0], dir+"/pids/controller") {
+	go func() { done <- daemons[0].Wait() }()
+	stopped, err := stopDaemonsOf(dir, 5*time.Second)
+	if err != nil || len(stopped) != 1 || !strings.Contains(stopped[0], dir+"/bin/flatnet") {
 		t.Fatalf("stopped %q, %v", stopped, err)
 	}
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the process using the dir still runs")
+		t.Fatal("the lab's daemon still runs")
 	}
-	if !usesDir(theirs.Process.Pid, other) {
-		t.Error("a process using another dir was stopped")
+	if !isDaemonOf(daemons[1].Process.Pid, other) {
+		t.Error("another lab's daemon was stopped")
+	}
+	if !strings.Contains(cmdline(reader.Process.Pid), "controller.log") {
+		t.Error("a process naming a file in the dir was stopped")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,16 +66,30 @@ func stopInNetns(inodes map[uint64]bool, grace time.Duration) ([]string, error) 
 	}, grace)
 }
 
-// stopUsing stops every process with an argument under dir (the lab's
-// daemons whose pid files were lost or cut short), as stopInNetns does.
-func stopUsing(dir string, grace time.Duration) ([]string, error) {
-	return stopMatching(func(pid int) bool { return usesDir(pid, dir) }, grace)
+// stopDaemonsOf stops every daemon of the lab with state dir dir (see
+// isDaemonOf), as stopInNetns does: those whose pid files were lost or
+// cut short.
+func stopDaemonsOf(dir string, grace time.Duration) ([]string, error) {
+	return stopMatching(func(pid int) bool { return isDaemonOf(pid, dir) }, grace)
 }
 
-// usesDir reports whether an argument of process pid is a path under dir.
-func usesDir(pid int, dir string) bool {
+// isDaemonOf reports whether process pid is a daemon of the lab with state
+// dir dir: it runs one of the lab's copies of flatnet (under dir), or it
+// is etcd or kube-apiserver with an argument under dir. (Anything else
+// naming the dir, such as a `tail -f` of a log, is not.)
+func isDaemonOf(pid int, dir string) bool {
 	argv, err := readArgv(pid)
-	return err == nil && slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, dir+"/") })
+	if err != nil || len(argv) == 0 {
+		return false
+	}
+	if strings.HasPrefix(argv[0], dir+"/") {
+		return true
+	}
+	switch filepath.Base(argv[0]) {
+	case "etcd", "kube-apiserver":
+		return slices.ContainsFunc(argv[1:], func(a string) bool { return strings.Contains(a, dir+"/") })
+	}
+	return false
 }
 
 // stopMatching stops every process (but this one) for which match is
