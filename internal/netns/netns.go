@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -93,8 +94,8 @@ func Create(name string) (string, error) {
 	if name == "" || filepath.Base(name) != name {
 		return "", fmt.Errorf("invalid netns name %q", name)
 	}
-	if err := os.MkdirAll(RunDir, 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", RunDir, err)
+	if err := prepareRunDir(RunDir); err != nil {
+		return "", err
 	}
 	path := filepath.Join(RunDir, name)
 	errc := make(chan error, 1)
@@ -142,4 +143,47 @@ func Delete(name string) error {
 		return fmt.Errorf("removing netns %s: %w", path, err)
 	}
 	return nil
+}
+
+// runDirMu serialises prepareRunDir within this process; runDirLock (a
+// file lock) does it between flatnet processes.
+var runDirMu sync.Mutex
+
+const runDirLock = "/run/flatnet-netns.lock"
+
+// prepareRunDir makes dir a mount point with shared propagation, as
+// `ip netns add` does, before any namespace is mounted in it. Without this,
+// namespaces mounted onto plain files of /run/netns are hidden, never to be
+// unmounted, when iproute2 later bind-mounts /run/netns onto itself (seen:
+// 25 test namespaces that neither `ip netns delete` nor umount could
+// reach). Done under a lock so that two creators cannot both bind it.
+func prepareRunDir(dir string) error {
+	runDirMu.Lock()
+	defer runDirMu.Unlock()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(runDirLock, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", runDirLock, err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("locking %s: %w", runDirLock, err)
+	}
+	for bound := false; ; bound = true {
+		err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		// EINVAL: dir is not a mount point yet. Bind it onto itself
+		// (recursively, so that namespaces already mounted in it stay
+		// reachable) and try again, once.
+		if !errors.Is(err, unix.EINVAL) || bound {
+			return fmt.Errorf("making %s a shared mount (as `ip netns add` does): %w", dir, err)
+		}
+		if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s onto itself (as `ip netns add` does): %w", dir, err)
+		}
+	}
 }
