@@ -96,8 +96,16 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	if err := saveRecord(&record{Spec: *s, K8sBinDir: k8sBin}); err != nil {
 		return nil, err
 	}
+	// Keys, the admin kubeconfig and etcd's data: root only (labs made
+	// before had it 0755).
+	if err := controlplane.PrivateDir(s.StateDir); err != nil {
+		return nil, err
+	}
 
 	warnBridgeFirewall(out, s.Bridge)
+	if why := controlplane.Outdated(s.StateDir); why != "" {
+		fmt.Fprintf(out, "control plane outdated, restarting it: %s\n", why)
+	}
 	steps := Plan(s, obs)
 	layout := fmt.Sprintf("underlay %s", s.Underlay)
 	if s.Router != nil {
@@ -192,6 +200,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		fmt.Fprintf(out, " done (%s)\n", roundDur(time.Since(t0)))
 	}
 	fmt.Fprintf(out, "lab %s is up (%s)\n", s.Name, roundDur(time.Since(start)))
+	fmt.Fprintf(out, "security: etcd and kube-apiserver accept only the lab's certificates (%s, %s: root only)\n"+
+		"security: pods run as root on this machine: whoever can create a Pod in this lab is root here; do not share the kubeconfig\n",
+		controlplane.PKIDir(s.StateDir), s.Kubeconfig())
 	return s, nil
 }
 
@@ -238,7 +249,9 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 	if s.External != nil {
 		_, o.ExternalServer = proc.Running(s.StateDir, ProcExternal)
 	}
-	_, _, o.ControlPlane = controlplane.Running(s.StateDir)
+	// A control plane running with old flags (etcd on plain HTTP) is
+	// not present: its step restarts it.
+	o.ControlPlane = controlplane.Current(s.StateDir)
 	var cpid int
 	if cpid, o.Controller = proc.Running(s.StateDir, ProcController); o.Controller {
 		o.ControllerWithoutEndpointSlices = !hasFlag(cpid, "--endpointslices")

@@ -1,9 +1,10 @@
 // Package controlplane runs a lab's Kubernetes control plane: the upstream
 // etcd and kube-apiserver programs (built by `make k8s`), as detached
 // daemons through internal/proc, with a PKI made in Go and an admin
-// kubeconfig. Everything lives in the lab's state directory:
+// kubeconfig. Everything lives in the lab's state directory (0700):
 //
-//	<state>/pki/                 CA, apiserver serving cert, admin client cert, service-account keys
+//	<state>/pki/                 the lab CA, apiserver serving cert, admin client cert, service-account keys;
+//	                             the etcd CA, etcd's serving/peer cert, the apiserver's etcd client cert
 //	<state>/etcd/                etcd's data
 //	<state>/controlplane.json    the address, service CIDR and ports in use
 //	<state>/admin.kubeconfig     client cert O=system:masters, server https://<addr>:<port>
@@ -14,6 +15,16 @@
 // recorded before. Down stops kube-apiserver first, then etcd (the other
 // way round the apiserver spends minutes retrying etcd before it exits),
 // and removes nothing but the processes and their pid files.
+//
+// Who can do what: the lab runs pods as root processes on the host, so
+// whoever can write a Pod is root on the machine. etcd therefore serves
+// TLS on 127.0.0.1 and accepts only clients with a certificate of its own
+// CA (the apiserver's), on its client and its peer port; the apiserver
+// accepts the lab CA's client certificates (the admin kubeconfig) and
+// service-account tokens, and authorizes with RBAC. The keys are readable
+// by root only. A control plane whose processes run with other flags than
+// Up would give them (a lab started before etcd required certificates
+// serves plain HTTP) is restarted by Up, keeping etcd's data.
 package controlplane
 
 import (
@@ -29,7 +40,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -107,11 +120,12 @@ func (r record) server() string {
 	return "https://" + netip.AddrPortFrom(netip.MustParseAddr(r.Addr), uint16(r.APIServerPort)).String()
 }
 
-func (r record) etcdClientURL() string { return "http://127.0.0.1:" + strconv.Itoa(r.EtcdClientPort) }
-func (r record) etcdPeerURL() string   { return "http://127.0.0.1:" + strconv.Itoa(r.EtcdPeerPort) }
+func (r record) etcdClientURL() string { return "https://127.0.0.1:" + strconv.Itoa(r.EtcdClientPort) }
+func (r record) etcdPeerURL() string   { return "https://127.0.0.1:" + strconv.Itoa(r.EtcdPeerPort) }
 
-// etcdArgs is etcd's command line.
-func etcdArgs(binDir, stateDir string, r record) []string {
+// etcdArgs is etcd's command line: TLS on both ports, and only clients
+// (and peers) with a certificate of the etcd CA.
+func etcdArgs(binDir, stateDir string, p PKI, r record) []string {
 	return []string{
 		filepath.Join(binDir, "etcd"),
 		"--name=lab",
@@ -121,6 +135,16 @@ func etcdArgs(binDir, stateDir string, r record) []string {
 		"--listen-peer-urls=" + r.etcdPeerURL(),
 		"--initial-advertise-peer-urls=" + r.etcdPeerURL(),
 		"--initial-cluster=lab=" + r.etcdPeerURL(),
+		"--cert-file=" + p.EtcdServerCert(),
+		"--key-file=" + p.EtcdServerKey(),
+		"--trusted-ca-file=" + p.EtcdCACert(),
+		"--client-cert-auth",
+		// One member: nobody has a reason to use the peer port, but etcd
+		// listens on it anyway, so it asks for the same certificates.
+		"--peer-cert-file=" + p.EtcdServerCert(),
+		"--peer-key-file=" + p.EtcdServerKey(),
+		"--peer-trusted-ca-file=" + p.EtcdCACert(),
+		"--peer-client-cert-auth",
 		// One member, on loopback: a short election timeout only shortens
 		// the wait for the first leader (0.9 s -> 0.2 s), no peer can miss
 		// a heartbeat.
@@ -139,6 +163,9 @@ func apiserverArgs(binDir, stateDir string, p PKI, r record) []string {
 	return []string{
 		filepath.Join(binDir, "kube-apiserver"),
 		"--etcd-servers=" + r.etcdClientURL(),
+		"--etcd-cafile=" + p.EtcdCACert(),
+		"--etcd-certfile=" + p.EtcdClientCert(),
+		"--etcd-keyfile=" + p.EtcdClientKey(),
 		"--bind-address=" + r.Addr,
 		"--advertise-address=" + r.Addr,
 		"--secure-port=" + strconv.Itoa(r.APIServerPort),
@@ -176,7 +203,7 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	if err := privateDir(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	unlock, err := lock(cfg.StateDir)
@@ -197,7 +224,7 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 		return nil, fmt.Errorf("control plane in %s uses apiserver port %d, not %d: take the lab down to change it", cfg.StateDir, prev.APIServerPort, cfg.Port)
 	}
 
-	pki := PKI{Dir: filepath.Join(cfg.StateDir, "pki")}
+	pki := PKI{Dir: PKIDir(cfg.StateDir)}
 	serviceIP, err := firstServiceIP(cfg.ServiceCIDR)
 	if err != nil {
 		return nil, err
@@ -209,15 +236,29 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 
 	etcdPID, etcdUp := proc.Running(cfg.StateDir, EtcdName)
 	apiPID, apiUp := proc.Running(cfg.StateDir, APIServerName)
-	// An apiserver without its etcd, or with old certificates, is
-	// restarted: it would hang or serve the wrong certificate.
-	if apiUp && (!etcdUp || pkiChanged) {
-		fmt.Fprintf(log, "control plane: restarting kube-apiserver (pid %d): %s\n", apiPID,
-			map[bool]string{true: "certificates changed", false: "etcd is not running"}[pkiChanged])
+	// What runs with old certificates or flags is restarted, the apiserver
+	// first (without etcd it would hang); an apiserver without its etcd
+	// too.
+	etcdWhy, apiWhy := "", ""
+	if etcdUp {
+		etcdWhy = staleEtcd(cfg.StateDir, pki, prev, etcdPID, pkiChanged)
+	}
+	if apiUp {
+		apiWhy = staleAPIServer(cfg.StateDir, pki, prev, apiPID, pkiChanged, etcdUp && etcdWhy == "")
+	}
+	if apiWhy != "" {
+		fmt.Fprintf(log, "control plane: restarting kube-apiserver (pid %d): %s\n", apiPID, apiWhy)
 		if err := proc.Stop(cfg.StateDir, APIServerName, apiserverGrace(etcdUp)); err != nil {
 			return nil, fmt.Errorf("control plane: %w", err)
 		}
 		apiUp = false
+	}
+	if etcdWhy != "" {
+		fmt.Fprintf(log, "control plane: restarting etcd (pid %d): %s\n", etcdPID, etcdWhy)
+		if err := proc.Stop(cfg.StateDir, EtcdName, stopGrace); err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		etcdUp = false
 	}
 
 	rec, err := choosePorts(cfg, prev, etcdUp, apiUp, log)
@@ -227,7 +268,11 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if err := writeJSON(recordPath(cfg.StateDir), rec); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	tc, err := adminTLS(pki)
+	tc, err := clientTLS(pki.CACert(), pki.AdminCert(), pki.AdminKey())
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	etcdTC, err := clientTLS(pki.EtcdCACert(), pki.EtcdClientCert(), pki.EtcdClientKey())
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
@@ -251,12 +296,12 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 			return nil, fmt.Errorf("control plane: %w", err)
 		}
 		t0 := time.Now()
-		etcdPID, err = proc.Start(EtcdName, etcdArgs(cfg.BinDir, cfg.StateDir, rec), nil, cfg.StateDir, "")
+		etcdPID, err = proc.Start(EtcdName, etcdArgs(cfg.BinDir, cfg.StateDir, pki, rec), nil, cfg.StateDir, "")
 		if err != nil {
 			return nil, fmt.Errorf("control plane: %w", err)
 		}
 		started = append(started, EtcdName)
-		if err := waitReady(ctx, cfg, EtcdName, cfg.ReadyTimeout, func(c context.Context) error { return etcdHealthy(c, rec) }); err != nil {
+		if err := waitReady(ctx, cfg, EtcdName, cfg.ReadyTimeout, func(c context.Context) error { return etcdHealthy(c, rec, etcdTC) }); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(log, "control plane: etcd ready in %.1fs (pid %d, %s)\n", time.Since(t0).Seconds(), etcdPID, rec.etcdClientURL())
@@ -320,6 +365,89 @@ func apiserverGrace(etcdUp bool) time.Duration {
 		return stopGrace
 	}
 	return 2 * time.Second
+}
+
+// Current reports whether both control-plane processes run with the
+// command lines Up would start them with (it does not ask /readyz). A lab
+// started before etcd required client certificates is not current: `lab
+// up` then runs Up, which restarts it with TLS.
+func Current(stateDir string) bool {
+	_, _, ok := Running(stateDir)
+	return ok && Outdated(stateDir) == ""
+}
+
+// Outdated tells why Up would restart the running control plane (etcd on
+// plain HTTP, other flags), or "" when what runs is current or nothing
+// runs.
+func Outdated(stateDir string) string {
+	prev, err := loadRecord(stateDir)
+	if err != nil {
+		prev = nil
+	}
+	pki := PKI{Dir: PKIDir(stateDir)}
+	if pid, ok := proc.Running(stateDir, EtcdName); ok {
+		if why := staleEtcd(stateDir, pki, prev, pid, nil); why != "" {
+			return "etcd: " + why
+		}
+	}
+	if pid, ok := proc.Running(stateDir, APIServerName); ok {
+		if why := staleAPIServer(stateDir, pki, prev, pid, nil, true); why != "" {
+			return "kube-apiserver: " + why
+		}
+	}
+	return ""
+}
+
+// staleEtcd tells why the running etcd (pid) must be restarted, or "".
+func staleEtcd(stateDir string, pki PKI, prev *record, pid int, pkiChanged []string) string {
+	switch {
+	case prev == nil:
+		return "no record of its ports"
+	case !hasArg(pid, "--client-cert-auth"):
+		return "it serves plain HTTP to anyone on this machine (a lab from before etcd required client certificates); it is restarted with TLS and keeps its data"
+	case slices.ContainsFunc(pki.etcdFiles(), func(f string) bool { return slices.Contains(pkiChanged, f) }):
+		return "certificates changed"
+	case !sameFlags(pid, etcdArgs("", stateDir, pki, *prev)):
+		return "its flags changed"
+	}
+	return ""
+}
+
+// staleAPIServer tells why the running kube-apiserver (pid) must be
+// restarted, or "". Any new certificate is a reason: it reads most of them.
+func staleAPIServer(stateDir string, pki PKI, prev *record, pid int, pkiChanged []string, etcdOK bool) string {
+	switch {
+	case !etcdOK:
+		return "etcd is not running, or restarts"
+	case prev == nil:
+		return "no record of its ports"
+	case len(pkiChanged) > 0:
+		return "certificates changed"
+	case !sameFlags(pid, apiserverArgs("", stateDir, pki, *prev)):
+		return "its flags changed"
+	}
+	return ""
+}
+
+// sameFlags reports whether process pid runs with want's arguments. The
+// program's path is not compared: a new k8s bin dir alone restarts
+// nothing.
+func sameFlags(pid int, want []string) bool {
+	argv, err := cmdline(pid)
+	return err == nil && len(argv) > 0 && slices.Equal(argv[1:], want[1:])
+}
+
+func hasArg(pid int, arg string) bool {
+	argv, err := cmdline(pid)
+	return err == nil && slices.Contains(argv, arg)
+}
+
+func cmdline(pid int) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
 }
 
 // Running reports whether both control-plane processes run (it does not
@@ -480,12 +608,15 @@ func waitReady(ctx context.Context, cfg Config, name string, timeout time.Durati
 	}
 }
 
-func etcdHealthy(ctx context.Context, r record) error {
+// etcdHealthy asks etcd's /health with the apiserver's client certificate
+// (etcd accepts no other).
+func etcdHealthy(ctx context.Context, r record, tc *tls.Config) error {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.etcdClientURL()+"/health", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -502,16 +633,18 @@ func etcdHealthy(ctx context.Context, r record) error {
 	return nil
 }
 
-func adminTLS(p PKI) (*tls.Config, error) {
-	caPEM, err := os.ReadFile(p.CACert())
+// clientTLS trusts the CA in caFile and presents the client certificate
+// certFile with keyFile.
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%s: no certificate", p.CACert())
+		return nil, fmt.Errorf("%s: no certificate", caFile)
 	}
-	cert, err := tls.LoadX509KeyPair(p.AdminCert(), p.AdminKey())
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}

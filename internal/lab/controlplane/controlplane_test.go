@@ -69,7 +69,10 @@ func TestArgs(t *testing.T) {
 	api := apiserverArgs("/bin", "/s", p, r)
 	for _, want := range []string{
 		"/bin/kube-apiserver",
-		"--etcd-servers=http://127.0.0.1:40001",
+		"--etcd-servers=https://127.0.0.1:40001",
+		"--etcd-cafile=/s/pki/etcd-ca.crt",
+		"--etcd-certfile=/s/pki/apiserver-etcd-client.crt",
+		"--etcd-keyfile=/s/pki/apiserver-etcd-client.key",
 		"--bind-address=10.250.0.1",
 		"--advertise-address=10.250.0.1",
 		"--secure-port=6443",
@@ -89,9 +92,14 @@ func TestArgs(t *testing.T) {
 	if api := apiserverArgs("/bin", "/s", p, r); !slices.Contains(api, "--endpoint-reconciler-type=none") {
 		t.Errorf("loopback apiserver args lack --endpoint-reconciler-type=none: %v", api)
 	}
-	etcd := etcdArgs("/bin", "/s", r)
-	for _, want := range []string{"/bin/etcd", "--data-dir=/s/etcd", "--listen-client-urls=http://127.0.0.1:40001",
-		"--listen-peer-urls=http://127.0.0.1:40002", "--initial-cluster=lab=http://127.0.0.1:40002"} {
+	etcd := etcdArgs("/bin", "/s", p, r)
+	for _, want := range []string{"/bin/etcd", "--data-dir=/s/etcd", "--listen-client-urls=https://127.0.0.1:40001",
+		"--advertise-client-urls=https://127.0.0.1:40001",
+		"--listen-peer-urls=https://127.0.0.1:40002", "--initial-cluster=lab=https://127.0.0.1:40002",
+		"--cert-file=/s/pki/etcd-server.crt", "--key-file=/s/pki/etcd-server.key",
+		"--trusted-ca-file=/s/pki/etcd-ca.crt", "--client-cert-auth",
+		"--peer-cert-file=/s/pki/etcd-server.crt", "--peer-key-file=/s/pki/etcd-server.key",
+		"--peer-trusted-ca-file=/s/pki/etcd-ca.crt", "--peer-client-cert-auth"} {
 		if !slices.Contains(etcd, want) {
 			t.Errorf("etcd args lack %s: %v", want, etcd)
 		}

@@ -1,11 +1,22 @@
 package controlplane
 
-// The lab's PKI, made with crypto/x509 (no openssl): one CA signs the
-// apiserver's serving certificate and the admin client certificate; the
+// The lab's PKI, made with crypto/x509 (no openssl). Two CAs:
+//
+//   - the lab CA signs the apiserver's serving certificate and the admin
+//     client certificate; the apiserver trusts it for client certificates
+//     (--client-ca-file);
+//   - the etcd CA signs etcd's serving certificate (also its peer
+//     certificate) and the apiserver's etcd client certificate; etcd
+//     trusts only it (--client-cert-auth, --trusted-ca-file).
+//
+// Two CAs, as kubeadm does, so that no certificate the apiserver accepts
+// (the admin's, embedded in a kubeconfig that may be copied around) opens
+// etcd, where the apiserver's authorization does not apply. The
 // service-account key pair signs and verifies service-account tokens.
-// Files live in <state>/pki and are reused while they are valid; whatever
-// is missing, broken, expiring or (for the serving certificate) lacking a
-// required name is made again. A new CA re-issues every certificate.
+//
+// Files live in <state>/pki (0700, keys 0600) and are reused while they are
+// valid; whatever is missing, broken, expiring or lacking a required name
+// or subject is made again. A new CA re-issues every certificate it signs.
 
 import (
 	"bytes"
@@ -16,7 +27,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -38,10 +48,15 @@ const (
 	// AdminUser and AdminGroup are the admin client certificate's CN and O.
 	AdminUser  = "flatnet-admin"
 	AdminGroup = "system:masters"
+	// EtcdClientUser is the CN of the apiserver's etcd client certificate.
+	EtcdClientUser = "kube-apiserver-etcd-client"
 )
 
 // PKI names the files in <state>/pki.
 type PKI struct{ Dir string }
+
+// PKIDir is the directory of a lab's certificates and keys.
+func PKIDir(stateDir string) string { return filepath.Join(stateDir, "pki") }
 
 func (p PKI) path(n string) string      { return filepath.Join(p.Dir, n) }
 func (p PKI) CACert() string            { return p.path("ca.crt") }
@@ -52,8 +67,19 @@ func (p PKI) AdminCert() string         { return p.path("admin.crt") }
 func (p PKI) AdminKey() string          { return p.path("admin.key") }
 func (p PKI) ServiceAccountKey() string { return p.path("sa.key") }
 func (p PKI) ServiceAccountPub() string { return p.path("sa.pub") }
+func (p PKI) EtcdCACert() string        { return p.path("etcd-ca.crt") }
+func (p PKI) EtcdCAKey() string         { return p.path("etcd-ca.key") }
+func (p PKI) EtcdServerCert() string    { return p.path("etcd-server.crt") }
+func (p PKI) EtcdServerKey() string     { return p.path("etcd-server.key") }
+func (p PKI) EtcdClientCert() string    { return p.path("apiserver-etcd-client.crt") }
+func (p PKI) EtcdClientKey() string     { return p.path("apiserver-etcd-client.key") }
 
-// servingNames are the SANs of the apiserver's serving certificate.
+// etcdFiles are the files etcd reads: when one changes, etcd restarts.
+func (p PKI) etcdFiles() []string {
+	return []string{p.EtcdCACert(), p.EtcdServerCert(), p.EtcdServerKey()}
+}
+
+// servingNames are the SANs of a serving certificate.
 type servingNames struct {
 	IPs []netip.Addr
 	DNS []string
@@ -72,75 +98,116 @@ func apiserverNames(addr netip.Addr, serviceIP netip.Addr) servingNames {
 	}
 }
 
-// ensurePKI makes sure every file of the PKI exists and is valid for names,
-// creating what is not. It reports whether anything was written.
-func ensurePKI(p PKI, names servingNames, now time.Time) (changed bool, err error) {
-	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
-		return false, fmt.Errorf("creating %s: %w", p.Dir, err)
-	}
-	ca, caKey, err := loadCA(p, now)
-	if err != nil {
-		ca, caKey, err = newCA(now)
-		if err != nil {
-			return false, err
-		}
-		if err := writeCertKey(p.CACert(), p.CAKey(), ca, caKey); err != nil {
-			return false, err
-		}
-		changed = true
-		// Everything the old CA signed is now useless.
-		for _, f := range []string{p.APIServerCert(), p.AdminCert()} {
-			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return true, err
-			}
-		}
-	}
+// etcdNames: etcd listens on loopback only.
+var etcdNames = servingNames{IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, DNS: []string{"localhost"}}
 
-	leaves := []struct {
-		cert, key string
-		tmpl      func() *x509.Certificate
-		valid     func(*x509.Certificate) error
-	}{
-		{p.APIServerCert(), p.APIServerKey(),
-			func() *x509.Certificate { return servingTemplate(names, now) },
-			func(c *x509.Certificate) error { return checkServing(c, ca, names, now) }},
-		{p.AdminCert(), p.AdminKey(),
-			func() *x509.Certificate { return adminTemplate(now) },
-			func(c *x509.Certificate) error { return checkAdmin(c, ca, now) }},
+// leaf is a certificate the PKI keeps: its files and what it must say.
+type leaf struct {
+	cert, key string
+	subject   pkix.Name
+	usages    []x509.ExtKeyUsage
+	names     servingNames // SANs (serving certificates)
+}
+
+// authority is a CA and the certificates it signs.
+type authority struct {
+	cert, key, cn string
+	leaves        []leaf
+}
+
+func (p PKI) authorities(apiserver servingNames) []authority {
+	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	return []authority{
+		{cert: p.CACert(), key: p.CAKey(), cn: "flatnet-lab-ca", leaves: []leaf{
+			{p.APIServerCert(), p.APIServerKey(), pkix.Name{CommonName: "kube-apiserver"}, server, apiserver},
+			{p.AdminCert(), p.AdminKey(), pkix.Name{CommonName: AdminUser, Organization: []string{AdminGroup}}, client, servingNames{}},
+		}},
+		{cert: p.EtcdCACert(), key: p.EtcdCAKey(), cn: "flatnet-lab-etcd-ca", leaves: []leaf{
+			// Also the peer certificate: a peer is both server and client.
+			{p.EtcdServerCert(), p.EtcdServerKey(), pkix.Name{CommonName: "etcd"},
+				[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, etcdNames},
+			{p.EtcdClientCert(), p.EtcdClientKey(), pkix.Name{CommonName: EtcdClientUser}, client, servingNames{}},
+		}},
 	}
-	for _, l := range leaves {
-		if c, _, err := loadCertKey(l.cert, l.key); err == nil && l.valid(c) == nil {
-			continue
+}
+
+// ensurePKI makes sure every file of the PKI exists and is valid for the
+// apiserver's names, creating what is not. It returns the certificate and
+// key files it wrote.
+func ensurePKI(p PKI, names servingNames, now time.Time) (changed []string, err error) {
+	if err := privateDir(p.Dir); err != nil {
+		return nil, err
+	}
+	for _, a := range p.authorities(names) {
+		ca, caKey, err := loadCA(a.cert, a.key, now)
+		fresh := err != nil
+		if fresh {
+			if ca, caKey, err = newCA(a.cn, now); err != nil {
+				return changed, err
+			}
+			if err := writeCertKey(a.cert, a.key, ca, caKey); err != nil {
+				return changed, err
+			}
+			changed = append(changed, a.cert, a.key)
 		}
-		c, k, err := issue(l.tmpl(), ca, caKey)
-		if err != nil {
-			return true, err
+		for _, l := range a.leaves {
+			// Everything an old CA signed is useless under a new one.
+			if c, _, err := loadCertKey(l.cert, l.key); err == nil && !fresh && l.check(c, ca, now) == nil {
+				continue
+			}
+			c, k, err := issue(l.template(now), ca, caKey)
+			if err != nil {
+				return changed, err
+			}
+			if err := writeCertKey(l.cert, l.key, c, k); err != nil {
+				return changed, err
+			}
+			changed = append(changed, l.cert, l.key)
 		}
-		if err := writeCertKey(l.cert, l.key, c, k); err != nil {
-			return true, err
-		}
-		changed = true
 	}
 
 	if err := checkSAKeys(p); err != nil {
 		k, err := newKey()
 		if err != nil {
-			return true, err
+			return changed, err
 		}
 		pub, err := x509.MarshalPKIXPublicKey(k.Public())
 		if err != nil {
-			return true, err
+			return changed, err
 		}
 		if err := writeKey(p.ServiceAccountKey(), k); err != nil {
-			return true, err
+			return changed, err
 		}
 		if err := writeFile(p.ServiceAccountPub(), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
-			return true, err
+			return changed, err
 		}
-		changed = true
+		changed = append(changed, p.ServiceAccountKey(), p.ServiceAccountPub())
 	}
 	return changed, nil
 }
+
+// privateDir makes dir, or makes an existing one, readable by root only
+// (labs made before kept their state 0755).
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("making %s private: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// PrivateDir makes a lab's state directory (created if missing) readable
+// by root only: it holds the keys, the admin kubeconfig and etcd's data.
+func PrivateDir(stateDir string) error { return privateDir(stateDir) }
 
 func newKey() (*ecdsa.PrivateKey, error) {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -154,7 +221,7 @@ func serial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
-func newCA(now time.Time) (*x509.Certificate, crypto.Signer, error) {
+func newCA(cn string, now time.Time) (*x509.Certificate, crypto.Signer, error) {
 	k, err := newKey()
 	if err != nil {
 		return nil, nil, err
@@ -165,7 +232,7 @@ func newCA(now time.Time) (*x509.Certificate, crypto.Signer, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          sn,
-		Subject:               pkix.Name{CommonName: "flatnet-lab-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(caValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -181,29 +248,19 @@ func newCA(now time.Time) (*x509.Certificate, crypto.Signer, error) {
 	return c, k, err
 }
 
-func servingTemplate(n servingNames, now time.Time) *x509.Certificate {
+func (l leaf) template(now time.Time) *x509.Certificate {
 	var ips []net.IP
-	for _, ip := range n.IPs {
+	for _, ip := range l.names.IPs {
 		ips = append(ips, net.IP(ip.AsSlice()))
 	}
 	return &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		Subject:     l.subject,
 		NotBefore:   now.Add(-time.Hour),
 		NotAfter:    now.Add(leafValidity),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage: l.usages,
 		IPAddresses: ips,
-		DNSNames:    n.DNS,
-	}
-}
-
-func adminTemplate(now time.Time) *x509.Certificate {
-	return &x509.Certificate{
-		Subject:     pkix.Name{CommonName: AdminUser, Organization: []string{AdminGroup}},
-		NotBefore:   now.Add(-time.Hour),
-		NotAfter:    now.Add(leafValidity),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		DNSNames:    l.names.DNS,
 	}
 }
 
@@ -223,55 +280,44 @@ func issue(tmpl, ca *x509.Certificate, caKey crypto.Signer) (*x509.Certificate, 
 	return c, k, err
 }
 
-func loadCA(p PKI, now time.Time) (*x509.Certificate, crypto.Signer, error) {
-	c, k, err := loadCertKey(p.CACert(), p.CAKey())
+func loadCA(certPath, keyPath string, now time.Time) (*x509.Certificate, crypto.Signer, error) {
+	c, k, err := loadCertKey(certPath, keyPath)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !c.IsCA || c.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return nil, nil, fmt.Errorf("%s is not a CA certificate", p.CACert())
+		return nil, nil, fmt.Errorf("%s is not a CA certificate", certPath)
 	}
 	if now.Add(renewBefore).After(c.NotAfter) || now.Before(c.NotBefore) {
-		return nil, nil, fmt.Errorf("%s is expired or expiring", p.CACert())
+		return nil, nil, fmt.Errorf("%s is expired or expiring", certPath)
 	}
 	return c, k, nil
 }
 
-func verify(c, ca *x509.Certificate, usage x509.ExtKeyUsage, now time.Time) error {
+// check tells why c is not (or no longer) the certificate l wants.
+func (l leaf) check(c, ca *x509.Certificate, now time.Time) error {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	if _, err := c.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return err
+	for _, u := range l.usages {
+		if _, err := c.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			return err
+		}
 	}
 	if now.Add(renewBefore).After(c.NotAfter) {
 		return fmt.Errorf("expires %s", c.NotAfter.Format(time.RFC3339))
 	}
-	return nil
-}
-
-func checkServing(c, ca *x509.Certificate, n servingNames, now time.Time) error {
-	if err := verify(c, ca, x509.ExtKeyUsageServerAuth, now); err != nil {
-		return err
+	if c.Subject.CommonName != l.subject.CommonName || !slices.Equal(c.Subject.Organization, l.subject.Organization) {
+		return fmt.Errorf("subject is %q, want %q", c.Subject, l.subject)
 	}
-	for _, ip := range n.IPs {
+	for _, ip := range l.names.IPs {
 		if err := c.VerifyHostname(ip.String()); err != nil {
 			return err
 		}
 	}
-	for _, d := range n.DNS {
+	for _, d := range l.names.DNS {
 		if err := c.VerifyHostname(d); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func checkAdmin(c, ca *x509.Certificate, now time.Time) error {
-	if err := verify(c, ca, x509.ExtKeyUsageClientAuth, now); err != nil {
-		return err
-	}
-	if c.Subject.CommonName != AdminUser || !slices.Equal(c.Subject.Organization, []string{AdminGroup}) {
-		return fmt.Errorf("admin certificate subject is %q, want CN=%s O=%s", c.Subject, AdminUser, AdminGroup)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -33,7 +34,8 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 func snapshot(t *testing.T, p PKI) map[string][]byte {
 	t.Helper()
 	m := map[string][]byte{}
-	for _, f := range []string{p.CACert(), p.CAKey(), p.APIServerCert(), p.APIServerKey(), p.AdminCert(), p.AdminKey(), p.ServiceAccountKey(), p.ServiceAccountPub()} {
+	for _, f := range []string{p.CACert(), p.CAKey(), p.APIServerCert(), p.APIServerKey(), p.AdminCert(), p.AdminKey(), p.ServiceAccountKey(), p.ServiceAccountPub(),
+		p.EtcdCACert(), p.EtcdCAKey(), p.EtcdServerCert(), p.EtcdServerKey(), p.EtcdClientCert(), p.EtcdClientKey()} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -55,10 +57,14 @@ func changedFiles(a, b map[string][]byte) []string {
 
 func TestPKIFresh(t *testing.T) {
 	p := PKI{Dir: filepath.Join(t.TempDir(), "pki")}
+	// As labs before made it: made private now.
+	if err := os.Mkdir(p.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	changed, err := ensurePKI(p, testNames, now)
-	if err != nil || !changed {
-		t.Fatalf("ensurePKI = %v, %v", changed, err)
+	if err != nil || len(changed) != 14 {
+		t.Fatalf("ensurePKI = %v, %v; want all 14 files", changed, err)
 	}
 	ca := readCert(t, p.CACert())
 	pool := x509.NewCertPool()
@@ -82,11 +88,42 @@ func TestPKIFresh(t *testing.T) {
 	if adm.Subject.CommonName != "flatnet-admin" || len(adm.Subject.Organization) != 1 || adm.Subject.Organization[0] != "system:masters" {
 		t.Errorf("admin subject %s", adm.Subject)
 	}
-	for _, f := range []string{p.CAKey(), p.APIServerKey(), p.AdminKey(), p.ServiceAccountKey()} {
+	for _, f := range []string{p.CAKey(), p.APIServerKey(), p.AdminKey(), p.ServiceAccountKey(), p.EtcdCAKey(), p.EtcdServerKey(), p.EtcdClientKey()} {
 		st, err := os.Stat(f)
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v (%v), want 0600", f, st.Mode().Perm(), err)
 		}
+	}
+	if st, err := os.Stat(p.Dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("%s: mode %v (%v), want 0700", p.Dir, st.Mode().Perm(), err)
+	}
+
+	// etcd's certificates come from a CA of their own: the admin
+	// certificate (the apiserver's CA) must not open etcd.
+	etcdCA := readCert(t, p.EtcdCACert())
+	if bytes.Equal(etcdCA.Raw, ca.Raw) {
+		t.Fatal("etcd shares the lab CA")
+	}
+	etcdPool := x509.NewCertPool()
+	etcdPool.AddCert(etcdCA)
+	if _, err := adm.Verify(x509.VerifyOptions{Roots: etcdPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("the admin certificate is valid for etcd")
+	}
+	es := readCert(t, p.EtcdServerCert())
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} { // serving and peer
+		if _, err := es.Verify(x509.VerifyOptions{Roots: etcdPool, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			t.Errorf("etcd serving cert, usage %v: %v", u, err)
+		}
+	}
+	if _, err := es.Verify(x509.VerifyOptions{Roots: etcdPool, DNSName: "10.250.0.1"}); err == nil {
+		t.Error("etcd serving cert valid off loopback")
+	}
+	ec := readCert(t, p.EtcdClientCert())
+	if _, err := ec.Verify(x509.VerifyOptions{Roots: etcdPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || ec.Subject.CommonName != EtcdClientUser {
+		t.Errorf("apiserver's etcd client cert %s: %v", ec.Subject, err)
+	}
+	if _, err := ec.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("the etcd client certificate is valid for the apiserver")
 	}
 	if err := checkSAKeys(p); err != nil {
 		t.Error(err)
@@ -103,7 +140,7 @@ func TestPKIReuseAndRepair(t *testing.T) {
 
 	// Valid: nothing changes.
 	changed, err := ensurePKI(p, testNames, now)
-	if err != nil || changed {
+	if err != nil || len(changed) != 0 {
 		t.Fatalf("second ensurePKI = %v, %v; want no change", changed, err)
 	}
 	if c := changedFiles(orig, snapshot(t, p)); len(c) != 0 {
@@ -112,7 +149,7 @@ func TestPKIReuseAndRepair(t *testing.T) {
 
 	// A new name for the apiserver re-issues only its certificate.
 	other := apiserverNames(netip.MustParseAddr("10.250.1.1"), netip.MustParseAddr("10.96.0.1"))
-	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+	if changed, err := ensurePKI(p, other, now); err != nil || len(changed) == 0 {
 		t.Fatalf("ensurePKI with new SAN = %v, %v", changed, err)
 	}
 	after := snapshot(t, p)
@@ -123,11 +160,27 @@ func TestPKIReuseAndRepair(t *testing.T) {
 		t.Error(err)
 	}
 
+	// A lab's PKI from before etcd had certificates: only etcd's files are
+	// added, the rest is kept (the admin kubeconfig stays valid).
+	before := snapshot(t, p)
+	etcdFiles := []string{p.EtcdCACert(), p.EtcdCAKey(), p.EtcdServerCert(), p.EtcdServerKey(), p.EtcdClientCert(), p.EtcdClientKey()}
+	for _, f := range etcdFiles {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if changed, err := ensurePKI(p, other, now); err != nil || !slices.Equal(slices.Sorted(slices.Values(changed)), slices.Sorted(slices.Values(etcdFiles))) {
+		t.Fatalf("ensurePKI without etcd's files = %v, %v; want %v", changed, err, etcdFiles)
+	}
+	if c := changedFiles(before, snapshot(t, p)); len(c) != 6 {
+		t.Errorf("adding etcd's files changed %v", c)
+	}
+
 	// A broken admin key re-issues the admin certificate.
 	if err := os.WriteFile(p.AdminKey(), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+	if changed, err := ensurePKI(p, other, now); err != nil || len(changed) == 0 {
 		t.Fatalf("ensurePKI with broken admin key = %v, %v", changed, err)
 	}
 	if _, _, err := loadCertKey(p.AdminCert(), p.AdminKey()); err != nil {
@@ -138,7 +191,7 @@ func TestPKIReuseAndRepair(t *testing.T) {
 	if err := os.Remove(p.ServiceAccountPub()); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+	if changed, err := ensurePKI(p, other, now); err != nil || len(changed) == 0 {
 		t.Fatalf("ensurePKI without sa.pub = %v, %v", changed, err)
 	}
 	if err := checkSAKeys(p); err != nil {
@@ -146,9 +199,9 @@ func TestPKIReuseAndRepair(t *testing.T) {
 	}
 
 	// Close to expiry (a year on): leaves are re-issued under the same CA.
-	before := snapshot(t, p)
+	before = snapshot(t, p)
 	later := now.Add(leafValidity - renewBefore/2)
-	if changed, err := ensurePKI(p, other, later); err != nil || !changed {
+	if changed, err := ensurePKI(p, other, later); err != nil || len(changed) == 0 {
 		t.Fatalf("ensurePKI near expiry = %v, %v", changed, err)
 	}
 	after = snapshot(t, p)
@@ -161,7 +214,7 @@ func TestPKIReuseAndRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = after
-	if changed, err := ensurePKI(p, other, now); err != nil || !changed {
+	if changed, err := ensurePKI(p, other, now); err != nil || len(changed) == 0 {
 		t.Fatalf("ensurePKI without CA key = %v, %v", changed, err)
 	}
 	after = snapshot(t, p)

@@ -2,7 +2,11 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -250,5 +254,224 @@ func TestUpFailureCleansUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// upForTest brings a control plane up on 127.0.0.1 in a fresh state dir
+// and takes it down at cleanup.
+func upForTest(t *testing.T) (state string, info *Info) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	bin := requireBinaries(t)
+	state = t.TempDir()
+	t.Cleanup(func() {
+		if err := Down(state); err != nil {
+			t.Errorf("cleanup Down: %v", err)
+		}
+	})
+	var log strings.Builder
+	info, err := Up(context.Background(), Config{StateDir: state, BinDir: bin, Addr: netip.MustParseAddr("127.0.0.1")}, &log)
+	if err != nil {
+		t.Fatalf("Up: %v\n%s", err, log.String())
+	}
+	return state, info
+}
+
+// refused fails t unless a GET of url with client is refused: no
+// connection, no TLS handshake, or an answer other than 200.
+func refused(t *testing.T, what, url string, client *http.Client) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Logf("%s: refused: %v", what, err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode == http.StatusOK {
+		t.Errorf("%s: %s answered %s: %s", what, url, resp.Status, body)
+		return
+	}
+	t.Logf("%s: refused with %s", what, resp.Status)
+}
+
+// TestEtcdRefusesUnauthenticated: the lab runs pods as root, so whoever
+// can write to etcd is root on the machine. etcd must refuse a client
+// without the lab's etcd client certificate (plain HTTP, TLS without a
+// certificate) on its client and its peer port, while the apiserver,
+// which has that certificate, works.
+func TestEtcdRefusesUnauthenticated(t *testing.T) {
+	state, info := upForTest(t)
+	rec, err := loadRecord(state)
+	if err != nil || rec == nil {
+		t.Fatalf("record: %v", err)
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	noCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402: any server, no client cert
+	for _, port := range []int{rec.EtcdClientPort, rec.EtcdPeerPort} {
+		for _, scheme := range []string{"http", "https"} {
+			base := scheme + "://127.0.0.1:" + strconv.Itoa(port)
+			c := plain
+			if scheme == "https" {
+				c = noCert
+			}
+			refused(t, fmt.Sprintf("%s without a client certificate, port %d", scheme, port), base+"/health", c)
+			refused(t, fmt.Sprintf("%s without a client certificate, port %d", scheme, port), base+"/version", c)
+		}
+	}
+
+	// The admin's certificate (the lab CA, which the apiserver trusts) does
+	// not open etcd either.
+	pki := PKI{Dir: PKIDir(state)}
+	admin, err := tls.LoadX509KeyPair(pki.AdminCert(), pki.AdminKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{admin}}}} // #nosec G402
+	refused(t, "the admin certificate", rec.etcdClientURL()+"/health", adminClient)
+
+	// The apiserver's etcd client certificate does (so etcd was up).
+	tc, err := clientTLS(pki.EtcdCACert(), pki.EtcdClientCert(), pki.EtcdClientKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdHealthy(context.Background(), *rec, tc); err != nil {
+		t.Errorf("etcd with the apiserver's client certificate: %v", err)
+	}
+	checkPrivate(t, state)
+
+	// The apiserver: anonymous requests may read /version, nothing else.
+	refused(t, "an anonymous request to the apiserver", info.Server+"/api/v1/namespaces/default/pods", noCert)
+
+	cs, err := Client(info.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flatnet-tls-test"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the apiserver cannot write to etcd: %v", err)
+	}
+}
+
+// checkPrivate fails t unless the state dir and pki are 0700 and every key
+// and the kubeconfig 0600.
+func checkPrivate(t *testing.T, state string) {
+	t.Helper()
+	keys, _ := filepath.Glob(filepath.Join(PKIDir(state), "*.key"))
+	if len(keys) != 6 {
+		t.Errorf("keys %v, want 6", keys)
+	}
+	want := map[string]os.FileMode{state: 0o700, PKIDir(state): 0o700, KubeconfigPath(state): 0o600}
+	for _, k := range keys {
+		want[k] = 0o600
+	}
+	for f, mode := range want {
+		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v (%v), want %v", f, st.Mode().Perm(), err, mode)
+		}
+	}
+}
+
+// oldFlags turns today's command lines into those of a lab made before
+// etcd required client certificates: plain HTTP, no etcd TLS flags.
+func oldFlags(argv []string) []string {
+	var out []string
+	for _, a := range argv {
+		switch k, _, _ := strings.Cut(a, "="); k {
+		case "--cert-file", "--key-file", "--trusted-ca-file", "--client-cert-auth", "--peer-cert-file", "--peer-key-file",
+			"--peer-trusted-ca-file", "--peer-client-cert-auth", "--etcd-cafile", "--etcd-certfile", "--etcd-keyfile":
+			continue
+		}
+		out = append(out, strings.ReplaceAll(a, "https://127.0.0.1", "http://127.0.0.1"))
+	}
+	return out
+}
+
+// TestUpgradesPlainHTTPEtcd: a lab brought up before etcd required client
+// certificates (etcd on plain HTTP, state 0755, no etcd certificates) is
+// not Current, and Up restarts it with TLS, keeping etcd's data.
+func TestUpgradesPlainHTTPEtcd(t *testing.T) {
+	state, info := upForTest(t)
+	ctx := context.Background()
+	cs, err := Client(info.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flatnet-upgrade-test"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !Current(state) {
+		t.Fatal("a control plane just brought up is not Current")
+	}
+
+	// Rebuild the old lab from the same state.
+	if err := Down(state); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := loadRecord(state)
+	if err != nil || rec == nil {
+		t.Fatalf("record: %v", err)
+	}
+	pki := PKI{Dir: PKIDir(state)}
+	for _, f := range []string{pki.EtcdCACert(), pki.EtcdCAKey(), pki.EtcdServerCert(), pki.EtcdServerKey(), pki.EtcdClientCert(), pki.EtcdClientKey()} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{state, pki.Dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := requireBinaries(t)
+	oldEtcd, err := proc.Start(EtcdName, oldFlags(etcdArgs(bin, state, pki, *rec)), nil, state, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainURL := "http://127.0.0.1:" + strconv.Itoa(rec.EtcdClientPort) + "/health"
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(plainURL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("old-style etcd not healthy on %s: %v\n%s", plainURL, err, proc.Tail(proc.LogFile(state, EtcdName), 20))
+		}
+	}
+	oldAPI, err := proc.Start(APIServerName, oldFlags(apiserverArgs(bin, state, pki, *rec)), nil, state, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Current(state) {
+		t.Fatal("a plain-HTTP etcd counts as Current: `lab up` would leave it open")
+	}
+	if why := Outdated(state); !strings.Contains(why, "plain HTTP") {
+		t.Errorf("Outdated = %q, want it to name plain HTTP", why)
+	}
+
+	var log strings.Builder
+	t0 := time.Now()
+	again, err := Up(ctx, Config{StateDir: state, BinDir: bin, Addr: netip.MustParseAddr("127.0.0.1")}, &log)
+	if err != nil {
+		t.Fatalf("Up on the old lab: %v\n%s", err, log.String())
+	}
+	t.Logf("Up on the old lab in %v:\n%s", time.Since(t0), log.String())
+	if !strings.Contains(log.String(), "restarting etcd") || !strings.Contains(log.String(), "plain HTTP") {
+		t.Errorf("Up did not say it restarts etcd for plain HTTP:\n%s", log.String())
+	}
+	if again.Reused || again.EtcdPID == oldEtcd || again.APIServerPID == oldAPI || !gone(oldEtcd) || !gone(oldAPI) {
+		t.Errorf("old processes kept: %+v (old etcd %d, apiserver %d)", again, oldEtcd, oldAPI)
+	}
+	refused(t, "plain HTTP after the upgrade", plainURL, &http.Client{Timeout: 5 * time.Second})
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "flatnet-upgrade-test", metav1.GetOptions{}); err != nil {
+		t.Errorf("namespace lost across the upgrade: %v", err)
+	}
+	checkPrivate(t, state)
+	if !Current(state) || Outdated(state) != "" {
+		t.Errorf("not Current after the upgrade: %q", Outdated(state))
 	}
 }
