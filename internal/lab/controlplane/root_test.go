@@ -359,8 +359,8 @@ func TestEtcdRefusesUnauthenticated(t *testing.T) {
 func checkPrivate(t *testing.T, state string) {
 	t.Helper()
 	keys, _ := filepath.Glob(filepath.Join(PKIDir(state), "*.key"))
-	if len(keys) != 6 {
-		t.Errorf("keys %v, want 6", keys)
+	if len(keys) != 7 {
+		t.Errorf("keys %v, want 7", keys)
 	}
 	want := map[string]os.FileMode{state: 0o700, PKIDir(state): 0o700, KubeconfigPath(state): 0o600}
 	for _, k := range keys {
