@@ -137,6 +137,11 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 			Setsid: true,
 		},
 	}
+	// The daemon gets 0, 1 and 2 only, not what our caller inherited
+	// (see cloexec.go).
+	if err := CloseOnExecFrom(3); err != nil {
+		return 0, fmt.Errorf("starting %s: %w", name, err)
+	}
 	start := cmd.Start
 	if inNetns != "" {
 		start = func() error {

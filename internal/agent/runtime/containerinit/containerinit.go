@@ -9,8 +9,9 @@
 //     and /etc/hosts;
 //  3. mounts a fresh sysfs on /sys, so /sys/class/net shows the pod's
 //     interfaces (as `ip netns exec` does); best effort;
-//  4. sets the hostname, changes to the working directory and execs the
-//     container's command, which keeps this PID.
+//  4. sets the hostname, changes to the working directory, marks every fd
+//     but 0, 1 and 2 close-on-exec and execs the container's command, which
+//     keeps this PID.
 //
 // The environment is the container's, prepared by the runtime; the command
 // is looked up in its PATH.
@@ -26,6 +27,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/proc"
 )
 
 // Options are container-init's flags.
@@ -95,6 +98,11 @@ func Exec(o Options, argv []string) error {
 	}
 	path, err := LookPath(argv[0], os.Getenv("PATH"))
 	if err != nil {
+		return err
+	}
+	// The container gets 0, 1 and 2 only: nothing the agent (or whoever
+	// started it) inherited, as runc closes everything else.
+	if err := proc.CloseOnExecFrom(3); err != nil {
 		return err
 	}
 	env := os.Environ()

@@ -2,10 +2,19 @@ package containerinit
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flatnet/flatnet/internal/proc"
 )
 
 func TestLookPath(t *testing.T) {
@@ -40,5 +49,50 @@ func TestLookPath(t *testing.T) {
 func TestExecNoCommand(t *testing.T) {
 	if err := Exec(Options{}, nil); err == nil {
 		t.Fatal("no command accepted")
+	}
+}
+
+// TestMain runs Exec instead of the tests when asked to by
+// TestExecPassesNoInheritedFD.
+func TestMain(m *testing.M) {
+	if os.Getenv("FLATNET_TEST_CONTAINER_INIT") == "1" {
+		err := Exec(Options{}, os.Args[1:])
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(128)
+	}
+	os.Exit(m.Run())
+}
+
+// The container's command gets 0, 1 and 2 only, not what container-init
+// inherited from the agent (or the agent from its starter).
+func TestExecPassesNoInheritedFD(t *testing.T) {
+	fd, err := unix.Open(filepath.Join(t.TempDir(), "lock"), unix.O_RDWR|unix.O_CREAT, 0o600) // no O_CLOEXEC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	cmd := exec.Command(os.Args[0], "sleep", "300")
+	cmd.Env = append(os.Environ(), "FLATNET_TEST_CONTAINER_INIT=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	comm := fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, _ := os.ReadFile(comm); strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("container-init did not exec sleep within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fds, err := proc.FDs(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(fds)); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("the container's command has fds %v (%v), want 0 1 2 only; the inherited fd was %d", got, fds, fd)
 	}
 }

@@ -1,0 +1,56 @@
+package proc
+
+import (
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// inheritedFD opens a file without close-on-exec, as a shell's
+// redirection or `flock FILE cmd` leaves one, and returns its fd.
+func inheritedFD(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(t.TempDir(), "lock"), unix.O_RDWR|unix.O_CREAT, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// A daemon gets stdin, stdout and stderr, and none of the fds its starter
+// inherited without close-on-exec.
+func TestStartPassesNoInheritedFD(t *testing.T) {
+	fd := inheritedFD(t)
+	dir := t.TempDir()
+	pid, err := Start("sleeper", []string{"sleep", "300"}, nil, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, dir, "sleeper")
+	fds, err := FDs(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(fds)); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("the daemon has fds %v (%v), want 0 1 2 only; the test's inherited fd was %d", got, fds, fd)
+	}
+	// The starter still has its fd.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Errorf("fd %d closed in the caller: %v", fd, err)
+	}
+}
+
+func TestCloseOnExecFrom(t *testing.T) {
+	fd := inheritedFD(t)
+	if err := CloseOnExecFrom(3); err != nil {
+		t.Fatal(err)
+	}
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("fd %d flags %#x (%v), want FD_CLOEXEC", fd, flags, err)
+	}
+}
