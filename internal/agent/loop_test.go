@@ -41,10 +41,31 @@ func TestRunLoop(t *testing.T) {
 	f := newFakeNode(t, "n1")
 	client := fake.NewClientset(k8sNode("n1", "", "10.250.0.11"), k8sNode("n2", "10.244.2.0/24", "10.250.0.12"))
 	ctx, cancel := context.WithCancel(context.Background())
+	reconciled := make(chan struct{}, 100)
+	annotate := f.r.Annotate
+	f.r.Annotate = func(ctx context.Context, set map[string]*string) error {
+		reconciled <- struct{}{}
+		return annotate(ctx, set)
+	}
+	waitReconcile := func() {
+		t.Helper()
+		select {
+		case <-reconciled:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no reconcile within 30s")
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- runLoop(ctx, client, f.r, time.Hour) }()
 
-	time.Sleep(100 * time.Millisecond)
+	// Each reconcile publishes the node's annotations: the positive
+	// signal. Once a second one has begun (after a change to n2), the
+	// first, without a podCIDR, is over and must have written no conflist.
+	waitReconcile()
+	if _, err := client.CoreV1().Nodes().Patch(ctx, "n2", "application/merge-patch+json", []byte(`{"metadata":{"annotations":{"flatnet.io/vtep-mac":"02:00:00:00:00:02"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReconcile()
 	if _, err := os.Stat(f.conf); !os.IsNotExist(err) {
 		t.Fatalf("conflist before the podCIDR: %v", err)
 	}
@@ -52,7 +73,7 @@ func TestRunLoop(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Patch(ctx, "n1", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		_, err := os.Stat(f.conf)
 		return err == nil, nil
 	})

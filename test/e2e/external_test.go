@@ -226,8 +226,18 @@ func checkExternal(t *testing.T, l *testLab) {
 
 	t.Run("LocalPolicyNodeWithoutEndpointSilent", func(t *testing.T) {
 		addr := hostPort(noEP.IP.String(), lnp)
-		// Wait for node 3's proxy to know the Service, then require that
-		// it keeps refusing.
+		// Wait for node 3's proxy to know the Service (its NodePort in the
+		// table: not answering proves nothing before that), then require
+		// that it keeps refusing.
+		np := fmt.Sprintf("tcp . %d :", lnp)
+		if err := waitProxyRules(noEP, 30*time.Second, func(rules string) string {
+			if !strings.Contains(rules, np) {
+				return fmt.Sprintf("no %q in the table", np)
+			}
+			return ""
+		}); err != nil {
+			t.Fatalf("%s's proxy never programmed NodePort %d: %v", noEP.Name, lnp, err)
+		}
 		err := retry(30*time.Second, func() error {
 			if body, err := quick(addr, "/hostname"); err == nil {
 				return fmt.Errorf("answered %q", body)
@@ -294,8 +304,19 @@ func checkExternal(t *testing.T, l *testLab) {
 		}
 		lbAddr := hostPort(clusterLB.String(), 80)
 		// A range without the external host: its connections to the
-		// LoadBalancer IP are dropped on every node ...
+		// LoadBalancer IP are dropped on every node (once every node's
+		// proxy has the range: the positive signal) ...
 		setRanges("10.99.99.0/24")
+		for _, n := range s.Nodes {
+			if err := waitProxyRules(n, 30*time.Second, func(rules string) string {
+				if !strings.Contains(rules, "saddr != 10.99.99.0/24 drop") {
+					return "no loadBalancerSourceRanges rule in the table"
+				}
+				return ""
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		err := retry(30*time.Second, func() error {
 			if body, err := quick(lbAddr, "/hostname"); err == nil {
 				return fmt.Errorf("answered %q", body)

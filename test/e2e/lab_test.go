@@ -504,7 +504,7 @@ func TestLab(t *testing.T) {
 					continue
 				}
 				var got string
-				err := retry(10*time.Second, func() error {
+				err := retry(30*time.Second, func() error {
 					var err error
 					got, err = dial(lab.NetnsPath(a.node.Netns), a.ip, b.ip, 8080, "hostname")
 					return err
@@ -587,7 +587,7 @@ func TestLab(t *testing.T) {
 		l.create(t, p)
 		ip := l.waitReady(t, "duo").Status.PodIP
 		var got string
-		err := retry(10*time.Second, func() error {
+		err := retry(30*time.Second, func() error {
 			var err error
 			got, err = dial(lab.NetnsPath(s.Nodes[0].Netns), ip, "127.0.0.1", 8090, "clientip")
 			return err
@@ -620,32 +620,40 @@ func TestLab(t *testing.T) {
 	})
 
 	t.Run("ReadinessProbeGatesReady", func(t *testing.T) {
-		flag := filepath.Join(t.TempDir(), "ready")
+		dir := t.TempDir()
+		flag, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "runs")
 		p := netexecPod("probe", s.Nodes[1].Name)
+		// Each run of the probe leaves a line in runs: the positive signal
+		// that it ran and failed, before the check that the pod stayed
+		// unready (a fixed sleep could end before the first run).
 		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-e", flag}}},
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo >> " + runs + "; test -e " + flag}}},
 			PeriodSeconds: 1,
 		}
 		l.create(t, p)
 		l.waitRunning(t, "probe")
-		for range 10 { // 2s: the probe keeps failing, the pod stays unready
-			got, err := l.c.CoreV1().Pods("default").Get(context.Background(), "probe", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
+		if err := retry(60*time.Second, func() error {
+			b, _ := os.ReadFile(runs)
+			if n := strings.Count(string(b), "\n"); n < 3 {
+				return fmt.Errorf("the readiness probe ran %d times", n)
 			}
-			if podReady(got) {
-				t.Fatal("pod Ready while its readiness probe fails")
-			}
-			time.Sleep(200 * time.Millisecond)
+			return nil
+		}); err != nil {
+			t.Fatalf("waiting for 3 failed readiness probes: %v", err)
+		}
+		if got, err := l.c.CoreV1().Pods("default").Get(context.Background(), "probe", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		} else if podReady(got) {
+			t.Fatal("pod Ready while its readiness probe fails (3 runs failed)")
 		}
 		if err := os.WriteFile(flag, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		l.wait(t, "default", "probe", 20*time.Second, "ready after the probe passes", podReady)
+		l.wait(t, "default", "probe", 60*time.Second, "ready after the probe passes", podReady)
 		if err := os.Remove(flag); err != nil {
 			t.Fatal(err)
 		}
-		l.wait(t, "default", "probe", 20*time.Second, "unready after the probe fails again", func(p *corev1.Pod) bool { return !podReady(p) })
+		l.wait(t, "default", "probe", 60*time.Second, "unready after the probe fails again", func(p *corev1.Pod) bool { return !podReady(p) })
 		l.deleteAndWait(t, "probe")
 	})
 
@@ -738,9 +746,25 @@ func TestLab(t *testing.T) {
 		if got, err := dial(lab.NetnsPath(from.node.Netns), from.ip, target.ip, 8080, "hostname"); err != nil || got != target.name {
 			t.Errorf("with the agent stopped: %q, %v", got, err)
 		}
+		// The restarted agent adopts the pod, then saves its record (a new
+		// file): the positive signal that adoption is decided, before the
+		// check that it kept the container.
+		rec := filepath.Join(s.RuntimeDir(n), "pods", "default_"+target.name, "state.json")
+		recBefore, err := os.Stat(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
 		out := l.mustCLI(t, "up")
 		if !strings.Contains(out, "agent on "+n.Name+" (lab runtime, host-gw) ... done") {
 			t.Errorf("up did not restart the agent:\n%s", out)
+		}
+		if err := retry(60*time.Second, func() error {
+			if fi, err := os.Stat(rec); err != nil || os.SameFile(fi, recBefore) {
+				return fmt.Errorf("%s not rewritten (%v)", rec, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("the restarted agent never saved %s's record: %v", target.name, err)
 		}
 		if pid1 := containerPID(t, s, n, target.name); pid1 != pid0 {
 			t.Errorf("the container was restarted (pid %d -> %d); the agent should adopt it", pid0, pid1)
@@ -755,7 +779,7 @@ func TestLab(t *testing.T) {
 		// The restarted agent runs new pods.
 		l.create(t, netexecPod("after-restart", n.Name))
 		ip := l.waitReady(t, "after-restart").Status.PodIP
-		if err := retry(10*time.Second, func() error {
+		if err := retry(30*time.Second, func() error {
 			got, err := dial(lab.NetnsPath(from.node.Netns), from.ip, ip, 8080, "hostname")
 			if err == nil && got != "after-restart" {
 				err = fmt.Errorf("answer %q", got)
@@ -816,7 +840,7 @@ func TestLab(t *testing.T) {
 		l2.create(t, netexecPod("other-2", l2.spec.Nodes[1].Name))
 		ip2 := l2.waitReady(t, "other-2").Status.PodIP
 		n1 := lab.NetnsPath(l2.spec.Nodes[0].Netns)
-		if err := retry(10*time.Second, func() error {
+		if err := retry(30*time.Second, func() error {
 			got, err := dial(n1, ip, ip2, 8080, "hostname")
 			if err == nil && got != "other-2" {
 				err = fmt.Errorf("answer %q", got)

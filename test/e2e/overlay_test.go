@@ -112,7 +112,7 @@ func checkPodToPod(t *testing.T, pods []labPod) {
 				continue
 			}
 			var got string
-			err := retry(20*time.Second, func() error {
+			err := retry(30*time.Second, func() error {
 				var err error
 				if got, err = dial(lab.NetnsPath(a.node.Netns), a.ip, b.ip, 8080, "hostname"); err == nil && got != b.name {
 					err = fmt.Errorf("answered by %q", got)
@@ -138,7 +138,7 @@ func checkEgress(t *testing.T, s *lab.Spec, pods []labPod) {
 	ext := s.External.IP.String()
 	for _, p := range pods {
 		var got string
-		err := retry(10*time.Second, func() error {
+		err := retry(30*time.Second, func() error {
 			var err error
 			got, err = dial(lab.NetnsPath(p.node.Netns), p.ip, ext, lab.ExternalHTTPPort, "clientip")
 			return err

@@ -310,7 +310,7 @@ func TestProxyOnly(t *testing.T) {
 	// The pod runs the lab's netexec, as lab pods do (the lab puts its own
 	// flatnet on the pods' PATH; here it is the freshly built one).
 	startIn(t, "netexec", o.podPath(), l.flatnet, "netexec", "--http-port=8080", "--udp-port=8081")
-	if err := retry(10*time.Second, func() error {
+	if err := retry(30*time.Second, func() error {
 		_, err := httpGet(o.path(), net.JoinHostPort(o.podIP, "8080"), "/healthz")
 		return err
 	}); err != nil {
@@ -373,7 +373,7 @@ func TestProxyOnly(t *testing.T) {
 		// the pod's own address and answers over the route back.
 		for range 5 {
 			var got string
-			err := retry(10*time.Second, func() error {
+			err := retry(30*time.Second, func() error {
 				var err error
 				got, err = dial(o.path(), o.podIP, vip, 80, "clientip")
 				return err
@@ -385,7 +385,7 @@ func TestProxyOnly(t *testing.T) {
 	})
 
 	t.Run("ClusterIPFromTheNode", func(t *testing.T) {
-		err := retry(10*time.Second, func() error {
+		err := retry(30*time.Second, func() error {
 			body, err := httpGet(o.path(), net.JoinHostPort(vip, "80"), "/hostname")
 			if err == nil && !contains(backends, strings.TrimSpace(body)) {
 				err = fmt.Errorf("answered by %q, not an endpoint", body)
@@ -428,7 +428,7 @@ func TestProxyOnly(t *testing.T) {
 		// healthzBindAddress is the node's address (a load balancer's
 		// check comes from off the node), metricsBindAddress loopback.
 		var body string
-		err := retry(10*time.Second, func() error {
+		err := retry(30*time.Second, func() error {
 			var err error
 			body, err = httpGet(lab.NetnsPath(s.Nodes[0].Netns), net.JoinHostPort(o.ip.String(), "10256"), "/healthz")
 			return err

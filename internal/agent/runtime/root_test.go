@@ -257,8 +257,19 @@ func TestRootPodLifecycle(t *testing.T) {
 
 	// Restarting the agent keeps the pod: same processes, still reachable.
 	l.stop()
+	// The restarted runtime adopts the pod, then saves its record (a new
+	// file): the positive signal that adoption is decided, before the
+	// check that it kept the container.
+	rec := filepath.Join(podDir(l.cfg.StateDir, "default", "web"), "state.json")
+	recBefore, err := os.Stat(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l.startRuntime()
-	time.Sleep(500 * time.Millisecond)
+	l.waitFor("the restarted runtime to save web's record", func() (bool, string) {
+		fi, err := os.Stat(rec)
+		return err == nil && !os.SameFile(fi, recBefore), fmt.Sprintf("not rewritten (%v)", err)
+	})
 	if p2, err := ContainerPID(l.cfg.StateDir, "default", "web", "side"); err != nil || p2 != pid {
 		t.Errorf("after an agent restart side is pid %d (%v), was %d", p2, err, pid)
 	}

@@ -361,7 +361,9 @@ func TestWorkerRestartPolicyNeverAndSandboxRetry(t *testing.T) {
 		_, _, attached := h.net.snapshot()
 		return attached == 0 && h.ns.count() == 0, "still attached"
 	})
-	time.Sleep(100 * time.Millisecond)
+	// Stopped, every worker has returned: whatever it would do after the
+	// teardown is done, so the checks below cannot come too early.
+	h.stop()
 	if _, err := h.pod("app", "job"); err != nil {
 		t.Errorf("a finished pod was deleted: %v", err)
 	}

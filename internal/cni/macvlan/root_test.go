@@ -106,7 +106,7 @@ func noMacvlans(t *testing.T, ns string) {
 // asynchronously) and returns its MAC, or "".
 func neighMAC(t *testing.T, ns, ip string) string {
 	t.Helper()
-	for range 30 {
+	for range 100 { // 10 s: generous on a loaded machine
 		var mac string
 		err := netns.Do(ns, func() error {
 			neighs, err := netlinkx.NeighList(0, netlink.FAMILY_V4)

@@ -78,7 +78,7 @@ func underlayInner(t *testing.T, state string) {
 	// The reconciler writes the endpoint right after start; it is there
 	// by the time /readyz passed or very soon after.
 	var got []string
-	for range 50 {
+	for range 300 { // 30 s: generous on a loaded machine
 		// The apiserver's reconciler keeps the "kubernetes" slice itself
 		// (no kube-controller-manager here).
 		es, err := cs.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})

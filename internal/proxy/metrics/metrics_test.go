@@ -115,7 +115,7 @@ func TestServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Serve(ctx, addr) }()
 	var body string
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 500; i++ { // 10 s: generous on a loaded machine
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
