@@ -746,25 +746,31 @@ func TestLab(t *testing.T) {
 		if got, err := dial(lab.NetnsPath(from.node.Netns), from.ip, target.ip, 8080, "hostname"); err != nil || got != target.name {
 			t.Errorf("with the agent stopped: %q, %v", got, err)
 		}
-		// The restarted agent adopts the pod, then saves its record (a new
-		// file): the positive signal that adoption is decided, before the
-		// check that it kept the container.
-		rec := filepath.Join(s.RuntimeDir(n), "pods", "default_"+target.name, "state.json")
-		recBefore, err := os.Stat(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := l.mustCLI(t, "up")
 		if !strings.Contains(out, "agent on "+n.Name+" (lab runtime, host-gw) ... done") {
 			t.Errorf("up did not restart the agent:\n%s", out)
 		}
+		// The restarted agent logs each container it adopts: the positive
+		// signal that it decided to keep them, before the check that the
+		// container was kept (one it cannot adopt is killed, not logged).
+		logFile := proc.LogFile(s.StateDir, lab.AgentProc(n.Name))
 		if err := retry(60*time.Second, func() error {
-			if fi, err := os.Stat(rec); err != nil || os.SameFile(fi, recBefore) {
-				return fmt.Errorf("%s not rewritten (%v)", rec, err)
+			b, err := os.ReadFile(logFile)
+			if err != nil {
+				return err
 			}
-			return nil
+			run := string(b)
+			if i := strings.LastIndex(run, "==== flatnet proc:"); i >= 0 {
+				run = run[i:] // this start's lines
+			}
+			for _, line := range strings.Split(run, "\n") {
+				if strings.Contains(line, "Adopted running container") && strings.Contains(line, `pod="default/`+target.name+`"`) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no %q for %s in %s since the restart", "Adopted running container", target.name, logFile)
 		}); err != nil {
-			t.Fatalf("the restarted agent never saved %s's record: %v", target.name, err)
+			t.Fatalf("the restarted agent did not adopt %s: %v", target.name, err)
 		}
 		if pid1 := containerPID(t, s, n, target.name); pid1 != pid0 {
 			t.Errorf("the container was restarted (pid %d -> %d); the agent should adopt it", pid0, pid1)

@@ -546,7 +546,7 @@ func firstEvent(w watch.Interface, cond func(runtime.Object) bool) <-chan time.T
 // sleep in Kubernetes, the delay lets every proxy drop the endpoint before
 // the pod stops answering; without it a request could reach a closed port
 // in between, whatever the proxy does. It is generous: a loaded machine's
-// proxy must always make it.
+// proxy must always make it. (The pod's grace period is longer.)
 const drainTime = 10 * time.Second
 
 var drainingNetexec = []string{"sh", "-c",
@@ -579,6 +579,7 @@ func checkScale(t *testing.T, l *testLab, client labPod) {
 		p := netexecPod(name, n.Name)
 		p.Labels = sel
 		p.Spec.Containers[0].Command = drainingNetexec
+		p.Spec.TerminationGracePeriodSeconds = ptr(int64((drainTime + 5*time.Second) / time.Second))
 		return p
 	}
 	l.create(t, pod(first, s.Nodes[1]))

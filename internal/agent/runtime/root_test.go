@@ -125,6 +125,21 @@ func newRootLab(t *testing.T, objs ...kruntime.Object) *rootLab {
 	return l
 }
 
+// adoptions reports the outcome of each adoption of a running container.
+type adoptions struct {
+	processes
+	ok chan<- bool
+}
+
+func (a adoptions) adopt(ctx context.Context, p procID) (<-chan exitInfo, bool) {
+	exits, ok := a.processes.adopt(ctx, p)
+	select {
+	case a.ok <- ok:
+	default:
+	}
+	return exits, ok
+}
+
 func (l *rootLab) startRuntime() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel, l.done = cancel, make(chan error, 1)
@@ -257,19 +272,22 @@ func TestRootPodLifecycle(t *testing.T) {
 
 	// Restarting the agent keeps the pod: same processes, still reachable.
 	l.stop()
-	// The restarted runtime adopts the pod, then saves its record (a new
-	// file): the positive signal that adoption is decided, before the
-	// check that it kept the container.
-	rec := filepath.Join(podDir(l.cfg.StateDir, "default", "web"), "state.json")
-	recBefore, err := os.Stat(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Each adoption's outcome is the positive signal that the restarted
+	// runtime has decided about a running container, before the checks
+	// that it kept them.
+	adopted := make(chan bool, 10)
+	l.d.procs = adoptions{l.d.procs, adopted}
 	l.startRuntime()
-	l.waitFor("the restarted runtime to save web's record", func() (bool, string) {
-		fi, err := os.Stat(rec)
-		return err == nil && !os.SameFile(fi, recBefore), fmt.Sprintf("not rewritten (%v)", err)
-	})
+	for range len(pod.Spec.Containers) {
+		select {
+		case ok := <-adopted:
+			if !ok {
+				t.Error("the restarted runtime could not adopt a running container")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the restarted runtime adopted no container within 30s")
+		}
+	}
 	if p2, err := ContainerPID(l.cfg.StateDir, "default", "web", "side"); err != nil || p2 != pid {
 		t.Errorf("after an agent restart side is pid %d (%v), was %d", p2, err, pid)
 	}
