@@ -88,7 +88,10 @@ func Down(root, name string, out io.Writer) error {
 			}
 			errs = append(errs, proc.Stop(s.StateDir, p, 10*time.Second))
 		}
-		return fmt.Sprintf("%d stopped", n), errors.Join(errs...)
+		// Daemons whose pid files were lost or cut short are found by
+		// their command lines, here and below.
+		stray, err := stopDaemonsOf(s.StateDir, flatnetDaemon("agent"), 10*time.Second)
+		return fmt.Sprintf("%d stopped%s", n, stray), errors.Join(append(errs, err)...)
 	})
 	step("pods", func() (string, error) {
 		inodes := map[uint64]bool{}
@@ -106,7 +109,9 @@ func Down(root, name string, out io.Writer) error {
 		return fmt.Sprintf("%d namespaces, %d processes", len(podNS), len(stopped)), errors.Join(errs...)
 	})
 	step("controller", func() (string, error) {
-		return "", proc.Stop(s.StateDir, ProcController, 10*time.Second)
+		err := proc.Stop(s.StateDir, ProcController, 10*time.Second)
+		stray, serr := stopDaemonsOf(s.StateDir, flatnetDaemon("controller"), 10*time.Second)
+		return strings.TrimPrefix(stray, ", "), errors.Join(err, serr)
 	})
 	step("control plane", func() (string, error) {
 		return "", controlplane.Down(s.StateDir)
@@ -119,14 +124,8 @@ func Down(root, name string, out io.Writer) error {
 		for _, p := range left {
 			errs = append(errs, proc.Stop(s.StateDir, p, 10*time.Second))
 		}
-		// A daemon whose pid file was lost or cut short is found by its
-		// command line.
-		stray, err := stopDaemonsOf(s.StateDir, 10*time.Second)
-		detail := fmt.Sprintf("%d", len(left))
-		if len(stray) > 0 {
-			detail += fmt.Sprintf(", %d without a usable pid file stopped (%s)", len(stray), strings.Join(stray, "; "))
-		}
-		return detail, errors.Join(append(errs, err)...)
+		stray, err := stopDaemonsOf(s.StateDir, anyDaemon, 10*time.Second)
+		return fmt.Sprintf("%d%s", len(left), stray), errors.Join(append(errs, err)...)
 	})
 	step("nodes", func() (string, error) {
 		inodes := map[uint64]bool{}

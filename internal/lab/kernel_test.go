@@ -223,8 +223,11 @@ func TestStopDaemonsOf(t *testing.T) {
 	reader := start("sh", "-c", "while :; do sleep 1; done", dir+"/logs/controller.log")
 	done := make(chan error, 1)
 	go func() { done <- daemons[0].Wait() }()
-	stopped, err := stopDaemonsOf(dir, 5*time.Second)
-	if err != nil || len(stopped) != 1 || !strings.Contains(stopped[0], dir+"/bin/flatnet") {
+	if stopped, err := stopDaemonsOf(dir, flatnetDaemon("agent"), 5*time.Second); err != nil || stopped != "" {
+		t.Fatalf("stopped as an agent: %q, %v", stopped, err)
+	}
+	stopped, err := stopDaemonsOf(dir, anyDaemon, 5*time.Second)
+	if err != nil || !strings.HasPrefix(stopped, ", 1 without a usable pid file stopped (") || !strings.Contains(stopped, dir+"/bin/flatnet 300") {
 		t.Fatalf("stopped %q, %v", stopped, err)
 	}
 	select {
@@ -232,7 +235,7 @@ func TestStopDaemonsOf(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lab's daemon still runs")
 	}
-	if !isDaemonOf(daemons[1].Process.Pid, other) {
+	if daemonOf(daemons[1].Process.Pid, other) == nil {
 		t.Error("another lab's daemon was stopped")
 	}
 	if !strings.Contains(cmdline(reader.Process.Pid), "controller.log") {

@@ -156,8 +156,8 @@ func readRunningLab(k kernel, root, name string) (runningLab, error) {
 	// The daemons are found by their command lines, not their pid files:
 	// those may be what was cut short.
 	stateDir := filepath.Join(root, name)
-	for _, pid := range proc.Scan(func(pid int) bool { return isDaemonOf(pid, stateDir) }) {
-		if argv, err := readArgv(pid); err == nil {
+	for _, pid := range proc.Scan(func(pid int) bool { return daemonOf(pid, stateDir) != nil }) {
+		if argv := daemonOf(pid, stateDir); argv != nil {
 			r.addDaemon(stateDir, argv)
 		}
 	}

@@ -66,30 +66,50 @@ func stopInNetns(inodes map[uint64]bool, grace time.Duration) ([]string, error) 
 	}, grace)
 }
 
-// stopDaemonsOf stops every daemon of the lab with state dir dir (see
-// isDaemonOf), as stopInNetns does: those whose pid files were lost or
-// cut short.
-func stopDaemonsOf(dir string, grace time.Duration) ([]string, error) {
-	return stopMatching(func(pid int) bool { return isDaemonOf(pid, dir) }, grace)
+// stopDaemonsOf stops the daemons of the lab with state dir dir (see
+// daemonOf) whose command line is accepts, as stopInNetns does: down
+// calls it for those whose pid files were lost or cut short. It says what
+// it stopped, for down's report.
+func stopDaemonsOf(dir string, is func(argv []string) bool, grace time.Duration) (string, error) {
+	stopped, err := stopMatching(func(pid int) bool {
+		argv := daemonOf(pid, dir)
+		return argv != nil && is(argv)
+	}, grace)
+	if len(stopped) == 0 {
+		return "", err
+	}
+	return fmt.Sprintf(", %d without a usable pid file stopped (%s)", len(stopped), strings.Join(stopped, "; ")), err
 }
 
-// isDaemonOf reports whether process pid is a daemon of the lab with state
-// dir dir: it runs one of the lab's copies of flatnet (under dir), or it
-// is etcd or kube-apiserver with an argument under dir. (Anything else
-// naming the dir, such as a `tail -f` of a log, is not.)
-func isDaemonOf(pid int, dir string) bool {
+// flatnetDaemon matches the lab's flatnet daemons of one kind (its first
+// argument: "agent", "controller").
+func flatnetDaemon(kind string) func(argv []string) bool {
+	return func(argv []string) bool {
+		return len(argv) > 1 && filepath.Base(argv[0]) == "flatnet" && argv[1] == kind
+	}
+}
+
+func anyDaemon([]string) bool { return true }
+
+// daemonOf returns the command line of process pid when it is a daemon of
+// the lab with state dir dir: it runs one of the lab's copies of flatnet
+// (under dir), or it is etcd or kube-apiserver with an argument under dir.
+// Anything else naming the dir (a `tail -f` of a log) is not.
+func daemonOf(pid int, dir string) []string {
 	argv, err := readArgv(pid)
 	if err != nil || len(argv) == 0 {
-		return false
+		return nil
 	}
 	if strings.HasPrefix(argv[0], dir+"/") {
-		return true
+		return argv
 	}
 	switch filepath.Base(argv[0]) {
 	case "etcd", "kube-apiserver":
-		return slices.ContainsFunc(argv[1:], func(a string) bool { return strings.Contains(a, dir+"/") })
+		if slices.ContainsFunc(argv[1:], func(a string) bool { return strings.Contains(a, dir+"/") }) {
+			return argv
+		}
 	}
-	return false
+	return nil
 }
 
 // stopMatching stops every process (but this one) for which match is
