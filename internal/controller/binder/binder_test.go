@@ -217,8 +217,14 @@ func TestRunBindsWhenANodeTurnsReady(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() { done <- f.b.Run(ctx, 1) }()
-	// Nothing fits yet; then n1 turns Ready and the waiting pod is bound.
-	time.Sleep(50 * time.Millisecond)
+	// Nothing fits yet (the pod is requeued after errNoNode: the positive
+	// signal that the binder tried); then n1 turns Ready and the waiting
+	// pod is bound.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return f.b.queue.NumRequeues("default/p") > 0, nil
+	}); err != nil {
+		t.Fatal("the binder never tried the pod while no node fit")
+	}
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(ctx, readyNode("n1", true), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
