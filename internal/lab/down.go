@@ -21,7 +21,8 @@ import (
 
 // Down stops and removes lab name: agents, pods (by the runtime's state
 // and by namespace, so pods of a dead agent go too), the controller, the
-// control plane, the external host's server, the node namespaces, the
+// control plane, the external host's server, any process still marked as
+// the lab's (proc.OwnerEnv), the node namespaces, the
 // router and external host, the underlay bridge and the state dir. It works from lab.json when there is one and from the names the
 // lab would use otherwise, so a half-made or half-removed lab goes too.
 func Down(root, name string, out io.Writer) error {
@@ -58,7 +59,8 @@ func Down(root, name string, out io.Writer) error {
 		return err
 	}
 	extras := extraNetns(name)
-	if !fileExists(s.StateDir) && len(nodes) == 0 && len(podNS) == 0 && !bridge && len(extras) == 0 {
+	marked := proc.Scan(func(pid int) bool { return proc.OwnedBy(pid, s.StateDir) })
+	if !fileExists(s.StateDir) && len(nodes) == 0 && len(podNS) == 0 && !bridge && len(extras) == 0 && len(marked) == 0 {
 		fmt.Fprintf(out, "lab %s: nothing to remove (no state dir %s, no namespaces, no bridge %s)\n", name, s.StateDir, s.Bridge)
 		return nil
 	}
@@ -126,6 +128,16 @@ func Down(root, name string, out io.Writer) error {
 		}
 		stray, err := stopDaemonsOf(s.StateDir, anyDaemon, 10*time.Second)
 		return fmt.Sprintf("%d%s", len(left), stray), errors.Join(append(errs, err)...)
+	})
+	step("stragglers", func() (string, error) {
+		// Whatever still carries the lab's mark: a container whose pod
+		// namespace was deleted under it (no inode leads to it any more),
+		// a daemon's child.
+		stopped, err := stopMatching(func(pid int) bool { return proc.OwnedBy(pid, s.StateDir) }, 5*time.Second)
+		if len(stopped) == 0 {
+			return "none", err
+		}
+		return fmt.Sprintf("%d stopped (%s)", len(stopped), strings.Join(stopped, "; ")), err
 	})
 	step("nodes", func() (string, error) {
 		inodes := map[uint64]bool{}
@@ -344,6 +356,9 @@ func leftovers(k kernel, s *Spec) []string {
 	}
 	if fileExists(s.StateDir) {
 		left = append(left, "state dir "+s.StateDir)
+	}
+	for _, pid := range proc.Scan(func(pid int) bool { return proc.OwnedBy(pid, s.StateDir) }) {
+		left = append(left, fmt.Sprintf("process %d %s", pid, cmdline(pid)))
 	}
 	return left
 }

@@ -68,7 +68,8 @@ type record struct {
 // Start runs argv detached as daemon name: in its own session (setsid, so
 // no controlling terminal and no signals from the caller's terminal), stdin
 // from /dev/null, stdout and stderr appended to LogFile. env entries are
-// added to the current environment (a later KEY=... wins). argv[0] is
+// added to the current environment (a later KEY=... wins), and the mark
+// OwnerEnv=stateDir last. argv[0] is
 // looked up in PATH when it has no slash. If inNetns is not empty the
 // process starts inside the network namespace at that path.
 //
@@ -129,7 +130,7 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   argv,
-		Env:    append(os.Environ(), env...),
+		Env:    append(append(os.Environ(), env...), OwnerEntry(stateDir)),
 		Stdin:  nil, // /dev/null
 		Stdout: logf,
 		Stderr: logf, // the same *os.File: the child gets the fd, no copying goroutine

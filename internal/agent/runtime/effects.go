@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
 )
 
 // The runtime's effects, each behind a small interface so that the worker
@@ -283,6 +284,10 @@ func (realNamespaces) exists(name string) bool {
 type realProcesses struct {
 	initBin string // the flatnet binary that has container-init
 	hostNS  string // tests: where host-network containers run
+	// owner is the runtime's state dir: every container carries it as
+	// proc.OwnerEnv, so that whatever outlives the runtime's bookkeeping
+	// (a container whose netns was deleted under it) is still found.
+	owner string
 }
 
 // initBinary picks the flatnet binary for container-init: the one on the
@@ -322,7 +327,7 @@ func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
 	cmd := &exec.Cmd{
 		Path:   r.initBin,
 		Args:   args,
-		Env:    slices.Clone(spec.Env),
+		Env:    append(slices.Clone(spec.Env), proc.OwnerEntry(r.owner)),
 		Dir:    "/",
 		Stdout: logf,
 		Stderr: logf,

@@ -27,6 +27,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/netexec"
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -268,6 +269,9 @@ func TestRootPodLifecycle(t *testing.T) {
 		if !strings.Contains(string(environ), want) {
 			t.Errorf("web's environment lacks %q", want)
 		}
+	}
+	if !proc.OwnedBy(webPID, l.cfg.StateDir) {
+		t.Errorf("web's environment lacks the lab's mark %s", proc.OwnerEntry(l.cfg.StateDir))
 	}
 
 	// Restarting the agent keeps the pod: same processes, still reachable.

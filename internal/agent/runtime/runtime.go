@@ -138,7 +138,7 @@ func realDeps(cfg Config, hostNS string) (deps, error) {
 	return deps{
 		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir), hostNS: hostNS},
 		ns:         realNamespaces{},
-		procs:      &realProcesses{initBin: initBin, hostNS: hostNS},
+		procs:      &realProcesses{initBin: initBin, hostNS: hostNS, owner: cfg.StateDir},
 		prober:     realProber{hostNS: hostNS},
 		now:        time.Now,
 		heartbeat:  10 * time.Second,
