@@ -131,14 +131,58 @@ func newLab(t *testing.T) *testLab {
 	bin := requireLab(t)
 	l := &testLab{name: "e2e" + randHex(3), root: t.TempDir(), flatnet: filepath.Join(bin, "flatnet")}
 	t.Cleanup(func() {
-		if l.down {
-			return
+		if !l.down {
+			if out, err := l.cli("down"); err != nil {
+				t.Errorf("cleanup: lab down: %v\n%s", err, out)
+			}
 		}
-		if out, err := l.cli("down"); err != nil {
-			t.Errorf("cleanup: lab down: %v\n%s", err, out)
-		}
+		checkNoProcessLeft(t, l.root)
 	})
 	return l
+}
+
+// labProcesses lists the processes (but this one) that a lab under root
+// started and that still run: those carrying the lab's mark
+// (proc.OwnerEnv), and, independent of that mark, those whose stdin,
+// stdout, stderr or working directory is under root (a daemon's or a
+// container's log, deleted or not).
+func labProcesses(root string) map[int]string {
+	out := map[int]string{}
+	for _, pid := range proc.Scan(func(int) bool { return true }) {
+		why := ""
+		if proc.OwnedBy(pid, root) {
+			why = proc.OwnerEnv
+		}
+		fds, _ := proc.FDs(pid)
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		for what, path := range map[string]string{"fd 0": fds[0], "fd 1": fds[1], "fd 2": fds[2], "cwd": cwd} {
+			if strings.HasPrefix(path, root+"/") {
+				why += " " + what + " " + path
+			}
+		}
+		if why != "" {
+			net, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+			out[pid] = fmt.Sprintf("%d %s (%s; netns %s)", pid, strings.TrimSpace(cmdlineOf(pid)), strings.TrimSpace(why), net)
+		}
+	}
+	return out
+}
+
+// checkNoProcessLeft fails the test if a process the lab under root
+// started outlived `lab down`, and kills it (by PID, SIGKILL).
+func checkNoProcessLeft(t *testing.T, root string) {
+	t.Helper()
+	left := labProcesses(root)
+	if len(left) == 0 {
+		return
+	}
+	var list []string
+	for pid, desc := range left {
+		list = append(list, desc)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	sort.Strings(list)
+	t.Errorf("processes started by the lab outlived lab down (killed now):\n%s", strings.Join(list, "\n"))
 }
 
 // up brings the lab up and returns how long that took.
@@ -948,9 +992,32 @@ func TestLab(t *testing.T) {
 		if err := os.WriteFile(proc.PIDFile(s.StateDir, lab.ProcController), []byte("12"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		// An agent whose pid file was emptied is still stopped before the
+		// pods: alive, it would restart a container that down has just
+		// stopped (quick, while down waits for stubborn) in the namespace
+		// down then deletes, and that process would run on (seen: a
+		// netexec with PPID 1 in a deleted namespace).
+		n1 := s.Nodes[0]
+		restarts := sleepPod("restarts", n1.Name, "86403")
+		restarts.Spec.Containers[0].Name = "quick"
+		restarts.Spec.Containers = append(restarts.Spec.Containers, corev1.Container{
+			Name: "stubborn", Image: "flatnet", Command: []string{"sh", "-c", "trap '' TERM; sleep 86404 & wait"},
+		})
+		// A container that left its pod's network namespace (root in a
+		// lab container can): no namespace leads to it, its mark does.
+		escapes := sleepPod("escapes", n1.Name, "")
+		escapes.Spec.Containers[0].Command = []string{"unshare", "--net", "sleep", "86405"}
+		for _, p := range []*corev1.Pod{restarts, escapes} {
+			l.create(t, p)
+			l.waitRunning(t, p.Name)
+		}
+		if err := os.WriteFile(proc.PIDFile(s.StateDir, lab.AgentProc(n1.Name)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		out := l.mustCLI(t, "down")
 		l.down = true
 		t.Logf("lab down:\n%s", out)
+		checkNoProcessLeft(t, l.root)
 		after := snapshotHost(t, l.name, l.root)
 		if d := before.diff(after); d != "" {
 			t.Errorf("lab down left things behind:\n%s", d)
