@@ -103,8 +103,12 @@ func Down(root, name string, out io.Writer) error {
 			}
 		}
 		stopped, err := stopInNetns(inodes, 5*time.Second)
+		if err != nil {
+			// Deleted, a namespace would leave what survived SIGKILL
+			// running where nothing finds it: kept for the next down.
+			return fmt.Sprintf("%d namespaces kept", len(podNS)), err
+		}
 		var errs []error
-		errs = append(errs, err)
 		for _, ns := range podNS {
 			errs = append(errs, netns.Delete(ns))
 		}

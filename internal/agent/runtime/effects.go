@@ -79,8 +79,9 @@ type processes interface {
 	signal(p procID, sig syscall.Signal) error
 	// killAll kills every remaining process of the container.
 	killAll(p procID)
-	// killNetns kills every process in the pod network namespace.
-	killNetns(nsPath string)
+	// killNetns kills every process in the pod network namespace; an
+	// error says some are still there.
+	killNetns(nsPath string) error
 	// identify returns the identity of pid if it is a container's first
 	// process, in the network namespace at nsPath when that is set
 	// (recovery of a lost record from a pid file).
@@ -410,7 +411,9 @@ func (r *realProcesses) killAll(p procID) {
 	}
 }
 
-func (r *realProcesses) killNetns(nsPath string) { killNetnsMembers(nsPath, 2*time.Second) }
+func (r *realProcesses) killNetns(nsPath string) error {
+	return killNetnsMembers(nsPath, 2*time.Second)
+}
 
 // identify accepts pid as a container's first process if it leads its own
 // process group (container-init runs in a session of its own) in a mount

@@ -144,6 +144,7 @@ type fakeProcs struct {
 	procs      []*fakeProc
 	exitOnTerm bool // new processes exit on SIGTERM
 	netnsKills []string
+	netnsStuck bool // killNetns fails: a process survives it
 }
 
 func newFakeProcs() *fakeProcs { return &fakeProcs{next: 1000} }
@@ -249,10 +250,26 @@ func (f *fakeProcs) identify(pid int, _ string) (procID, bool) {
 	return procID{}, false
 }
 
-func (f *fakeProcs) killNetns(path string) {
+func (f *fakeProcs) killNetns(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.netnsKills = append(f.netnsKills, path)
+	if f.netnsStuck {
+		return errors.New("fake: a process survives SIGKILL")
+	}
+	return nil
+}
+
+func (f *fakeProcs) setNetnsStuck(stuck bool) {
+	f.mu.Lock()
+	f.netnsStuck = stuck
+	f.mu.Unlock()
+}
+
+func (f *fakeProcs) netnsKillCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.netnsKills)
 }
 
 func (f *fakeProcs) list() []fakeProc {

@@ -158,11 +158,13 @@ func killMembers(mntNS uint64, pgid int, leaderGone bool) int {
 // killNetnsMembers kills every process whose network namespace is the one
 // bind-mounted at nsPath (a pod's: everything in it belongs to the pod,
 // including commands entered with `lab exec`), and waits up to wait for
-// them to go.
-func killNetnsMembers(nsPath string, wait time.Duration) {
+// them to go. It fails if some are still there then (stuck in the kernel,
+// say): the caller must keep the namespace, since deleting it would leave
+// them running on in a namespace that nothing names or finds any more.
+func killNetnsMembers(nsPath string, wait time.Duration) error {
 	ino, err := fileInode(nsPath)
 	if err != nil {
-		return
+		return nil // no namespace, no members
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -179,8 +181,15 @@ func killNetnsMembers(nsPath string, wait time.Duration) {
 			victims = append(victims, procID{PID: pid, StartTicks: st.startTicks})
 			return true
 		})
-		if len(victims) == 0 || time.Now().After(deadline) {
-			return
+		if len(victims) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			pids := make([]int, len(victims))
+			for i, v := range victims {
+				pids[i] = v.PID
+			}
+			return fmt.Errorf("processes %v still in the network namespace %s %s after SIGKILL", pids, nsPath, wait)
 		}
 		for _, v := range victims {
 			_ = signalProc(v, syscall.SIGKILL)

@@ -101,10 +101,10 @@ func newRootLab(t *testing.T, objs ...kruntime.Object) *rootLab {
 	// processes in them and in the node namespace (host-network pods), all
 	// started by this test.
 	t.Cleanup(func() {
-		killNetnsMembers(l.nodeNS, 2*time.Second)
+		_ = killNetnsMembers(l.nodeNS, 2*time.Second)
 		paths, _ := filepath.Glob(filepath.Join(netns.RunDir, l.prefix+"*"))
 		for _, p := range paths {
-			killNetnsMembers(p, 2*time.Second)
+			_ = killNetnsMembers(p, 2*time.Second)
 			_ = netns.Delete(filepath.Base(p))
 			t.Errorf("pod netns %s was left behind", p)
 		}

@@ -151,11 +151,15 @@ func (w *worker) warnUnsupported(pod *v1.Pod) {
 }
 
 // teardown kills whatever is left in the pod's namespace, runs CNI DEL
-// and removes the namespace.
+// and removes the namespace. While a process in it survives SIGKILL the
+// namespace stays (and the teardown is retried): removed, it would leave
+// that process running in a namespace nothing names.
 func (w *worker) teardown(ctx context.Context) error {
 	path := w.netnsPath()
 	if path != "" && w.c.d.ns.exists(w.rec.Netns) {
-		w.c.d.procs.killNetns(path)
+		if err := w.c.d.procs.killNetns(path); err != nil {
+			return fmt.Errorf("emptying the pod's network namespace: %w", err)
+		}
 	}
 	if w.rec.SandboxID != "" && !w.rec.HostNetwork {
 		att := cniAttachment{

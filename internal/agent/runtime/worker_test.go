@@ -674,3 +674,37 @@ func TestUnreadableRecordsAreRecovered(t *testing.T) {
 		return slices.Equal(got, []string{"empty", "trunc"}), fmt.Sprint(got)
 	})
 }
+
+// A pod whose namespace still holds a process after SIGKILL keeps its
+// namespace (and its network, and its Pod object) until the process is
+// gone: removed, it would leave the process running in a namespace that
+// nothing names, that no later teardown or `lab down` finds.
+func TestTeardownKeepsNetnsWhileProcessesRemain(t *testing.T) {
+	pod := webPod("stuck", "12121212-2222-3333-4444-555555555555")
+	h := newHarness(t, pod)
+	h.procs.exitOnTerm = true
+	h.waitPod("app", "stuck", "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+	h.procs.setNetnsStuck(true)
+	h.deleteGracefully("app", "stuck", 1)
+	// A failed teardown is retried (after 1 s, then 2 s): the second try
+	// is the positive signal that the first one kept everything.
+	h.waitFor("the teardown retried", func() (bool, string) {
+		n := h.procs.netnsKillCount()
+		return n >= 2, fmt.Sprintf("%d tries", n)
+	})
+	_, dels, attached := h.net.snapshot()
+	if h.ns.count() != 1 || len(dels) != 0 || attached != 1 {
+		t.Errorf("while a process remains: %d netns (want 1), CNI DELs %d (want 0), attached %d (want 1)", h.ns.count(), len(dels), attached)
+	}
+	if _, err := h.pod("app", "stuck"); err != nil {
+		t.Errorf("the Pod was deleted while its sandbox remains: %v", err)
+	}
+	h.procs.setNetnsStuck(false)
+	h.waitFor("pod deleted", func() (bool, string) {
+		_, err := h.pod("app", "stuck")
+		return apierrors.IsNotFound(err), "still there"
+	})
+	if _, _, attached := h.net.snapshot(); h.ns.count() != 0 || attached != 0 {
+		t.Errorf("left behind: %d netns, %d attached", h.ns.count(), attached)
+	}
+}
