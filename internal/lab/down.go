@@ -22,9 +22,10 @@ import (
 // Down stops and removes lab name: agents, pods (by the runtime's state
 // and by namespace, so pods of a dead agent go too), the controller, the
 // control plane, the external host's server, any process still marked as
-// the lab's (proc.OwnerEnv), the node namespaces, the
-// router and external host, the underlay bridge and the state dir. It works from lab.json when there is one and from the names the
-// lab would use otherwise, so a half-made or half-removed lab goes too.
+// the lab's (proc.OwnerEnv), the node namespaces, the router and external
+// host, the underlay bridge and the state dir. It works from lab.json when
+// there is one and from the names the lab would use otherwise, so a
+// half-made or half-removed lab goes too.
 func Down(root, name string, out io.Writer) error {
 	if out == nil {
 		out = io.Discard
