@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flatnet/flatnet/internal/agent/runtime"
+	"github.com/flatnet/flatnet/internal/proc"
 )
 
 // ExitError carries a command's exit code through `lab exec` and
@@ -168,6 +169,11 @@ func Exec(t *ExecTarget, argv []string) error {
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
 		return fmt.Errorf("nsenter (util-linux) not found: %w", err)
+	}
+	// Only stdin, stdout and stderr go into the pod, as with docker exec:
+	// not what this process inherited from its caller.
+	if err := proc.CloseOnExecFrom(3); err != nil {
+		return err
 	}
 	cmd := exec.Command(nsenter, append([]string{"-t", strconv.Itoa(t.PID), "-n", "-m", "-u", "--"}, argv...)...)
 	// The container's environment (its PATH finds flatnet), as kubectl

@@ -2,8 +2,14 @@ package lab
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flatnet/flatnet/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // TestFindContainerRefusesBadNames: names that are not valid Kubernetes
@@ -42,5 +48,22 @@ func TestFindContainerRefusesBadNames(t *testing.T) {
 	// Valid names get past validation (to the runtime state: no such pod).
 	if _, err := FindContainer(context.Background(), root, "ex", "kube-system", "web-0.a", "c1"); err == nil || !strings.Contains(err.Error(), "no pod kube-system/web-0.a") {
 		t.Errorf("valid names: %v", err)
+	}
+}
+
+// TestExecPassesNoInheritedFD: a command run by `lab exec` gets stdin,
+// stdout and stderr, not an fd its caller inherited without close-on-exec
+// (a shell's or flock's), as docker exec and runc's exec do. The command
+// runs in this test's own namespaces.
+func TestExecPassesNoInheritedFD(t *testing.T) {
+	testutil.RequireRoot(t)
+	fd, err := unix.Open(filepath.Join(t.TempDir(), "lock"), unix.O_RDWR|unix.O_CREAT, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	check := fmt.Sprintf("test ! -e /proc/$$/fd/%d", fd)
+	if err := Exec(&ExecTarget{PID: os.Getpid()}, []string{"sh", "-c", check}); err != nil {
+		t.Errorf("the command inherited fd %d (%s): %v", fd, check, err)
 	}
 }
