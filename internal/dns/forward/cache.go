@@ -143,7 +143,7 @@ func (c *Cache) Set(req, resp *dns.Msg) bool {
 		return false
 	}
 	m := resp.Copy()
-	m.Extra = withoutOPT(m.Extra)
+	stripOPT(m)
 	now := c.now()
 	e := &cacheEntry{key: k, msg: m, stored: now, expiry: now.Add(ttl)}
 
@@ -192,6 +192,14 @@ func cacheTTL(resp *dns.Msg) (time.Duration, bool) {
 	default:
 		return 0, false
 	}
+}
+
+// stripOPT removes OPT records from every section of m: EDNS0 towards the
+// client is the server's job, and an OPT misplaced in the answer or authority
+// section by a broken upstream would otherwise get its flags "decremented"
+// as a TTL (found by FuzzCache).
+func stripOPT(m *dns.Msg) {
+	m.Answer, m.Ns, m.Extra = withoutOPT(m.Answer), withoutOPT(m.Ns), withoutOPT(m.Extra)
 }
 
 func withoutOPT(rrs []dns.RR) []dns.RR {

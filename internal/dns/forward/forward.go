@@ -135,7 +135,7 @@ func upstreamQuery(req *dns.Msg) *dns.Msg {
 func toClient(req, resp *dns.Msg) *dns.Msg {
 	resp.Id = req.Id
 	resp.Question = append([]dns.Question(nil), req.Question...)
-	resp.Extra = withoutOPT(resp.Extra)
+	stripOPT(resp)
 	return resp
 }
 
