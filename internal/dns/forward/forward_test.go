@@ -439,3 +439,31 @@ func TestExchangeRejectsBadQueries(t *testing.T) {
 		t.Errorf("New with a port-less upstream: %v", err)
 	}
 }
+
+// TestConcurrentExchange runs many queries over a small cache at once; run
+// it with -race.
+func TestConcurrentExchange(t *testing.T) {
+	u := startUpstream(t, answerA(t, 300))
+	f := newForwarder(t, Config{Upstreams: []string{u.addr}, CacheEntries: 4})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				name := fmt.Sprintf("n%d.example.com.", (g+i)%10)
+				resp, err := f.Exchange(context.Background(), query(name, dns.TypeA))
+				if err != nil || len(resp.Answer) != 1 || !strings.EqualFold(resp.Answer[0].Header().Name, name) {
+					t.Errorf("%s: %v %v", name, resp, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := f.Stats()
+	t.Logf("stats %+v, upstream queries %d", s, u.queries())
+	if s.CacheHits+s.CacheMisses != 400 || f.cache.Len() > 4 {
+		t.Errorf("stats %+v, cache len %d: want 400 lookups and at most 4 entries", s, f.cache.Len())
+	}
+}
