@@ -85,7 +85,7 @@ func withOwner(rrs []dns.RR, name, qname string) []dns.RR {
 }
 
 func (ix *Index) negative(rcode int) Result {
-	return Result{Rcode: rcode, Authoritative: true, Ns: []dns.RR{ix.soa}}
+	return Result{Rcode: rcode, Authoritative: true, Ns: ix.soaNs}
 }
 
 func (ix *Index) positive(answer []dns.RR) Result {
@@ -134,7 +134,10 @@ func (ix *Index) serviceAnswer(name, rel string, qtype uint16) Result {
 			return r
 		}
 		if rrs := sets[qtype]; len(rrs) > 0 {
-			r := ix.positive(append(answer, rrs...))
+			if answer != nil {
+				rrs = append(answer, rrs...)
+			}
+			r := ix.positive(rrs)
 			if qtype == dns.TypeSRV {
 				r.Extra = ix.srvExtra(rrs)
 			}

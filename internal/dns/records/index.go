@@ -134,6 +134,7 @@ type Index struct {
 	pods    PodMode
 	reverse []netip.Prefix
 	soa     *dns.SOA
+	soaNs   []dns.RR // the authority section of negative answers, shared
 	version *dns.TXT
 
 	mu       sync.RWMutex
@@ -174,6 +175,7 @@ func New(cfg Config) (*Index, error) {
 		Hdr: hdr(zone, dns.TypeSOA, ttl), Ns: "ns.dns." + zone, Mbox: "hostmaster." + zone,
 		Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: ttl,
 	}
+	ix.soaNs = []dns.RR{ix.soa}
 	ix.version = &dns.TXT{Hdr: hdr("dns-version."+zone, dns.TypeTXT, ttl), Txt: []string{SchemaVersion}}
 	return ix, nil
 }

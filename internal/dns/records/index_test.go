@@ -1,0 +1,245 @@
+package records
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func ask(t *testing.T, ix *Index, q string, w want) {
+	t.Helper()
+	name, typ, _ := strings.Cut(q, " ")
+	checkAnswer(t, ix.Answer(dns.Question{Name: name, Qtype: dns.StringToType[typ], Qclass: dns.ClassINET}, netip.Addr{}), w)
+}
+
+// sizes is every map of the index, to see that updates leave nothing behind.
+func sizes(ix *Index) string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return fmt.Sprint(len(ix.services), len(ix.slices), len(ix.bySvc), len(ix.built), len(ix.names),
+		len(ix.nsCount), len(ix.ptrs), len(ix.podIPs), len(ix.podAddrs))
+}
+
+func TestUpdates(t *testing.T) {
+	ix, err := New(Config{ReverseCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nx := want{rcode: dns.RcodeNameError}
+	nxRev := want{rcode: dns.RcodeNameError, ns: strings.Replace(soa, "cluster.local.", "10.in-addr.arpa.", 1)}
+	yes := ptr(true)
+
+	// Upserting the same objects twice changes nothing.
+	svc := headlessSvc("ns", "h", false)
+	sl := epSlice("ns", "h-1", "h", []discoveryv1.EndpointPort{epPort("p", 80)}, ep("10.1.0.5", "a", yes, yes))
+	for range 2 {
+		ix.UpsertService(svc)
+		ix.UpsertEndpointSlice(sl)
+	}
+	once := sizes(ix)
+	ix.UpsertEndpointSlice(sl)
+	ix.UpsertService(svc)
+	if got := sizes(ix); got != once {
+		t.Fatalf("upsert again: map sizes %s, were %s", got, once)
+	}
+	ask(t, ix, "h.ns.svc.cluster.local. A", want{answer: "h.ns.svc.cluster.local. 5 IN A 10.1.0.5"})
+	ask(t, ix, "5.0.1.10.in-addr.arpa. PTR", want{answer: "5.0.1.10.in-addr.arpa. 5 IN PTR a.h.ns.svc.cluster.local."})
+
+	// The endpoint moves: its old name, address and PTR go.
+	sl2 := sl.DeepCopy()
+	sl2.Endpoints = []discoveryv1.Endpoint{ep("10.1.0.6", "b", yes, yes)}
+	ix.UpsertEndpointSlice(sl2)
+	ask(t, ix, "h.ns.svc.cluster.local. A", want{answer: "h.ns.svc.cluster.local. 5 IN A 10.1.0.6"})
+	ask(t, ix, "a.h.ns.svc.cluster.local. A", nx)
+	ask(t, ix, "b.h.ns.svc.cluster.local. A", want{answer: "b.h.ns.svc.cluster.local. 5 IN A 10.1.0.6"})
+	ask(t, ix, "5.0.1.10.in-addr.arpa. PTR", nxRev)
+	ask(t, ix, "_p._tcp.h.ns.svc.cluster.local. SRV", want{
+		answer: "_p._tcp.h.ns.svc.cluster.local. 5 IN SRV 0 100 80 b.h.ns.svc.cluster.local.",
+		extra:  "b.h.ns.svc.cluster.local. 5 IN A 10.1.0.6"})
+
+	// The slice is relabelled to another Service: the records move with it.
+	ix.UpsertService(headlessSvc("ns", "g", false))
+	sl3 := sl2.DeepCopy()
+	sl3.Labels[discoveryv1.LabelServiceName] = "g"
+	ix.UpsertEndpointSlice(sl3)
+	ask(t, ix, "h.ns.svc.cluster.local. A", nx)
+	ask(t, ix, "g.ns.svc.cluster.local. A", want{answer: "g.ns.svc.cluster.local. 5 IN A 10.1.0.6"})
+	ask(t, ix, "6.0.1.10.in-addr.arpa. PTR", want{answer: "6.0.1.10.in-addr.arpa. 5 IN PTR b.g.ns.svc.cluster.local."})
+
+	// The endpoint stops being ready: the name goes (NXDOMAIN, no ready endpoint).
+	sl4 := sl3.DeepCopy()
+	sl4.Endpoints[0].Conditions.Ready = ptr(false)
+	ix.UpsertEndpointSlice(sl4)
+	ask(t, ix, "g.ns.svc.cluster.local. A", nx)
+	ix.UpsertEndpointSlice(sl3)
+
+	// A ClusterIP Service changes its address, then becomes headless.
+	web := clusterIPSvc("ns", "web", []string{"10.96.0.10"}, svcPort("http", corev1.ProtocolTCP, 80))
+	ix.UpsertService(web)
+	web2 := web.DeepCopy()
+	web2.Spec.ClusterIP, web2.Spec.ClusterIPs = "10.96.0.11", []string{"10.96.0.11"}
+	ix.UpsertService(web2)
+	ask(t, ix, "10.0.96.10.in-addr.arpa. PTR", nxRev)
+	ask(t, ix, "11.0.96.10.in-addr.arpa. PTR", want{answer: "11.0.96.10.in-addr.arpa. 5 IN PTR web.ns.svc.cluster.local."})
+	ix.UpsertService(headlessSvc("ns", "web", false))
+	ask(t, ix, "web.ns.svc.cluster.local. A", nx)
+	ask(t, ix, "11.0.96.10.in-addr.arpa. PTR", nxRev)
+
+	// Pods come, change address and go.
+	ix.UpsertPod(pod("ns", "p", "10.1.0.7"))
+	ask(t, ix, "10-1-0-7.ns.pod.cluster.local. A", want{answer: "10-1-0-7.ns.pod.cluster.local. 5 IN A 10.1.0.7"})
+	ix.UpsertPod(pod("ns", "p", "10.1.0.8"))
+	ask(t, ix, "10-1-0-7.ns.pod.cluster.local. A", nx)
+	ask(t, ix, "10-1-0-8.ns.pod.cluster.local. A", want{answer: "10-1-0-8.ns.pod.cluster.local. 5 IN A 10.1.0.8"})
+
+	// Deleting everything, in any order, leaves nothing behind.
+	ix.DeleteService("ns", "g")
+	ask(t, ix, "g.ns.svc.cluster.local. A", nx)
+	ix.DeleteEndpointSlice("ns", "h-1")
+	ix.DeleteEndpointSlice("ns", "h-1") // again: a no-op
+	ix.DeleteService("ns", "h")
+	ix.DeleteService("ns", "web")
+	ix.DeletePod("ns", "p")
+	ask(t, ix, "ns.svc.cluster.local. A", nx)
+	ask(t, ix, "ns.pod.cluster.local. A", nx)
+	if got := sizes(ix); got != "0 0 0 0 0 0 0 0 0" {
+		t.Fatalf("after deleting everything, map sizes %s", got)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	ix, err := New(Config{Zone: "Example.Org.", TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.UpsertService(clusterIPSvc("ns", "s", []string{"10.96.0.5"}))
+	ask(t, ix, "s.ns.svc.example.org. A", want{answer: "s.ns.svc.example.org. 30 IN A 10.96.0.5"})
+	ask(t, ix, "s.ns.svc.cluster.local. A", want{notOurs: true})
+	if _, err := New(Config{Zone: "bad..zone"}); err == nil {
+		t.Error("New accepted zone bad..zone")
+	}
+	if _, err := ParsePodMode("secure"); err == nil || !strings.Contains(err.Error(), "verified") {
+		t.Errorf("ParsePodMode(secure) = %v, want an error naming the modes", err)
+	}
+}
+
+// TestConcurrentReads runs readers against a writer; meaningful under -race.
+func TestConcurrentReads(t *testing.T) {
+	ix, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.FromClientset(context.Background(), fake.NewClientset(world()...)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, q := range []string{"db.ns1.svc.cluster.local.", "_pg._tcp.db.ns1.svc.cluster.local.", "5.0.1.10.in-addr.arpa."} {
+					r := ix.Answer(dns.Question{Name: q, Qtype: dns.TypeANY, Qclass: dns.ClassINET}, netip.Addr{})
+					for _, rr := range r.Answer {
+						_ = rr.String()
+					}
+				}
+			}
+		})
+	}
+	yes := ptr(true)
+	for i := range 200 {
+		ix.UpsertEndpointSlice(epSlice("ns1", "db-a", "db", []discoveryv1.EndpointPort{epPort("pg", 5432)},
+			ep(fmt.Sprintf("10.1.0.%d", 5+i%3), "", yes, yes)))
+		ix.UpsertPod(pod("ns1", "p1", fmt.Sprintf("10.1.1.%d", i%250)))
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// FuzzAnswer: no name, type or class makes Answer panic, and every answer
+// is well formed and packs.
+func FuzzAnswer(f *testing.F) {
+	for _, s := range []string{"db.ns1.svc.cluster.local.", "_pg._tcp.db.ns1.svc.cluster.local.", "10-1-0-5.ns1.pod.cluster.local.",
+		"fd00--1.ns1.pod.cluster.local.", "5.0.1.10.in-addr.arpa.", "0.1.ip6.arpa.", "ext.ns1.svc.cluster.local.",
+		"cluster.local.", ".", "", "a..b.cluster.local.", `\046.svc.cluster.local.`, "WEB.NS1.SVC.CLUSTER.LOCAL"} {
+		f.Add(s, uint16(dns.TypeA), uint16(dns.ClassINET))
+	}
+	f.Add("_http._tcp.web.ns1.svc.cluster.local.", uint16(dns.TypeSRV), uint16(dns.ClassINET))
+	f.Add("cluster.local.", uint16(dns.TypeANY), uint16(dns.ClassCHAOS))
+	ixs := map[PodMode]*Index{}
+	for _, mode := range []PodMode{PodsVerified, PodsInsecure} {
+		ix, err := New(Config{Pods: mode, ReverseCIDRs: []netip.Prefix{
+			netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00::/8")}})
+		if err != nil {
+			f.Fatal(err)
+		}
+		if err := ix.FromClientset(context.Background(), fake.NewClientset(world()...)); err != nil {
+			f.Fatal(err)
+		}
+		ixs[mode] = ix
+	}
+	f.Fuzz(func(t *testing.T, name string, qtype, qclass uint16) {
+		for _, ix := range ixs {
+			q := dns.Question{Name: name, Qtype: qtype, Qclass: qclass}
+			r := ix.Answer(q, netip.Addr{})
+			if r.NotOurs || r.Rcode == dns.RcodeRefused {
+				continue
+			}
+			if !r.Authoritative {
+				t.Fatalf("%v: not authoritative", q)
+			}
+			if (r.Rcode == dns.RcodeNameError || len(r.Answer) == 0) && len(r.Ns) != 1 {
+				t.Fatalf("%v: negative answer without one SOA: %v", q, r.Ns)
+			}
+			if _, ok := dns.IsDomainName(name); !ok {
+				continue // the server never sees such a question off the wire
+			}
+			m := new(dns.Msg)
+			m.SetQuestion(dns.Fqdn(name), qtype)
+			r.Fill(m)
+			if _, err := m.Pack(); err != nil {
+				t.Fatalf("%v: answer does not pack: %v\n%v", q, err, m)
+			}
+		}
+	})
+}
+
+// BenchmarkAnswer is the hot path at 10,000 ClusterIP Services.
+func BenchmarkAnswer(b *testing.B) {
+	ix, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10000 {
+		ix.UpsertService(clusterIPSvc(fmt.Sprintf("ns%d", i%100), fmt.Sprintf("svc%d", i),
+			[]string{fmt.Sprintf("10.96.%d.%d", i/256, i%256)}, svcPort("http", corev1.ProtocolTCP, 80)))
+	}
+	for _, q := range []dns.Question{
+		{Name: "svc4242.ns42.svc.cluster.local.", Qtype: dns.TypeA, Qclass: dns.ClassINET},
+		{Name: "svc4242.ns42.svc.cluster.local.", Qtype: dns.TypeAAAA, Qclass: dns.ClassINET},
+		{Name: "nope.ns42.svc.cluster.local.", Qtype: dns.TypeA, Qclass: dns.ClassINET},
+		{Name: "example.com.", Qtype: dns.TypeA, Qclass: dns.ClassINET},
+	} {
+		b.Run(q.Name+dns.TypeToString[q.Qtype], func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					ix.Answer(q, netip.Addr{})
+				}
+			})
+		})
+	}
+}
