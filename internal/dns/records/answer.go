@@ -162,7 +162,7 @@ func (ix *Index) serviceAnswer(name, rel string, qtype uint16) Result {
 		}
 		answer = append(answer, cn...)
 		target := cn[0].(*dns.CNAME).Target
-		if !strings.HasSuffix(target, "."+ix.zone) {
+		if target != ix.zone && !strings.HasSuffix(target, "."+ix.zone) {
 			r := ix.positive(answer)
 			r.Target = target
 			return r
@@ -172,9 +172,11 @@ func (ix *Index) serviceAnswer(name, rel string, qtype uint16) Result {
 			r.Answer = append(answer, r.Answer...)
 			return r
 		}
+		if slices.ContainsFunc(answer, func(rr dns.RR) bool { return rr.Header().Name == target }) {
+			break // a loop: answer the chain once
+		}
 		name, rel = target, strings.TrimSuffix(target, ix.zone)
 	}
-	// A CNAME loop: answer what was followed, as a server does.
 	return ix.positive(answer)
 }
 

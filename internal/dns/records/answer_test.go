@@ -88,6 +88,9 @@ func world() []runtime.Object {
 		externalSvc("ns1", "ext", "www.Example.com"),
 		externalSvc("ns1", "alias", "web.ns1.svc.cluster.local"),
 		externalSvc("ns1", "podalias", "10-1-0-5.ns1.pod.cluster.local."),
+		externalSvc("ns1", "apex", "Cluster.Local"),
+		externalSvc("ns1", "loop1", "loop2.ns1.svc.cluster.local"),
+		externalSvc("ns1", "loop2", "loop1.ns1.svc.cluster.local"),
 		pod("ns1", "p1", "10.1.0.5", "fd00:1::5"),
 	}
 }
@@ -173,6 +176,10 @@ func TestAnswer(t *testing.T) {
 		{q: "podalias.ns1.svc.cluster.local. A", want: want{answer: `
 			podalias.ns1.svc.cluster.local. 5 IN CNAME 10-1-0-5.ns1.pod.cluster.local.
 			10-1-0-5.ns1.pod.cluster.local. 5 IN A 10.1.0.5`}},
+		{q: "apex.ns1.svc.cluster.local. A", want: want{answer: "apex.ns1.svc.cluster.local. 5 IN CNAME cluster.local.", ns: soa}},
+		{q: "loop1.ns1.svc.cluster.local. A", want: want{answer: `
+			loop1.ns1.svc.cluster.local. 5 IN CNAME loop2.ns1.svc.cluster.local.
+			loop2.ns1.svc.cluster.local. 5 IN CNAME loop1.ns1.svc.cluster.local.`}},
 		// Names that exist without records, and names that do not exist.
 		{q: "ns1.svc.cluster.local. A", want: want{}},
 		{q: "nons.svc.cluster.local. A", want: want{rcode: dns.RcodeNameError}},
