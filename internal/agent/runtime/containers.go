@@ -35,7 +35,7 @@ func (w *worker) hostname(pod *v1.Pod) string {
 	if pod.Spec.HostNetwork {
 		return w.c.cfg.NodeName
 	}
-	h, _ := podHostname(pod, clusterDomain)
+	h, _ := podHostname(pod, w.c.cfg.ClusterDomain)
 	return h
 }
 

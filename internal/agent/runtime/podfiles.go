@@ -1,9 +1,9 @@
 package runtime
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -12,9 +12,18 @@ import (
 
 // The per-pod /etc/hosts, /etc/resolv.conf and hostname, as the kubelet
 // writes them (pkg/kubelet/kubelet_pods.go managedHostsFileContent,
-// pkg/kubelet/network/dns). There is no cluster DNS in this runtime's
-// configuration, so dnsPolicy ClusterFirst falls back to the node's
-// resolver configuration, as a kubelet without --cluster-dns does.
+// pkg/kubelet/network/dns) and the CRI runtime renders them (containerd's
+// parseDNSOptions: search, then nameservers, then options).
+//
+// resolv.conf follows the kubelet's GetPodDNS step by step, as plain data:
+// the node's file parsed as the kubelet parses it, the dnsPolicy picking a
+// base (ClusterFirst: the cluster DNS servers, the cluster search domains
+// before the node's, and only ndots:5; Default: the node's; None: empty),
+// the pod's dnsConfig appended with duplicates dropped and options merged by
+// name, then the kubelet's limits with its truncation. Without cluster DNS
+// servers (--cluster-dns unset) ClusterFirst falls back to Default with a
+// MissingClusterDNS warning, as a kubelet without --cluster-dns does. The
+// warnings are returned as data; the worker records them as events.
 
 // podHostname returns the hostname and, with a subdomain, the FQDN.
 func podHostname(pod *v1.Pod, clusterDomain string) (host, fqdn string) {
@@ -78,74 +87,201 @@ func nodeHostsFile(pod *v1.Pod, node []byte) []byte {
 	return b.Bytes()
 }
 
-// resolvConf is a parsed resolv.conf.
+// The kubelet's limits on a pod's DNS config (pkg/apis/core/validation:
+// MaxDNSNameservers, MaxDNSSearchPaths, MaxDNSSearchListChars; a search
+// entry longer than a DNS-1123 subdomain is dropped, as some libcs abort on
+// it).
+const (
+	maxDNSNameservers     = 3
+	maxDNSSearchPaths     = 32
+	maxDNSSearchListChars = 2048
+	maxDNSSearchLen       = 253
+)
+
+// resolvConf is a parsed resolv.conf, and the DNS config of a pod.
 type resolvConf struct {
 	Nameservers, Searches, Options []string
 }
 
+// parseResolvConf parses the node's resolv.conf as the kubelet does
+// (parseResolvConf in pkg/kubelet/network/dns): lines starting with '#' are
+// comments; nameservers accumulate; the last search line wins, each entry
+// without its trailing dot; the last options line wins. "domain" and ';'
+// mean nothing to the kubelet, so nothing here either.
 func parseResolvConf(data []byte) resolvConf {
 	var r resolvConf
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.IndexAny(line, "#;"); i >= 0 {
-			line = line[:i]
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "#") {
+			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 2 {
+		if len(f) == 0 {
 			continue
 		}
 		switch f[0] {
 		case "nameserver":
-			r.Nameservers = append(r.Nameservers, f[1])
-		case "search", "domain":
-			r.Searches = f[1:] // the last one wins, as in libc
+			if len(f) >= 2 {
+				r.Nameservers = append(r.Nameservers, f[1])
+			}
+		case "search":
+			r.Searches = nil
+			for _, s := range f[1:] {
+				r.Searches = append(r.Searches, strings.TrimSuffix(s, "."))
+			}
 		case "options":
-			r.Options = append(r.Options, f[1:]...)
+			r.Options = slices.Clone(f[1:])
 		}
 	}
 	return r
 }
 
-// podResolvConf builds the pod's /etc/resolv.conf from the node's and the
-// pod's dnsPolicy and dnsConfig.
-func podResolvConf(pod *v1.Pod, node resolvConf) []byte {
-	var r resolvConf
-	if pod.Spec.DNSPolicy != v1.DNSNone {
-		r = resolvConf{
-			Nameservers: slices.Clone(node.Nameservers),
-			Searches:    slices.Clone(node.Searches),
-			Options:     slices.Clone(node.Options),
+// dnsSettings are the node's inputs to a pod's DNS config: the kubelet's
+// --cluster-dns and --cluster-domain, and its --resolv-conf file parsed.
+type dnsSettings struct {
+	ClusterDNS    []netip.Addr
+	ClusterDomain string
+	Node          resolvConf
+}
+
+// dnsWarning is something the kubelet reports while forming a pod's DNS
+// config: an event on the pod (or, with OnNode, on the Node), or with
+// LogOnly just a log line.
+type dnsWarning struct {
+	OnNode, LogOnly bool
+	Reason, Message string
+}
+
+// podDNS is the kubelet's GetPodDNS: the pod's DNS config and the warnings
+// to record.
+func podDNS(pod *v1.Pod, s dnsSettings) (resolvConf, []dnsWarning) {
+	var warns []dnsWarning
+	// Each policy starts from a copy of the node's config, as the kubelet
+	// re-reads its file for every pod.
+	r := resolvConf{
+		Nameservers: slices.Clone(s.Node.Nameservers),
+		Searches:    slices.Clone(s.Node.Searches),
+		Options:     slices.Clone(s.Node.Options),
+	}
+	cluster := false // getPodDNSType
+	switch pod.Spec.DNSPolicy {
+	case v1.DNSNone:
+		r = resolvConf{}
+	case v1.DNSClusterFirstWithHostNet:
+		cluster = true
+	case v1.DNSClusterFirst:
+		// A host-network pod with ClusterFirst gets the node's config.
+		cluster = !pod.Spec.HostNetwork
+	case v1.DNSDefault:
+	default:
+		// The API server rejects this; the kubelet falls back to ClusterFirst.
+		warns = append(warns, dnsWarning{LogOnly: true, Reason: "InvalidDNSPolicy",
+			Message: fmt.Sprintf("invalid DNSPolicy=%v: falling back to %s", pod.Spec.DNSPolicy, v1.DNSClusterFirst)})
+		cluster = true
+	}
+	if cluster && len(s.ClusterDNS) > 0 {
+		// The cluster DNS servers are the only nameservers: they forward
+		// what they do not answer themselves. The node's options are dropped.
+		r.Nameservers = nil
+		for _, ip := range s.ClusterDNS {
+			r.Nameservers = append(r.Nameservers, ip.String())
 		}
-	}
-	if dc := pod.Spec.DNSConfig; dc != nil {
-		r.Nameservers = appendNew(r.Nameservers, dc.Nameservers...)
-		r.Searches = appendNew(r.Searches, dc.Searches...)
-		for _, o := range dc.Options {
-			opt := o.Name
-			if o.Value != nil {
-				opt += ":" + *o.Value
-			}
-			// A pod option replaces a node option of the same name.
-			r.Options = slices.DeleteFunc(r.Options, func(s string) bool {
-				n, _, _ := strings.Cut(s, ":")
-				return n == o.Name
-			})
-			r.Options = append(r.Options, opt)
+		if d := s.ClusterDomain; d != "" { // generateSearchesForDNSClusterFirst
+			r.Searches = omitDuplicates(append([]string{pod.Namespace + ".svc." + d, "svc." + d, d}, r.Searches...))
 		}
+		r.Options = []string{"ndots:5"}
+	} else if cluster {
+		msg := fmt.Sprintf("kubelet does not have ClusterDNS IP configured and cannot create Pod using %q policy. Falling back to %q policy.", v1.DNSClusterFirst, v1.DNSDefault)
+		warns = append(warns,
+			dnsWarning{OnNode: true, Reason: "MissingClusterDNS", Message: msg},
+			dnsWarning{Reason: "MissingClusterDNS", Message: fmt.Sprintf("pod: %q. %s", fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID), msg)})
 	}
-	if len(r.Nameservers) > 3 {
-		r.Nameservers = r.Nameservers[:3]
+	if dc := pod.Spec.DNSConfig; dc != nil { // appendDNSConfig
+		r.Nameservers = omitDuplicates(append(r.Nameservers, dc.Nameservers...))
+		r.Searches = omitDuplicates(append(r.Searches, dc.Searches...))
+		r.Options = mergeDNSOptions(r.Options, dc.Options)
 	}
-	if len(r.Searches) > 32 {
-		r.Searches = r.Searches[:32]
+	// formDNSConfigFitsLimits
+	if len(r.Nameservers) > maxDNSNameservers {
+		r.Nameservers = r.Nameservers[:maxDNSNameservers]
+		warns = append(warns, dnsWarning{Reason: "DNSConfigForming", Message: "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " + strings.Join(r.Nameservers, " ")})
 	}
+	var cut bool
+	if r.Searches, cut = searchFitsLimits(r.Searches); cut {
+		warns = append(warns, dnsWarning{Reason: "DNSConfigForming", Message: "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(r.Searches, " ")})
+	}
+	return r, warns
+}
+
+// searchFitsLimits is the kubelet's formDNSSearchFitsLimits: at most 32
+// entries, none longer than 253 characters, and the line cut from its end
+// to at most 2048 characters. cut says whether anything was dropped.
+func searchFitsLimits(s []string) (_ []string, cut bool) {
+	if len(s) > maxDNSSearchPaths {
+		s, cut = s[:maxDNSSearchPaths], true
+	}
+	kept := s[:0]
+	for _, e := range s {
+		if len(e) > maxDNSSearchLen {
+			cut = true
+			continue
+		}
+		kept = append(kept, e)
+	}
+	s = kept
+	for n := len(strings.Join(s, " ")); n > maxDNSSearchListChars; {
+		n -= len(s[len(s)-1]) + 1
+		s, cut = s[:len(s)-1], true
+	}
+	return s, cut
+}
+
+// mergeDNSOptions is the kubelet's: options are keyed by name, the pod's
+// replacing the base's, "name" or "name:value" when the value is not
+// empty. The kubelet's order is a Go map's (random); ours is each name's
+// first appearance, so the file is stable.
+func mergeDNSOptions(base []string, pod []v1.PodDNSConfigOption) []string {
+	var names []string
+	vals := map[string]string{}
+	set := func(name, val string) {
+		if _, ok := vals[name]; !ok {
+			names = append(names, name)
+		}
+		vals[name] = val
+	}
+	for _, o := range base {
+		name, val, _ := strings.Cut(o, ":")
+		set(name, val)
+	}
+	for _, o := range pod {
+		set(o.Name, ptrValue(o.Value))
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if v := vals[n]; v != "" {
+			n += ":" + v
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func ptrValue(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// file renders the config as the CRI runtime writes it (containerd's
+// parseDNSOptions): search, nameservers, options.
+func (r resolvConf) file() []byte {
 	var b bytes.Buffer
-	for _, ns := range r.Nameservers {
-		fmt.Fprintf(&b, "nameserver %s\n", ns)
-	}
 	if len(r.Searches) > 0 {
 		fmt.Fprintf(&b, "search %s\n", strings.Join(r.Searches, " "))
+	}
+	for _, ns := range r.Nameservers {
+		fmt.Fprintf(&b, "nameserver %s\n", ns)
 	}
 	if len(r.Options) > 0 {
 		fmt.Fprintf(&b, "options %s\n", strings.Join(r.Options, " "))
@@ -153,11 +289,15 @@ func podResolvConf(pod *v1.Pod, node resolvConf) []byte {
 	return b.Bytes()
 }
 
-func appendNew(list []string, add ...string) []string {
-	for _, a := range add {
-		if !slices.Contains(list, a) {
-			list = append(list, a)
+// omitDuplicates keeps the first of each string, in order.
+func omitDuplicates(list []string) []string {
+	seen := map[string]bool{}
+	out := list[:0:0]
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
 		}
 	}
-	return list
+	return out
 }

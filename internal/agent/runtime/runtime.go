@@ -66,9 +66,13 @@ type Config struct {
 	PodPath string
 	// CNIConfDir, CNIBinDir and CNICacheDir are the node's CNI directories.
 	CNIConfDir, CNIBinDir, CNICacheDir string
+	// ClusterDNS and ClusterDomain are the kubelet's --cluster-dns and
+	// --cluster-domain: the nameservers and search domains of ClusterFirst
+	// pods. Without ClusterDNS those pods get the node's resolv.conf and a
+	// MissingClusterDNS warning, as from a kubelet without --cluster-dns.
+	ClusterDNS    []netip.Addr
+	ClusterDomain string // default cluster.local
 }
-
-const clusterDomain = "cluster.local"
 
 // deps are the runtime's effects and clocks; tests replace them.
 type deps struct {
@@ -106,6 +110,9 @@ func (c *Config) validate() error {
 	}
 	if c.NetnsPrefix == "" {
 		c.NetnsPrefix = "flatnet-"
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = "cluster.local"
 	}
 	if c.CNICacheDir == "" {
 		c.CNICacheDir = filepath.Join(c.StateDir, "cni-cache")

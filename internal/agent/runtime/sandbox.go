@@ -55,10 +55,14 @@ func (w *worker) writePodFiles(pod *v1.Pod) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("reading the node's resolv.conf: %w", err)
 	}
-	if err := atomicfile.WriteFile(w.resolvPath(), podResolvConf(pod, parseResolvConf(nodeConf)), 0o644); err != nil {
+	dns, warns := podDNS(pod, dnsSettings{
+		ClusterDNS: w.c.cfg.ClusterDNS, ClusterDomain: w.c.cfg.ClusterDomain, Node: parseResolvConf(nodeConf),
+	})
+	w.recordDNSWarnings(pod, warns)
+	if err := atomicfile.WriteFile(w.resolvPath(), dns.file(), 0o644); err != nil {
 		return err
 	}
-	hosts := hostsFile(pod, w.rec.IPs, clusterDomain)
+	hosts := hostsFile(pod, w.rec.IPs, w.c.cfg.ClusterDomain)
 	if pod.Spec.HostNetwork {
 		node, err := os.ReadFile(w.c.d.hostsFile)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -67,6 +71,26 @@ func (w *worker) writePodFiles(pod *v1.Pod) error {
 		hosts = nodeHostsFile(pod, node)
 	}
 	return atomicfile.WriteFile(w.hostsPath(), hosts, 0o644)
+}
+
+// recordDNSWarnings reports them as the kubelet does: a warning event on
+// the pod or the Node, and an error log.
+func (w *worker) recordDNSWarnings(pod *v1.Pod, warns []dnsWarning) {
+	for _, wn := range warns {
+		// The kubelet logs these as errors, except MissingClusterDNS: an
+		// event only, which every ClusterFirst pod gets without --cluster-dns.
+		if wn.Reason != "MissingClusterDNS" {
+			w.log.Error(nil, "Forming the pod's DNS config", "reason", wn.Reason, "message", wn.Message)
+		}
+		switch {
+		case wn.LogOnly:
+		case wn.OnNode:
+			node := &v1.ObjectReference{Kind: "Node", Name: w.c.cfg.NodeName, UID: types.UID(w.c.cfg.NodeName)}
+			w.c.recorder.Eventf(node, v1.EventTypeWarning, wn.Reason, "%s", wn.Message)
+		default:
+			w.event(pod, v1.EventTypeWarning, wn.Reason, "%s", wn.Message)
+		}
+	}
 }
 
 func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {

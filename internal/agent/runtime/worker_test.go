@@ -254,7 +254,7 @@ func TestWorkerPodLifecycle(t *testing.T) {
 	if err != nil || !strings.Contains(string(hosts), "10.244.1.2\tweb-1\n") {
 		t.Errorf("hosts file %s: %q %v", web.HostsFile, hosts, err)
 	}
-	if resolv, _ := os.ReadFile(web.ResolvFile); string(resolv) != "nameserver 10.255.255.53\nsearch example\n" {
+	if resolv, _ := os.ReadFile(web.ResolvFile); string(resolv) != "search example\nnameserver 10.255.255.53\n" {
 		t.Errorf("resolv.conf: %q", resolv)
 	}
 	pid, err := ContainerPID(h.cfg.StateDir, "app", "web-1", "side")
