@@ -90,6 +90,10 @@ type Options struct {
 	RuntimeStateDir string
 	NetnsPrefix     string
 	PodPath         string
+	// ClusterDNS (comma-separated IPs) and ClusterDomain are the kubelet's
+	// --cluster-dns and --cluster-domain, for the lab runtime's pods.
+	ClusterDNS    string
+	ClusterDomain string
 
 	ProxyOnlyOptions // --proxy-only: the Service proxy alone, replacing kube-proxy (proxyonly.go)
 }
@@ -149,6 +153,8 @@ registers the Node and runs the pods bound to it.`,
 	fs.StringVar(&o.RuntimeStateDir, "runtime-state-dir", "", "lab runtime: pod records, pod files and logs")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "lab runtime: prefix of pod network namespace names")
 	fs.StringVar(&o.PodPath, "pod-path", "", "lab runtime: directory put first on containers' PATH")
+	fs.StringVar(&o.ClusterDNS, "cluster-dns", "", "lab runtime: the cluster DNS server IPs, comma-separated, as the kubelet's flag (empty: ClusterFirst pods get the node's resolv.conf and a MissingClusterDNS warning)")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "lab runtime: the cluster's DNS domain, as the kubelet's flag (pods' search domains and hostnames)")
 	addProxyOnlyFlags(fs, &o)
 	kube.AddLogFlags(fs)
 	return cmd
@@ -166,6 +172,22 @@ func parseCIDRs(s string) ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("%s is not a network address (did you mean %s?)", p, p.Masked())
 		}
 		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseIPs reads a comma-separated IP list; empty is none.
+func parseIPs(s string) ([]netip.Addr, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		ip, err := netip.ParseAddr(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ip.Unmap())
 	}
 	return out, nil
 }
@@ -216,6 +238,12 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 		}
 		if o.RuntimeStateDir == "" {
 			errs = append(errs, errors.New("--lab-runtime needs --runtime-state-dir"))
+		}
+		if _, err := parseIPs(o.ClusterDNS); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster-dns %q: %w (want comma-separated IPs)", o.ClusterDNS, err))
+		}
+		if o.ClusterDomain == "" {
+			errs = append(errs, errors.New("--cluster-domain must not be empty (the default is cluster.local)"))
 		}
 	}
 	if o.Proxy && (o.ProxyMinSyncPeriod < 0 || o.ProxySyncPeriod <= 0) {
@@ -278,10 +306,12 @@ func Run(ctx context.Context, o Options) error {
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	if o.LabRuntime {
+		clusterDNS, _ := parseIPs(o.ClusterDNS) // validated
 		cfg := runtime.Config{
 			NodeName: o.NodeName, NodeIP: o.NodeIP, Client: client,
 			StateDir: o.RuntimeStateDir, NetnsPrefix: o.NetnsPrefix, PodPath: o.PodPath,
 			CNIConfDir: o.CNIConfDir, CNIBinDir: o.CNIBinDir, CNICacheDir: o.CNICacheDir,
+			ClusterDNS: clusterDNS, ClusterDomain: o.ClusterDomain,
 		}
 		wg.Go(func() {
 			err := runtime.Run(klog.NewContext(ctx, logger.WithName("runtime")), cfg)

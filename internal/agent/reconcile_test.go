@@ -264,6 +264,10 @@ func TestValidate(t *testing.T) {
 		"direct ipv6":   func(o *Options) { o.Backend, o.ClusterCIDR = "vxlan-direct", "fd00:10:244::/56" },
 		"negative mtu":  func(o *Options) { o.MTU = -1 },
 		"unknown bknd2": func(o *Options) { o.Backend = "" },
+		"cluster dns": func(o *Options) {
+			o.LabRuntime, o.NodeIP, o.RuntimeStateDir, o.ClusterDomain, o.ClusterDNS = true, "10.0.0.1", "/s", "cluster.local", "10.96.0.10,dns"
+		},
+		"cluster domain": func(o *Options) { o.LabRuntime, o.NodeIP, o.RuntimeStateDir = true, "10.0.0.1", "/s" },
 	} {
 		o := ok
 		mut(&o)
@@ -276,6 +280,12 @@ func TestValidate(t *testing.T) {
 		func(o *Options) { o.Backend, o.VXLANVNI, o.VXLANPort, o.MTU = "vxlan", 1<<24-1, 8472, 1400 },
 		func(o *Options) { o.Backend, o.NodeIP = "vxlan-direct", "10.0.0.1" },
 		func(o *Options) { o.MTU = 9000 },
+		func(o *Options) {
+			o.LabRuntime, o.NodeIP, o.RuntimeStateDir, o.ClusterDomain, o.ClusterDNS = true, "10.0.0.1", "/s", "cluster.local", "10.96.0.10, fd00::a"
+		},
+		func(o *Options) {
+			o.LabRuntime, o.NodeIP, o.RuntimeStateDir, o.ClusterDomain = true, "10.0.0.1", "/s", "c.test"
+		},
 	} {
 		o := ok
 		mut(&o)
