@@ -316,6 +316,27 @@ func (l *testLab) deleteAndWait(t *testing.T, names ...string) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// The runtime removes a pod's directory after its sandbox is torn down
+	// and the Pod is gone from the API: wait for that too, so that the next
+	// check does not see this pod's teardown still in flight.
+	for _, n := range names {
+		for {
+			var left []string
+			for _, node := range l.spec.Nodes {
+				dir := filepath.Join(l.spec.RuntimeDir(node), "pods", "default_"+n)
+				if _, err := os.Stat(dir); err == nil {
+					left = append(left, dir)
+				}
+			}
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod %s deleted, but the runtime still has %v 90s later", n, left)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 // ---- traffic
