@@ -34,6 +34,7 @@
 package nftables
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
@@ -866,17 +867,9 @@ func equalRules(a, b []string) bool {
 	return true
 }
 
-// sortedKeysOf returns m's element keys in order.
+// sortedKeysOf returns m's element keys in order (map, then key).
 func sortedKeysOf[V any](m map[elemKey]V) []elemKey {
-	out := make([]elemKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Map != out[j].Map {
-			return out[i].Map < out[j].Map
-		}
-		return out[i].Key < out[j].Key
+	return slices.SortedFunc(maps.Keys(m), func(a, b elemKey) int {
+		return cmp.Or(cmp.Compare(a.Map, b.Map), cmp.Compare(a.Key, b.Key))
 	})
-	return out
 }

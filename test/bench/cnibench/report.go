@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -322,7 +323,7 @@ func printTraces(w io.Writer, r *Results, verbose bool) {
 			tot.SysctlReads += sr
 			tot.WallMS += root.WallMS
 		}
-		for _, verb := range sortedKeys(totals) {
+		for _, verb := range slices.Sorted(maps.Keys(totals)) {
 			t := totals[verb]
 			n := max(pods[verb], 1)
 			fmt.Fprintf(tw, "%s\t%s\t= per pod\t%.1f\t%d\t\t%d\t%d\t%d/%d\t\n", s.Name, verb, t.WallMS/float64(n), t.Procs/n, t.RtNetlink/n, t.NfNetlink/n, t.SysctlWrites/n, t.SysctlReads/n)
@@ -344,15 +345,6 @@ func printTraces(w io.Writer, r *Results, verbose bool) {
 			}
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	k := make([]string, 0, len(m))
-	for x := range m {
-		k = append(k, x)
-	}
-	sort.Strings(k)
-	return k
 }
 
 func mustAddr(ip net.IP) netip.Addr {
