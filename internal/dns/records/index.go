@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -137,6 +138,11 @@ type Index struct {
 	soaNs   []dns.RR // the authority section of negative answers, shared
 	version *dns.TXT
 
+	// gen counts changes to any answer; the server's packed-reply cache
+	// keys on it. Writes that change nothing DNS answers (a pod's status,
+	// a ClusterIP Service's slice) leave it alone.
+	gen atomic.Uint64
+
 	mu       sync.RWMutex
 	services map[key]*service
 	slices   map[key]*slice          // by the slice's own name
@@ -147,6 +153,7 @@ type Index struct {
 	ptrs     map[netip.Addr]map[key][]dns.RR // address -> PTRs by Service
 	podIPs   map[key][]netip.Addr            // pod -> its IPs
 	podAddrs map[string]map[netip.Addr]int   // namespace -> IP -> pods holding it
+	ipNS     map[netip.Addr]map[string]int   // IP -> namespace -> pods holding it
 }
 
 // New returns an empty Index for cfg.
@@ -169,6 +176,7 @@ func New(cfg Config) (*Index, error) {
 		services: map[key]*service{}, slices: map[key]*slice{}, bySvc: map[key]map[string]bool{},
 		built: map[key]*built{}, names: map[string]rrsets{}, nsCount: map[string]int{},
 		ptrs: map[netip.Addr]map[key][]dns.RR{}, podIPs: map[key][]netip.Addr{}, podAddrs: map[string]map[netip.Addr]int{},
+		ipNS: map[netip.Addr]map[string]int{},
 	}
 	// The serial carries no meaning: nobody transfers this zone.
 	ix.soa = &dns.SOA{
@@ -182,6 +190,28 @@ func New(cfg Config) (*Index, error) {
 
 // Zone is the served cluster domain, fully qualified.
 func (ix *Index) Zone() string { return ix.zone }
+
+// TTL is the TTL of every record and negative answer.
+func (ix *Index) TTL() uint32 { return ix.ttl }
+
+// Generation changes whenever an answer may have changed.
+func (ix *Index) Generation() uint64 { return ix.gen.Load() }
+
+// NamespaceOf is the namespace of the pod holding ip, for answers that
+// depend on the asker (autopath). An address held by pods of several
+// namespaces (host-network pods share the node's) has none.
+func (ix *Index) NamespaceOf(ip netip.Addr) (string, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	m := ix.ipNS[ip.Unmap()]
+	if len(m) != 1 {
+		return "", false
+	}
+	for ns := range m {
+		return ns, true
+	}
+	return "", false
+}
 
 func hdr(name string, t uint16, ttl uint32) dns.RR_Header {
 	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
@@ -269,10 +299,14 @@ func (ix *Index) UpsertPod(p *corev1.Pod) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if slices.Equal(ix.podIPs[k], ips) {
+		return // status churn: nothing DNS answers changed
+	}
 	ix.dropPod(k)
 	if len(ips) == 0 {
 		return
 	}
+	ix.gen.Add(1)
 	ix.podIPs[k] = ips
 	m := ix.podAddrs[k.ns]
 	if m == nil {
@@ -281,6 +315,12 @@ func (ix *Index) UpsertPod(p *corev1.Pod) {
 	}
 	for _, a := range ips {
 		m[a]++
+		n := ix.ipNS[a]
+		if n == nil {
+			n = map[string]int{}
+			ix.ipNS[a] = n
+		}
+		n[k.ns]++
 	}
 }
 
@@ -292,10 +332,22 @@ func (ix *Index) DeletePod(namespace, name string) {
 }
 
 func (ix *Index) dropPod(k key) {
+	if _, ok := ix.podIPs[k]; !ok {
+		return
+	}
+	ix.gen.Add(1)
 	m := ix.podAddrs[k.ns]
 	for _, a := range ix.podIPs[k] {
 		if m[a]--; m[a] <= 0 {
 			delete(m, a)
+		}
+		if n := ix.ipNS[a]; n != nil {
+			if n[k.ns]--; n[k.ns] <= 0 {
+				delete(n, k.ns)
+			}
+			if len(n) == 0 {
+				delete(ix.ipNS, a)
+			}
 		}
 	}
 	if len(m) == 0 {
@@ -379,7 +431,18 @@ func stripSlice(es *discoveryv1.EndpointSlice) *slice {
 // rebuild recomputes Service k's records and swaps them into the shared
 // maps. Callers hold the write lock.
 func (ix *Index) rebuild(k key) {
-	if old := ix.built[k]; old != nil {
+	var b *built
+	if s := ix.services[k]; s != nil {
+		if b = ix.build(k, s); len(b.names) == 0 {
+			b = nil
+		}
+	}
+	old := ix.built[k]
+	if sameBuilt(old, b) {
+		return
+	}
+	ix.gen.Add(1)
+	if old != nil {
 		for name := range old.names {
 			delete(ix.names, name)
 		}
@@ -396,12 +459,7 @@ func (ix *Index) rebuild(k key) {
 		}
 		delete(ix.built, k)
 	}
-	s := ix.services[k]
-	if s == nil {
-		return
-	}
-	b := ix.build(k, s)
-	if len(b.names) == 0 {
+	if b == nil {
 		return
 	}
 	ix.built[k] = b
@@ -417,6 +475,37 @@ func (ix *Index) rebuild(k key) {
 		}
 		m[k] = rrs
 	}
+}
+
+// sameBuilt reports whether two builds of a Service hold the same records
+// (build is deterministic, so order counts).
+func sameBuilt(a, b *built) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if len(a.names) != len(b.names) || len(a.ptrs) != len(b.ptrs) {
+		return false
+	}
+	same := func(x, y []dns.RR) bool {
+		return slices.EqualFunc(x, y, func(r1, r2 dns.RR) bool { return dns.IsDuplicate(r1, r2) })
+	}
+	for name, sa := range a.names {
+		sb, ok := b.names[name]
+		if !ok || len(sa) != len(sb) {
+			return false
+		}
+		for t, rrs := range sa {
+			if !same(rrs, sb[t]) {
+				return false
+			}
+		}
+	}
+	for addr, rrs := range a.ptrs {
+		if !same(rrs, b.ptrs[addr]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (ix *Index) build(k key, s *service) *built {

@@ -243,3 +243,61 @@ func BenchmarkAnswer(b *testing.B) {
 		})
 	}
 }
+
+// TestGeneration: the server's reply cache is only as right as this: every
+// change to an answer moves the generation, and churn that changes no
+// answer does not (or the cache would never hit in a busy cluster).
+func TestGeneration(t *testing.T) {
+	ix, _ := New(Config{})
+	steps := []struct {
+		what  string
+		do    func()
+		moves bool
+	}{
+		{"service created", func() { ix.UpsertService(clusterIPSvc("ns1", "web", []string{"10.96.0.10"})) }, true},
+		{"same service again", func() { ix.UpsertService(clusterIPSvc("ns1", "web", []string{"10.96.0.10"})) }, false},
+		{"slice of a ClusterIP service", func() {
+			ix.UpsertEndpointSlice(epSlice("ns1", "web-1", "web", nil, ep("10.244.1.5", "", ptr(true), nil)))
+		}, false},
+		{"headless service, no endpoints yet (NXDOMAIN before and after)", func() { ix.UpsertService(headlessSvc("ns1", "db", false)) }, false},
+		{"its slice", func() {
+			ix.UpsertEndpointSlice(epSlice("ns1", "db-1", "db", nil, ep("10.244.1.6", "", ptr(true), nil)))
+		}, true},
+		{"its slice unchanged", func() {
+			ix.UpsertEndpointSlice(epSlice("ns1", "db-1", "db", nil, ep("10.244.1.6", "", ptr(true), nil)))
+		}, false},
+		{"pod", func() { ix.UpsertPod(pod("ns1", "p", "10.244.1.7")) }, true},
+		{"pod status churn", func() { ix.UpsertPod(pod("ns1", "p", "10.244.1.7")) }, false},
+		{"pod deleted", func() { ix.DeletePod("ns1", "p") }, true},
+		{"pod deleted twice", func() { ix.DeletePod("ns1", "p") }, false},
+		{"service deleted", func() { ix.DeleteService("ns1", "web") }, true},
+	}
+	for _, s := range steps {
+		before := ix.Generation()
+		s.do()
+		if moved := ix.Generation() != before; moved != s.moves {
+			t.Errorf("%s: generation moved = %v, want %v", s.what, moved, s.moves)
+		}
+	}
+}
+
+func TestNamespaceOf(t *testing.T) {
+	ix, _ := New(Config{})
+	ix.UpsertPod(pod("app", "a", "10.244.1.5", "fd00::5"))
+	ix.UpsertPod(pod("kube-system", "h1", "10.0.0.1")) // host network: the node's IP
+	ix.UpsertPod(pod("monitoring", "h2", "10.0.0.1"))
+	for _, c := range []struct {
+		ip     string
+		ns     string
+		wantOK bool
+	}{{"10.244.1.5", "app", true}, {"fd00::5", "app", true}, {"::ffff:10.244.1.5", "app", true}, {"10.0.0.1", "", false}, {"10.9.9.9", "", false}} {
+		ns, ok := ix.NamespaceOf(netip.MustParseAddr(c.ip))
+		if ns != c.ns || ok != c.wantOK {
+			t.Errorf("NamespaceOf(%s) = %q %v, want %q %v", c.ip, ns, ok, c.ns, c.wantOK)
+		}
+	}
+	ix.DeletePod("app", "a")
+	if _, ok := ix.NamespaceOf(netip.MustParseAddr("10.244.1.5")); ok {
+		t.Error("a deleted pod's IP still has a namespace")
+	}
+}
