@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy clean
+.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns clean
 
 all: build
 
@@ -72,6 +72,13 @@ bench-overlay: build
 # and make k8s.
 bench-proxy: build
 	hack/bench-proxy.sh
+
+# bench-dns: flatnet's cluster DNS against CoreDNS's kubernetes plugin at
+# 10,000 Services, one core each, dnsperf on the other, same run
+# (docs/benchmarks.md, Cluster DNS). Installs dnsperf and builds CoreDNS
+# into make k8s's cache on first use. Needs root and make k8s.
+bench-dns: build
+	hack/bench-dns.sh
 
 clean:
 	rm -rf bin
