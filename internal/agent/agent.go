@@ -96,6 +96,7 @@ type Options struct {
 	ClusterDomain string
 
 	ProxyOnlyOptions // --proxy-only: the Service proxy alone, replacing kube-proxy (proxyonly.go)
+	DNSOptions       // --dns, --dns-only: cluster DNS (dns.go)
 }
 
 // NewCommand returns `flatnet agent`.
@@ -154,8 +155,9 @@ registers the Node and runs the pods bound to it.`,
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "lab runtime: prefix of pod network namespace names")
 	fs.StringVar(&o.PodPath, "pod-path", "", "lab runtime: directory put first on containers' PATH")
 	fs.StringVar(&o.ClusterDNS, "cluster-dns", "", "lab runtime: the cluster DNS server IPs, comma-separated, as the kubelet's flag (empty: ClusterFirst pods get the node's resolv.conf and a MissingClusterDNS warning)")
-	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "lab runtime: the cluster's DNS domain, as the kubelet's flag (pods' search domains and hostnames)")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, as the kubelet's flag: the zone --dns serves, and in the lab runtime pods' search domains and hostnames")
 	addProxyOnlyFlags(fs, &o)
+	addDNSFlags(fs, &o)
 	kube.AddLogFlags(fs)
 	return cmd
 }
@@ -257,12 +259,21 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 
 // Run runs the agent until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	if o.DNSOnly {
+		return runDNSOnly(ctx, o)
+	}
 	if o.ProxyOnly || o.usesProxyOnlyFlags() {
 		return runProxyOnly(ctx, o)
 	}
 	cidrs, err := o.validate()
 	if err != nil {
 		return err
+	}
+	var dnsCfg dnsSettings
+	if o.DNS {
+		if dnsCfg, err = resolveDNS(o, os.ReadFile); err != nil {
+			return err
+		}
 	}
 	client, err := kube.Client(o.Kubeconfig, "flatnet-agent/"+o.NodeName)
 	if err != nil {
@@ -320,6 +331,17 @@ func Run(ctx context.Context, o Options) error {
 					err = errors.New("stopped")
 				}
 				cancel(fmt.Errorf("lab runtime: %w", err))
+			}
+		})
+	}
+	if o.DNS {
+		wg.Go(func() {
+			err := runDNS(klog.NewContext(ctx, logger.WithName("dns")), client, dnsCfg)
+			if ctx.Err() == nil {
+				if err == nil {
+					err = errors.New("stopped")
+				}
+				cancel(fmt.Errorf("dns: %w", err))
 			}
 		})
 	}

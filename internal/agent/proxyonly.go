@@ -115,6 +115,9 @@ var nodeOnlyFlags = []string{
 	"node-ip", "backend", "vxlan-vni", "vxlan-port", "vxlan-tx-checksum-offload", "mtu",
 	"cni-conf-dir", "cni-bin-dir", "cni-data-dir", "cni-cache-dir", "masquerade", "resync",
 	"lab-runtime", "runtime-state-dir", "netns-prefix", "pod-path",
+	// Cluster DNS runs beside the proxy as a second agent, --dns-only.
+	"dns", "dns-addresses", "dns-port", "dns-listen", "dns-upstreams", "dns-resolv-conf", "dns-ttl",
+	"dns-pods", "dns-autopath", "dns-cache-entries", "dns-query-log", "dns-metrics-bind-address", "dns-reverse-cidrs",
 }
 
 // proxyOnlyInput is everything resolveProxyOnly reads.

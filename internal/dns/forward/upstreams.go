@@ -36,6 +36,11 @@ func UpstreamsFromResolvConf(path string, exclude ...netip.Addr) ([]string, erro
 	return ups, nil
 }
 
+// ParseResolvConf is UpstreamsFromResolvConf on a resolv.conf's content.
+func ParseResolvConf(r io.Reader, exclude ...netip.Addr) ([]string, error) {
+	return parseResolvConf(r, exclude)
+}
+
 func parseResolvConf(r io.Reader, exclude []netip.Addr) ([]string, error) {
 	var ups []string
 	var dropped []string

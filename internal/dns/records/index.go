@@ -85,6 +85,10 @@ const (
 	SchemaVersion = "1.0.1"
 )
 
+// tolerateUnreadyAnnotation is the old spelling of
+// publishNotReadyAddresses, which CoreDNS still honours.
+const tolerateUnreadyAnnotation = "service.alpha.kubernetes.io/tolerate-unready-endpoints"
+
 type key struct{ ns, name string }
 
 // service is the part of a Service DNS needs.
@@ -358,7 +362,7 @@ func (ix *Index) dropPod(k key) {
 
 func stripService(s *corev1.Service) *service {
 	st := &service{publishNotReady: s.Spec.PublishNotReadyAddresses ||
-		s.Annotations["service.alpha.kubernetes.io/tolerate-unready-endpoints"] == "true"}
+		s.Annotations[tolerateUnreadyAnnotation] == "true"}
 	if s.Spec.Type == corev1.ServiceTypeExternalName {
 		if s.Spec.ExternalName != "" {
 			st.externalName = dns.Fqdn(strings.ToLower(s.Spec.ExternalName))

@@ -7,11 +7,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 func ask(t *testing.T, ix *Index, q string, w want) {
@@ -299,5 +303,47 @@ func TestNamespaceOf(t *testing.T) {
 	ix.DeletePod("app", "a")
 	if _, ok := ix.NamespaceOf(netip.MustParseAddr("10.244.1.5")); ok {
 		t.Error("a deleted pod's IP still has a namespace")
+	}
+}
+
+// TestWatch: the informers feed the index, through the trimming
+// transforms, and deletions reach it.
+func TestWatch(t *testing.T) {
+	cs := fake.NewClientset(world()...)
+	ix, _ := New(Config{})
+	f := informers.NewSharedInformerFactory(cs, 0)
+	synced, err := ix.Watch(f, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		t.Fatal("informers did not sync")
+	}
+	ref, _ := New(Config{})
+	if err := ref.FromClientset(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sizes(ix), sizes(ref); got != want {
+		t.Fatalf("fed by informers: %s, by a list: %s", got, want)
+	}
+	if _, ok := ix.NamespaceOf(netip.MustParseAddr("10.1.0.5")); !ok {
+		t.Error("pods were not watched")
+	}
+	if err := cs.CoreV1().Services("ns1").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := ix.Answer(dns.Question{Name: "web.ns1.svc.cluster.local.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, netip.Addr{})
+		if r.Rcode == dns.RcodeNameError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted Service still answered: %v", r.Answer)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
