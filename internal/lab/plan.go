@@ -61,6 +61,9 @@ type Observed struct {
 	// AgentsWithoutProxy: node name -> a running agent was started
 	// without --proxy (a lab from before Services): up restarts it.
 	AgentsWithoutProxy map[string]bool
+	// AgentsWithoutDNS: node name -> a running agent was started without
+	// --dns (a lab from before cluster DNS): up restarts it.
+	AgentsWithoutDNS map[string]bool
 	// ControllerWithoutEndpointSlices: the running controller was started
 	// without --endpointslices: up restarts it.
 	ControllerWithoutEndpointSlices bool
@@ -70,6 +73,9 @@ type Observed struct {
 	Router           bool // the router is wired (two-subnet labs)
 	External         bool // the external host's namespace is wired
 	ExternalServer   bool // its netexec runs
+	// ExternalWithoutDNS: its netexec runs without the DNS server (a lab
+	// from before cluster DNS): up restarts it.
+	ExternalWithoutDNS bool
 	// Rewired: node name -> up re-makes its namespace or its veth pair,
 	// so a running agent there restarts; ExternalRewired is the same for
 	// the external host's server. Other repairs (a route, a sysctl, a
@@ -120,10 +126,10 @@ func Plan(s *Spec, o Observed) []Step {
 			lbRoute = fmt.Sprintf(", route %s via %s", s.LBPool, joinAddrs(gws))
 		}
 		steps = append(steps, Step{Kind: StepExternal,
-			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s%s, netexec HTTP :%d, UDP :%d", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
-				lbRoute, ExternalHTTPPort, ExternalUDPPort),
-			Present: ready && o.ExternalServer,
-			Restart: o.ExternalServer && o.ExternalRewired})
+			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s%s, netexec HTTP :%d, UDP :%d, DNS :53 (%s)", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
+				lbRoute, ExternalHTTPPort, ExternalUDPPort, ExternalDNSZone),
+			Present: ready && o.ExternalServer && !o.ExternalWithoutDNS,
+			Restart: o.ExternalServer && (o.ExternalRewired || o.ExternalWithoutDNS)})
 	}
 	// (The pool shows in up's header line and in status; this text is
 	// matched by tooling as it is.)
@@ -148,12 +154,16 @@ func Plan(s *Spec, o Observed) []Step {
 			other = true
 			what += "; was without the Service proxy"
 		}
+		if o.Agents[n.Name] && o.AgentsWithoutDNS[n.Name] {
+			other = true
+			what += "; was without cluster DNS"
+		}
 		steps = append(steps, Step{Kind: StepAgent, Node: n.Name,
 			What:    what,
 			Present: o.Agents[n.Name] && !o.Rewired[n.Name] && !other,
 			Restart: o.Agents[n.Name] && (o.Rewired[n.Name] || other)})
 	}
-	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config", len(s.Nodes))})
+	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s", len(s.Nodes), s.KubeDNSIP())})
 	return steps
 }
 

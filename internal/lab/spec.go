@@ -76,6 +76,9 @@ const (
 const (
 	ExternalHTTPPort = 8080
 	ExternalUDPPort  = 8081
+	// ExternalDNSZone is the zone the external host's DNS server answers
+	// (every name in it is the external host).
+	ExternalDNSZone = "external.test"
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)

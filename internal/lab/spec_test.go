@@ -266,7 +266,8 @@ func TestArgv(t *testing.T) {
 		" --cni-conf-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/net.d --cni-bin-dir /var/lib/flatnet/lab/flatnet/bin" +
 		" --cni-data-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/networks --cni-cache-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/cache" +
 		" --masquerade=true --lab-runtime --runtime-state-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/runtime" +
-		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy"
+		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy" +
+		" --dns --cluster-dns 10.96.0.10 --dns-addresses 169.254.20.10,10.96.0.10 --dns-upstreams none --dns-reverse-cidrs 10.96.0.0/16,10.244.0.0/16"
 	if got != want {
 		t.Errorf("agent argv:\n got %s\nwant %s", got, want)
 	}
@@ -672,7 +673,7 @@ func TestExternalArgv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(externalArgv(s), " "), "/var/lib/flatnet/lab/flatnet/bin/flatnet netexec --http-port 8080 --udp-port 8081"; got != want {
+	if got, want := strings.Join(externalArgv(s), " "), "/var/lib/flatnet/lab/flatnet/bin/flatnet netexec --http-port 8080 --udp-port 8081 --dns-port 53 --dns-zone external.test --dns-answer 10.250.0.250"; got != want {
 		t.Errorf("external argv %q, want %q", got, want)
 	}
 	if got := strings.Join(agentArgv(s, s.Nodes[0]), " "); !strings.Contains(got, "--backend vxlan ") {

@@ -150,6 +150,11 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if err = k.apply(fixesOf(fixes, partExternal)); err != nil {
 				break
 			}
+			if st.Restart {
+				if err = proc.Stop(s.StateDir, ProcExternal, 10*time.Second); err != nil {
+					break
+				}
+			}
 			if _, running := proc.Running(s.StateDir, ProcExternal); !running {
 				_, err = proc.Start(ProcExternal, externalArgv(s), nil, s.StateDir, NetnsPath(s.External.Netns))
 			}
@@ -186,7 +191,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if kubeconfig == "" {
 				kubeconfig = s.Kubeconfig()
 			}
-			err = waitReady(ctx, s, kubeconfig, cfg.ReadyTimeout)
+			if err = waitReady(ctx, s, kubeconfig, cfg.ReadyTimeout); err == nil {
+				err = ensureKubeDNS(ctx, s, kubeconfig)
+			}
 		}
 		if err != nil {
 			fmt.Fprintf(out, " failed\n")
@@ -222,7 +229,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsWithoutDNS: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -244,10 +251,14 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 		if o.Agents[n.Name] {
 			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
 			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
+			o.AgentsWithoutDNS[n.Name] = !hasFlag(pid, "--dns")
 		}
 	}
 	if s.External != nil {
-		_, o.ExternalServer = proc.Running(s.StateDir, ProcExternal)
+		var pid int
+		if pid, o.ExternalServer = proc.Running(s.StateDir, ProcExternal); o.ExternalServer {
+			o.ExternalWithoutDNS = flagOf(pid, "--dns-answer") == ""
+		}
 	}
 	// A control plane running with old flags (etcd on plain HTTP) is
 	// not present: its step restarts it.
@@ -338,12 +349,15 @@ func readArgv(pid int) ([]string, error) {
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
 }
 
-// externalArgv is the command line of the external host's server.
+// externalArgv is the command line of the external host's server: the
+// "internet" of the lab, with a DNS server for ExternalDNSZone that the
+// nodes' cluster DNS forwards to.
 func externalArgv(s *Spec) []string {
 	return []string{
 		filepath.Join(s.BinDir(), "flatnet"), "netexec",
 		"--http-port", strconv.Itoa(ExternalHTTPPort),
 		"--udp-port", strconv.Itoa(ExternalUDPPort),
+		"--dns-port", "53", "--dns-zone", ExternalDNSZone, "--dns-answer", s.External.IP.String(),
 	}
 }
 
@@ -367,5 +381,22 @@ func agentArgv(s *Spec, n Node) []string {
 		"--pod-path", s.BinDir(),
 		// Services: the lab has no kube-proxy.
 		"--proxy",
+		// Cluster DNS: no CoreDNS either. Each agent takes the kube-dns
+		// ClusterIP and the node-local address on its node.
+		"--dns",
+		"--cluster-dns", s.KubeDNSIP().String(),
+		"--dns-addresses", NodeLocalDNS + "," + s.KubeDNSIP().String(),
+		"--dns-upstreams", s.dnsUpstreams(),
+		"--dns-reverse-cidrs", s.ServiceCIDR.String() + "," + s.ClusterCIDR.String(),
 	}
+}
+
+// dnsUpstreams is where the lab's cluster DNS forwards other names: the
+// external host's DNS server, or nowhere (the nodes have no route to the
+// machine's own resolvers, and must not).
+func (s *Spec) dnsUpstreams() string {
+	if s.External != nil {
+		return s.External.IP.String()
+	}
+	return "none"
 }

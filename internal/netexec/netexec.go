@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/spf13/cobra"
 )
 
@@ -53,7 +54,12 @@ type Config struct {
 	HTTPPort int
 	UDPPort  int
 	TCPPort  int
-	Log      io.Writer // request log; nil discards
+	// With DNSAnswer set, DNSPort serves DNSZone (and every name under
+	// it) as DNSAnswer (dns.go).
+	DNSPort   int
+	DNSZone   string
+	DNSAnswer string
+	Log       io.Writer // request log; nil discards
 }
 
 // NewCommand returns `flatnet netexec`.
@@ -86,6 +92,9 @@ func NewCommand() *cobra.Command {
 	f.IntVar(&cfg.UDPPort, "udp-port", 8081, "UDP port (-1: no UDP server)")
 	f.IntVar(&cfg.TCPPort, "tcp-port", -1, "TCP echo port (-1: no TCP server)")
 	f.StringVar(&cfg.Addr, "listen-address", "", "address to listen on (default: all)")
+	f.StringVar(&cfg.DNSAnswer, "dns-answer", "", "serve DNS on --dns-port (UDP and TCP): --dns-zone and every name under it resolve to this address, other names are REFUSED (default: no DNS server)")
+	f.IntVar(&cfg.DNSPort, "dns-port", 53, "--dns-answer: the DNS port")
+	f.StringVar(&cfg.DNSZone, "dns-zone", "external.test", "--dns-answer: the zone answered")
 	cmd.AddCommand(newDFProbeCommand())
 	return cmd
 }
@@ -98,6 +107,8 @@ type Server struct {
 	httpSrv  *http.Server
 	udpConn  *net.UDPConn
 	tcpLn    net.Listener
+	dnsUDP   *dns.Server
+	dnsTCP   *dns.Server
 	exitc    chan int
 	exitOnce sync.Once
 	wg       sync.WaitGroup
@@ -133,6 +144,19 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.TCPPort >= 0 {
 		if s.tcpLn, err = net.Listen("tcp", net.JoinHostPort(cfg.Addr, strconv.Itoa(cfg.TCPPort))); err != nil {
 			return nil, fmt.Errorf("netexec: TCP port %d: %w", cfg.TCPPort, err)
+		}
+	}
+	if cfg.DNSAnswer != "" {
+		if err = s.startDNS(); err != nil {
+			return nil, err
+		}
+		s.log.Printf("serving DNS for %s on %s", cfg.DNSZone, s.DNSAddr())
+		for _, d := range []*dns.Server{s.dnsUDP, s.dnsTCP} {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				_ = d.ActivateAndServe()
+			}()
 		}
 	}
 	if s.httpLn != nil {
@@ -204,6 +228,11 @@ func (s *Server) close() {
 	}
 	if s.tcpLn != nil {
 		s.tcpLn.Close()
+	}
+	for _, d := range []*dns.Server{s.dnsUDP, s.dnsTCP} {
+		if d != nil {
+			_ = d.Shutdown()
+		}
 	}
 }
 

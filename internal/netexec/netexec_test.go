@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 func start(t *testing.T) *Server {
@@ -257,5 +259,36 @@ func TestPortInUse(t *testing.T) {
 	fmt.Sscan(port, &p)
 	if _, err := Start(Config{Addr: "127.0.0.1", HTTPPort: 0, UDPPort: p, TCPPort: -1}); err == nil || !strings.Contains(err.Error(), "UDP port") {
 		t.Fatalf("second server on the same UDP port: %v", err)
+	}
+}
+
+func TestDNS(t *testing.T) {
+	s, err := Start(Config{Addr: "127.0.0.1", HTTPPort: -1, UDPPort: -1, TCPPort: -1, DNSPort: 0, DNSZone: "external.test", DNSAnswer: "10.250.9.250"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- s.Wait(ctx) }()
+	defer func() { cancel(); <-done }()
+	for _, c := range []struct {
+		name, network string
+		qtype         uint16
+		rcode, n      int
+	}{
+		{"external.test.", "udp", dns.TypeA, dns.RcodeSuccess, 1},
+		{"www.External.Test.", "tcp", dns.TypeA, dns.RcodeSuccess, 1},
+		{"external.test.", "udp", dns.TypeAAAA, dns.RcodeSuccess, 0},
+		{"example.com.", "udp", dns.TypeA, dns.RcodeRefused, 0},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion(c.name, c.qtype)
+		r, _, err := (&dns.Client{Net: c.network, Timeout: 5 * time.Second}).Exchange(m, s.DNSAddr())
+		if err != nil {
+			t.Fatalf("%s over %s: %v", c.name, c.network, err)
+		}
+		if r.Rcode != c.rcode || len(r.Answer) != c.n || (c.n == 1 && !strings.Contains(r.Answer[0].String(), "10.250.9.250")) {
+			t.Errorf("%s %s: %s %v, want %s with %d answers", c.name, dns.TypeToString[c.qtype], dns.RcodeToString[r.Rcode], r.Answer, dns.RcodeToString[c.rcode], c.n)
+		}
 	}
 }
