@@ -151,14 +151,16 @@ labup=1
 state=$root/labs/$name
 kubeconfig=$state/admin.kubeconfig
 [ -f "$kubeconfig" ] || { echo "bench-dns: no $kubeconfig after lab up" >&2; exit 1; }
-# Core 0 is the measured server's alone: the lab's daemons (only those, by
-# the PIDs in its pid files) go to core 1 with dnsperf, as in the anchor.
+echo "bench-dns: lab $name up"
+fg "$dnsbench" objects -kubeconfig "$kubeconfig" -namespaces "$nss" -services "$svcs" -workers 32
+# Core 0 is the measured server's alone from here: the lab's daemons (only
+# those, by the PIDs in its pid files) go to core 1 with dnsperf, as in the
+# anchor. (Before the objects they would make creating them 4× slower.)
 for f in "$state"/pids/*.pid; do
   p=$(head -1 "$f")
   [ -n "$p" ] && taskset -a -cp 1 "$p" >/dev/null
 done
-echo "bench-dns: lab $name up ($(basename -a "$state"/pids/*.pid | sed 's/\.pid$//' | tr '\n' ' ')on core 1)"
-fg taskset -c 1 "$dnsbench" objects -kubeconfig "$kubeconfig" -namespaces "$nss" -services "$svcs" -workers 32
+echo "bench-dns: $(basename -a "$state"/pids/*.pid | sed 's/\.pid$//' | tr '\n' ' ')moved to core 1"
 
 # The upstream for external names: CoreDNS answering every name under
 # example.com from a template (A: 198.51.100.7, TEST-NET-2, never dialled;
@@ -175,7 +177,8 @@ example.com:$up_port {
 }
 EOF
 taskset -c 1 "$coredns" -conf "$root/Corefile.upstream" >"$root/upstream.log" 2>&1 &
-started+=($!)
+upstream_pid=$!
+started+=("$upstream_pid")
 
 # CoreDNS as the anchor configured it, plus what the extra cases need:
 # pods verified (autopath's source of the client's namespace; flatnet's
@@ -202,12 +205,15 @@ EOF
   server_pid=$!
 }
 
-# flatnet's DNS server alone (--dns-only), on the same port, same upstream.
+# flatnet's DNS server alone (--dns-only), on the same port, same upstream;
+# no address taken on the machine (--dns-addresses=) and no metrics
+# listener (the CoreDNS measured has no prometheus plugin either).
 start_flatnet() { # autopath: 0 or 1
   local ap=()
   [ "$1" = 1 ] && ap=(--dns-autopath)
   taskset -c 0 "$flatnet" agent --dns-only --kubeconfig "$kubeconfig" --dns-addresses= \
-    --dns-listen "127.0.0.1:$srv_port" --dns-upstreams "127.0.0.1:$up_port" "${ap[@]}" >"$root/server.log" 2>&1 &
+    --dns-listen "127.0.0.1:$srv_port" --dns-upstreams "127.0.0.1:$up_port" "${ap[@]}" \
+    --dns-metrics-bind-address= >"$root/server.log" 2>&1 &
   server_pid=$!
 }
 
@@ -226,7 +232,7 @@ cputicks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # measure SERVER AUTOPATH: start it, wait for its answers, run its cases.
 measure() {
-  local srv=$1 ap=$2 kind=base t cases c r before
+  local srv=$1 ap=$2 kind=base t cases c r before up_before
   [ "$ap" = 1 ] && kind=autopath
   mapfile -t cases < <(awk -v k="$kind" '$2 == k { print $1 }' "$root/cases")
   [ ${#cases[@]} -gt 0 ] || return 0
@@ -242,10 +248,11 @@ measure() {
     local dp=(taskset -c 1 dnsperf -s 127.0.0.1 -p "$srv_port" -T 1 -c 1 -q 100 -d "$root/queries/$c.txt")
     fg "${dp[@]}" -l "$warmup" >/dev/null 2>&1
     for r in $(seq "$runs"); do
-      before=$(cputicks "$server_pid")
+      before=$(cputicks "$server_pid") up_before=$(cputicks "$upstream_pid")
       fg "${dp[@]}" -l "$duration" -v >"$root/dnsperf.out" 2>&1
       fg "$dnsbench" parse -in "$root/dnsperf.out" -out "$root/results.jsonl" -case "$c" -server "$srv" -run "$r" \
-        -pid "$server_pid" -cpu-ticks $(($(cputicks "$server_pid") - before))
+        -pid "$server_pid" -cpu-ticks $(($(cputicks "$server_pid") - before)) \
+        -upstream-cpu-ticks $(($(cputicks "$upstream_pid") - up_before))
       rm -f "$root/dnsperf.out"
     done
   done

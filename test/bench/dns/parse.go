@@ -30,10 +30,13 @@ type result struct {
 	P999Ms    float64        `json:"p999_ms"`
 
 	// From /proc/PID right after the run.
-	RSSKiB   int     `json:"rss_kib"`
-	HWMKiB   int     `json:"hwm_kib"`
-	CPUS     float64 `json:"server_cpu_s"` // the server's CPU during the run
-	Duration float64 `json:"run_s"`
+	RSSKiB int     `json:"rss_kib"`
+	HWMKiB int     `json:"hwm_kib"`
+	CPUS   float64 `json:"server_cpu_s"` // the server's CPU during the run
+	// The upstream's CPU during the run: near zero when the server's
+	// cache answers external names, a core's worth when it does not.
+	UpstreamCPUS float64 `json:"upstream_cpu_s"`
+	Duration     float64 `json:"run_s"`
 }
 
 // parseDnsperf reads dnsperf -v output: one "> RCODE name type latency"
@@ -130,6 +133,7 @@ func parseCmd(args []string) error {
 	run := fs.Int("run", 0, "run number")
 	pid := fs.Int("pid", 0, "the server's PID, for its memory")
 	cpuTicks := fs.Int("cpu-ticks", 0, "the server's CPU during the run, in clock ticks (1/100 s)")
+	upTicks := fs.Int("upstream-cpu-ticks", 0, "the upstream's CPU during the run, in clock ticks")
 	_ = fs.Parse(args)
 	c, ok := caseByID(*caseID)
 	if !ok {
@@ -145,7 +149,7 @@ func parseCmd(args []string) error {
 		return fmt.Errorf("%s: %w", *in, err)
 	}
 	res.Case, res.Server, res.Run = c.ID, *server, *run
-	res.CPUS = float64(*cpuTicks) / 100
+	res.CPUS, res.UpstreamCPUS = float64(*cpuTicks)/100, float64(*upTicks)/100
 	if res.RSSKiB, res.HWMKiB, err = procStatus(*pid); err != nil {
 		return err
 	}
@@ -170,7 +174,7 @@ func parseCmd(args []string) error {
 				c.ID, res.Server, res.Run, n, rc, strings.Join(c.Want, ", "))
 		}
 	}
-	fmt.Printf("  %-10s %-16s run %d: %8.0f QPS, p50 %.2f ms, p99 %.2f ms, lost %d, server CPU %.1f s, RSS %.1f MiB\n",
-		c.ID, res.Server, res.Run, res.QPS, res.P50Ms, res.P99Ms, res.Lost, res.CPUS, float64(res.RSSKiB)/1024)
+	fmt.Printf("  %-10s %-8s run %d: %8.0f QPS, p50 %.2f ms, p99 %.2f ms, lost %d, CPU server %.1f s upstream %.1f s, RSS %.1f MiB\n",
+		c.ID, res.Server, res.Run, res.QPS, res.P50Ms, res.P99Ms, res.Lost, res.CPUS, res.UpstreamCPUS, float64(res.RSSKiB)/1024)
 	return nil
 }

@@ -77,8 +77,10 @@ func readResults(r io.Reader) ([]result, error) {
 
 // writeReport prints one markdown table: per case, each server's median
 // QPS [range], names resolved per second, p50/p99, the server's CPU share
-// during the runs (about 100 %: the server, not dnsperf, was the limit),
-// lost queries and resident memory after the case; then what each case is.
+// during the runs (about 100 %: the server, not dnsperf, was the limit;
+// well below: the client or something the server waited on was), QPS per
+// core of the server's CPU, lost queries and resident memory after the
+// case; then what each case is.
 func writeReport(w io.Writer, rs []result) {
 	by := map[string]map[string][]result{}
 	for _, r := range rs {
@@ -87,14 +89,14 @@ func writeReport(w io.Writer, rs []result) {
 		}
 		by[r.Case][r.Server] = append(by[r.Case][r.Server], r)
 	}
-	fmt.Fprintln(w, "| case | server | QPS (median) [range] | names/s | p50 | p99 | server CPU | lost | RSS after |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| case | server | QPS (median) [range] | names/s | p50 | p99 | server CPU | QPS per server core | lost | RSS after |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range cases {
 		var anchor *summary
 		for _, srv := range servers {
 			runs := by[c.ID][srv]
 			if len(runs) == 0 {
-				fmt.Fprintf(w, "| (%s) | %s | not run | | | | | | |\n", c.ID, srv)
+				fmt.Fprintf(w, "| (%s) | %s | not run | | | | | | | |\n", c.ID, srv)
 				continue
 			}
 			s := summarize(runs)
@@ -104,9 +106,9 @@ func writeReport(w io.Writer, rs []result) {
 			} else {
 				ratio = fmt.Sprintf(" (%.2f×)", s.qps/anchor.qps)
 			}
-			fmt.Fprintf(w, "| (%s) | %s | **%s**%s [%s–%s] | %s | %.2f ms | %.2f ms | %.0f %% | %d | %.1f MiB |\n",
+			fmt.Fprintf(w, "| (%s) | %s | **%s**%s [%s–%s] | %s | %.2f ms | %.2f ms | %.0f %% | %s | %d | %.1f MiB |\n",
 				c.ID, srv, kqps(s.qps), ratio, kqps(s.qpsMin), kqps(s.qpsMax), kqps(s.qps/c.PerName),
-				s.p50, s.p99, 100*s.cpuShare, s.lost, s.rssMiB)
+				s.p50, s.p99, 100*s.cpuShare, kqps(s.qps/max(s.cpuShare, 1e-9)), s.lost, s.rssMiB)
 		}
 	}
 	fmt.Fprintln(w)
