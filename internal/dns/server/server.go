@@ -146,6 +146,10 @@ func (s *Server) Serve(ctx context.Context, udp []net.PacketConn, tcp []net.List
 
 func (s *Server) serveUDP(ctx context.Context, c net.PacketConn) {
 	uc, _ := c.(*net.UDPConn)
+	if uc != nil {
+		s.serveUDPBatch(ctx, uc)
+		return
+	}
 	buf := make([]byte, dns.MaxMsgSize)
 	out := make([]byte, 0, 4096)
 	key := make([]byte, 0, 300)

@@ -563,3 +563,30 @@ func FuzzQuery(f *testing.F) {
 		}
 	})
 }
+
+// TestIPv6Socket: the batched read loop on an IPv6 socket (x/net's ipv6
+// PacketConn) answers, from the cache too.
+func TestIPv6Socket(t *testing.T) {
+	pc, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatalf("no IPv6 loopback: %v", err)
+	}
+	ix, _ := records.New(records.Config{})
+	ix.UpsertService(service("ns1", "web", "fd00:96::20"))
+	s, err := New(Config{Index: ix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, []net.PacketConn{pc}, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	for i := range 3 {
+		m := new(dns.Msg)
+		m.SetQuestion("web.ns1.svc.cluster.local.", dns.TypeAAAA)
+		r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, pc.LocalAddr().String())
+		if err != nil || len(r.Answer) != 1 || !strings.Contains(r.Answer[0].String(), "fd00:96::20") {
+			t.Fatalf("try %d over IPv6: %v %v", i, err, r)
+		}
+	}
+}
