@@ -30,8 +30,8 @@ make -s build
 step "build kube-apiserver, kubectl and etcd (make k8s: minutes the first time, cached after)"
 make -s k8s
 
-step "bring up a $nodes-node lab: flatnet lab up --nodes $nodes"
-lab up --nodes "$nodes"
+step "bring up a $nodes-node lab with an external host: flatnet lab up --nodes $nodes --external"
+lab up --nodes "$nodes" --external
 
 step "a netexec pod on every node"
 mapfile -t node_names < <(lab kubectl -- get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
@@ -105,6 +105,21 @@ node1ip=$(lab kubectl -- get node "${node_names[0]}" -o jsonpath='{.status.addre
 echo "-- NodePort $nodeport on ${node_names[0]} ($node1ip), from ${pods[n - 1]}:"
 echo "   $(lab exec "${pods[n - 1]}" -- curl -s "http://127.0.0.1:8080/dial?request=hostname&protocol=http&host=$node1ip&port=$nodeport&tries=5")"
 
+step "cluster DNS: the Service by its name (every agent answers on the kube-dns ClusterIP, no DNS pods)"
+dnsip=$(lab kubectl -- -n kube-system get service kube-dns -o jsonpath='{.spec.clusterIP}')
+echo "-- ${pods[n - 1]}'s /etc/resolv.conf (as the kubelet writes it for dnsPolicy ClusterFirst):"
+lab exec "${pods[n - 1]}" -- cat /etc/resolv.conf | sed 's/^/   /'
+for name in netexec netexec.default.svc.cluster.local kube-dns.kube-system external.test; do
+  echo "   \$ flatnet lab exec ${pods[n - 1]} -- getent hosts $name"
+  ans=$(lab exec "${pods[n - 1]}" -- getent hosts "$name") || { echo "   $name did not resolve" >&2; exit 1; }
+  echo "   $ans"
+done
+echo "   \$ flatnet lab exec ${pods[n - 1]} -- curl -s http://netexec/hostname"
+ans=$(lab exec "${pods[n - 1]}" -- curl -s -m 5 http://netexec/hostname) || { echo "   curl by name failed" >&2; exit 1; }
+echo "   $ans"
+echo "   netexec answered by name; kube-dns is $dnsip, served on each node by its agent;"
+echo "   external.test came from the lab's external host, the cluster DNS's upstream"
+
 node1=$(lab status | awk '/^NODE/ {getline; print $5; exit}')
 cat <<MSG
 
@@ -114,6 +129,8 @@ The lab keeps running. Explore it:
   $cmd exec netexec-1 -- ip route    a pod's view
   ip netns exec $node1 nft list table ip flatnet-proxy   a node's Service rules
   ip netns exec $node1 ip route             a node's host-gw routes (one per peer node)
+  ip netns exec $node1 nft list table inet flatnet-dns   cluster DNS packets skip conntrack
+  $cmd exec netexec-1 -- getent hosts kubernetes    names from the cluster DNS
   export KUBECONFIG=\$($cmd kubeconfig)
 Take it down (leaves nothing behind):
   $cmd down

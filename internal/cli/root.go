@@ -20,15 +20,15 @@ var subcommands []func() *cobra.Command
 func NewRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "flatnet",
-		Short: "flatnet: Kubernetes networking (CNI plugins, cross-node routing, Services) and a lab to try it",
+		Short: "flatnet: Kubernetes networking (CNI plugins, cross-node routing, Services, cluster DNS) and a lab to try it",
 		Long: `flatnet: Kubernetes networking in one binary, and a lab to try it.
 
 Built: the CNI plugins (flatnet-cni), cross-node routing (host-gw, VXLAN),
 the Service proxy on nftables with an EndpointSlice controller and
-LoadBalancer IPs (agent --proxy, --proxy-only), node pod CIDRs
-(controller), and the lab.
+LoadBalancer IPs (agent --proxy, --proxy-only), cluster DNS (agent --dns,
+--dns-only), node pod CIDRs (controller), and the lab.
 
-Planned, not built yet: cluster DNS, NetworkPolicy, Gateway API and
+Planned, not built yet: NetworkPolicy, Gateway API and
 Ingress, the proxy's iptables and userspace modes, lab nodes running the
 upstream kubelet and containerd.`,
 		SilenceUsage:  true,
