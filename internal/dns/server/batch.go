@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/netip"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -76,12 +75,9 @@ func (s *Server) serveUDPBatch(ctx context.Context, c *net.UDPConn) {
 				w++
 				continue
 			}
-			q := append([]byte(nil), b...)
-			go func(from netip.AddrPort) {
-				if r := s.slow(ctx, q, from, false, start); r != nil {
-					c.WriteToUDPAddrPort(r, from) //nolint:errcheck // the client retries
-				}
-			}(from)
+			s.goSlow(ctx, b, from, start, func(r []byte) {
+				c.WriteToUDPAddrPort(r, from) //nolint:errcheck // the client retries
+			})
 		}
 		for sent := 0; sent < w; {
 			k, err := bc.WriteBatch(wms[sent:w], 0)

@@ -29,6 +29,7 @@ type Metrics struct {
 
 	cacheHits, cacheMisses prometheus.Counter // the packed-reply cache
 	autopath               prometheus.Counter
+	drops                  prometheus.Counter
 }
 
 // countedTypes get a type label of their own, as CoreDNS's monitored
@@ -75,9 +76,11 @@ func NewMetrics(fwd *forward.Forwarder) *Metrics {
 		Help: missesHelp}, []string{"cache"})
 	autopath := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "autopath_success_total",
 		Help: "Counter of requests answered in one round trip by autopath."})
-	reg.MustRegister(requests, duration, responses, hits, misses, autopath)
+	drops := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "dropped_requests_total",
+		Help: "Counter of UDP requests dropped because MaxSlowQueries were being answered (mostly waiting on upstreams)."})
+	reg.MustRegister(requests, duration, responses, hits, misses, autopath, drops)
 
-	m := &Metrics{registry: reg, responses: map[int]prometheus.Counter{}, autopath: autopath,
+	m := &Metrics{registry: reg, responses: map[int]prometheus.Counter{}, autopath: autopath, drops: drops,
 		cacheHits: hits.WithLabelValues("cluster"), cacheMisses: misses.WithLabelValues("cluster")}
 	for p, proto := range []string{"udp", "tcp"} {
 		for f, fam := range []string{"1", "2"} {
@@ -173,6 +176,12 @@ func (m *Metrics) hit(hit bool) {
 		m.cacheHits.Inc()
 	} else {
 		m.cacheMisses.Inc()
+	}
+}
+
+func (m *Metrics) dropped() {
+	if m != nil {
+		m.drops.Inc()
 	}
 }
 

@@ -93,6 +93,8 @@ type Server struct {
 	cache *replyCache // nil when off
 	m     *Metrics
 
+	slowSlots chan struct{} // see MaxSlowQueries
+
 	logMu sync.Mutex
 }
 
@@ -101,7 +103,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Index == nil {
 		return nil, errors.New("dns server: no records index")
 	}
-	s := &Server{cfg: cfg, ix: cfg.Index, m: cfg.Metrics}
+	s := &Server{cfg: cfg, ix: cfg.Index, m: cfg.Metrics, slowSlots: make(chan struct{}, MaxSlowQueries)}
 	if cfg.CacheEntries >= 0 {
 		n := cfg.CacheEntries
 		if n == 0 {
@@ -109,8 +111,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.cache = newReplyCache(n)
 	}
-	for i, d := range cfg.Search {
-		s.cfg.Search[i] = dns.Fqdn(strings.ToLower(d))
+	s.cfg.Search = nil
+	for _, d := range cfg.Search {
+		s.cfg.Search = append(s.cfg.Search, dns.Fqdn(strings.ToLower(d)))
 	}
 	return s, nil
 }
@@ -178,13 +181,32 @@ func (s *Server) serveUDP(ctx context.Context, c net.PacketConn) {
 			out = reply[:0]
 			continue
 		}
-		q := append([]byte(nil), buf[:n]...)
-		go func() {
-			if r := s.slow(ctx, q, from, false, start); r != nil {
-				writeUDP(c, uc, r, from)
-			}
-		}()
+		s.goSlow(ctx, buf[:n], from, start, func(r []byte) { writeUDP(c, uc, r, from) })
 	}
+}
+
+// MaxSlowQueries bounds the UDP queries on the slow path at once (waiting
+// on an upstream, mostly). Beyond it a query is dropped, as a full socket
+// buffer would drop it, and the client retries: a flood of unique names
+// cannot grow the goroutines and upstream sockets without bound.
+const MaxSlowQueries = 2048
+
+// goSlow answers the UDP query b on the slow path in a goroutine of its own
+// (it may wait on an upstream) and hands the reply to send; b is copied.
+func (s *Server) goSlow(ctx context.Context, b []byte, from netip.AddrPort, start time.Time, send func([]byte)) {
+	select {
+	case s.slowSlots <- struct{}{}:
+	default:
+		s.m.dropped()
+		return
+	}
+	q := append([]byte(nil), b...)
+	go func() {
+		defer func() { <-s.slowSlots }()
+		if r := s.slow(ctx, q, from, false, start); r != nil {
+			send(r)
+		}
+	}()
 }
 
 func writeUDP(c net.PacketConn, uc *net.UDPConn, b []byte, to netip.AddrPort) {

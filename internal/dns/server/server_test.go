@@ -590,3 +590,49 @@ func TestIPv6Socket(t *testing.T) {
 		}
 	}
 }
+
+// blocking is an upstream that answers only when released.
+type blocking struct{ release chan struct{} }
+
+func (b blocking) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return nil, fmt.Errorf("released")
+}
+
+// TestSlowQueriesBounded: queries waiting on an upstream are bounded; past
+// the bound they are dropped and counted, and cluster names from the
+// reply cache are still answered meanwhile.
+func TestSlowQueriesBounded(t *testing.T) {
+	ix, _ := records.New(records.Config{})
+	up := blocking{release: make(chan struct{})}
+	ts := start(t, Config{Index: ix, Forwarder: up, Metrics: NewMetrics(nil)})
+	defer close(up.release)
+	ts.ask(t, "udp", "web.ns1.svc.cluster.local.", dns.TypeA, 0) // cached from now on
+	conn, err := net.Dial("udp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i := range MaxSlowQueries + 100 {
+		if i%100 == 0 {
+			time.Sleep(5 * time.Millisecond) // let the reader keep up: the socket buffer holds a few hundred
+		}
+		m := new(dns.Msg)
+		m.SetQuestion(fmt.Sprintf("n%d.example.", i), dns.TypeA)
+		b, _ := m.Pack()
+		conn.Write(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(ts.srv.m.drops) < 100 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(ts.srv.m.drops); got < 100 {
+		t.Fatalf("dropped_requests_total = %v after %d stuck queries, want >= 100", got, MaxSlowQueries+100)
+	}
+	if r := ts.ask(t, "udp", "web.ns1.svc.cluster.local.", dns.TypeA, 0); len(r.Answer) != 1 {
+		t.Fatalf("cluster name while the slow path is full: %v", r)
+	}
+}
