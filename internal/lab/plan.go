@@ -61,9 +61,10 @@ type Observed struct {
 	// AgentsWithoutProxy: node name -> a running agent was started
 	// without --proxy (a lab from before Services): up restarts it.
 	AgentsWithoutProxy map[string]bool
-	// AgentsWithoutDNS: node name -> a running agent was started without
-	// --dns (a lab from before cluster DNS): up restarts it.
-	AgentsWithoutDNS map[string]bool
+	// AgentsDNSOutdated: node name -> a running agent was started without
+	// --dns (a lab from before cluster DNS) or with other upstreams (the
+	// external host came or went): up restarts it.
+	AgentsDNSOutdated map[string]bool
 	// ControllerWithoutEndpointSlices: the running controller was started
 	// without --endpointslices: up restarts it.
 	ControllerWithoutEndpointSlices bool
@@ -154,9 +155,9 @@ func Plan(s *Spec, o Observed) []Step {
 			other = true
 			what += "; was without the Service proxy"
 		}
-		if o.Agents[n.Name] && o.AgentsWithoutDNS[n.Name] {
+		if o.Agents[n.Name] && o.AgentsDNSOutdated[n.Name] {
 			other = true
-			what += "; was without cluster DNS"
+			what += "; cluster DNS was off or had other upstreams"
 		}
 		steps = append(steps, Step{Kind: StepAgent, Node: n.Name,
 			What:    what,

@@ -229,7 +229,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsWithoutDNS: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -251,7 +251,7 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 		if o.Agents[n.Name] {
 			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
 			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
-			o.AgentsWithoutDNS[n.Name] = !hasFlag(pid, "--dns")
+			o.AgentsDNSOutdated[n.Name] = !hasFlag(pid, "--dns") || flagOf(pid, "--dns-upstreams") != s.dnsUpstreams()
 		}
 	}
 	if s.External != nil {
