@@ -16,7 +16,8 @@
 //     bumps its generation whenever an answer may change, which makes every
 //     entry stale at once; a Service created or deleted is answered from the
 //     next query on. Forwarded answers are cached by the forwarder (their
-//     TTLs count down there), not here.
+//     TTLs count down there); their packed copies live here for one second
+//     at most (ForwardedReplyTTL), within the TTL's own granularity.
 //   - Sizes. Over UDP a reply fits the client's EDNS0 buffer (512 bytes
 //     without EDNS0): miekg/dns's Truncate drops what does not fit and sets
 //     TC, so the client retries over TCP. Replies are compressed. Replies
@@ -289,7 +290,7 @@ func (s *Server) fast(out, key, b []byte, client netip.Addr, tcp bool, start tim
 		return nil, key
 	}
 	key = cacheKey(key[:0], b, q, s.clientNamespace(client))
-	e, ok := s.cache.get(key, s.ix.Generation())
+	e, ok := s.cache.get(key, s.ix.Generation(), start)
 	s.m.hit(ok)
 	if !ok || (!tcp && len(e.wire) > q.maxSize()) {
 		return nil, key
@@ -331,7 +332,7 @@ func (s *Server) slow(ctx context.Context, b []byte, from netip.AddrPort, tcp bo
 		return nil // never answer answers
 	}
 	gen := s.ix.Generation()
-	resp, cacheable, autopathed := s.answer(ctx, req, from.Addr())
+	resp, cache, autopathed := s.answer(ctx, req, from.Addr())
 	opt := req.IsEdns0()
 	if opt != nil {
 		resp.SetEdns0(AdvertisedUDPSize, opt.Do())
@@ -340,13 +341,20 @@ func (s *Server) slow(ctx context.Context, b []byte, from netip.AddrPort, tcp bo
 	full, err := resp.Pack()
 	if err != nil {
 		resp = servFail(req, opt)
-		cacheable = false
+		cache = uncacheable
 		if full, err = resp.Pack(); err != nil {
 			return nil
 		}
 	}
-	if q, ok := parseQuery(b); ok && cacheable && s.cache != nil {
-		s.cache.put(cacheKey(nil, b, q, s.clientNamespace(from.Addr())), gen, full, autopathed)
+	if q, ok := parseQuery(b); ok && cache != uncacheable && s.cache != nil {
+		e := cached{gen: gen, autopath: autopathed}
+		ttl := minTTL(resp)
+		if cache == forwarded {
+			e.expires = time.Now().Add(min(ForwardedReplyTTL, time.Duration(ttl)*time.Second))
+		}
+		if cache == fromIndex || ttl > 0 { // TTL 0 or no record: not to be kept
+			s.cache.put(cacheKey(nil, b, q, s.clientNamespace(from.Addr())), e, full)
+		}
 	}
 	reply := full
 	if !tcp {
@@ -377,9 +385,25 @@ func (s *Server) slow(ctx context.Context, b []byte, from netip.AddrPort, tcp bo
 	return reply
 }
 
+// How long a reply may be kept in the reply cache.
+type cacheability int
+
+const (
+	uncacheable cacheability = iota
+	// fromIndex: until the index's generation moves.
+	fromIndex
+	// forwarded: for ForwardedReplyTTL at most (the forwarder's own
+	// cache counts TTLs down; a packed copy cannot, so it lives one
+	// second, within the TTL's own granularity).
+	forwarded
+)
+
+// ForwardedReplyTTL is how long a packed forwarded reply is served as it is.
+const ForwardedReplyTTL = time.Second
+
 // answer builds the reply to req (without OPT and before truncation) and
-// says whether it came from the index alone (cacheable) and from autopath.
-func (s *Server) answer(ctx context.Context, req *dns.Msg, client netip.Addr) (resp *dns.Msg, cacheable, autopathed bool) {
+// says how it may be cached and whether autopath made it.
+func (s *Server) answer(ctx context.Context, req *dns.Msg, client netip.Addr) (resp *dns.Msg, cache cacheability, autopathed bool) {
 	resp = new(dns.Msg)
 	resp.SetReply(req)
 	resp.RecursionAvailable = true
@@ -387,30 +411,37 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg, client netip.Addr) (r
 	case req.Opcode != dns.OpcodeQuery:
 		resp.SetRcode(req, dns.RcodeNotImplemented)
 		resp.Question = nil
-		return resp, false, false
+		return resp, uncacheable, false
 	case len(req.Question) != 1:
 		resp.SetRcode(req, dns.RcodeFormatError)
-		return resp, false, false
+		return resp, uncacheable, false
 	}
 	if opt := req.IsEdns0(); opt != nil && opt.Version() != 0 {
 		resp.Rcode = dns.RcodeBadVers
-		return resp, false, false
+		return resp, uncacheable, false
 	}
 	q := req.Question[0]
 	if ap, ok, local := s.autopath(ctx, req, q, client); ok {
-		return ap, local, true
+		if local {
+			return ap, fromIndex, true
+		}
+		return ap, uncacheable, true
 	}
 	r := s.ix.Answer(q, client)
 	if r.NotOurs {
-		return s.forward(ctx, req, resp), false, false
+		fr := s.forward(ctx, req, resp)
+		if fr.Rcode == dns.RcodeSuccess || fr.Rcode == dns.RcodeNameError {
+			return fr, forwarded, false
+		}
+		return fr, uncacheable, false
 	}
 	r.Fill(resp)
 	if r.Target == "" {
-		return resp, true, false
+		return resp, fromIndex, false
 	}
 	// An ExternalName Service: its CNAME's target is outside the zone.
 	s.chase(ctx, req, resp, r.Target, q.Qtype)
-	return resp, false, false
+	return resp, uncacheable, false
 }
 
 // chase appends to resp the upstream's answer for target (an ExternalName
@@ -485,6 +516,23 @@ func formErr(b []byte) []byte {
 	r[2] = 0x80 | b[2]&0x79 // QR, opcode, RD
 	r[3] = dns.RcodeFormatError
 	return r
+}
+
+// minTTL is the smallest TTL of m's records (OPT aside); 0 when there are
+// none (a negative answer without SOA must not be cached: RFC 2308).
+func minTTL(m *dns.Msg) uint32 {
+	t, any := uint32(1<<31), false
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			if h := rr.Header(); h.Rrtype != dns.TypeOPT {
+				t, any = min(t, h.Ttl), true
+			}
+		}
+	}
+	if !any {
+		return 0
+	}
+	return t
 }
 
 // logQuery writes one line in the format of CoreDNS's log plugin:

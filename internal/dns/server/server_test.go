@@ -636,3 +636,31 @@ func TestSlowQueriesBounded(t *testing.T) {
 		t.Fatalf("cluster name while the slow path is full: %v", r)
 	}
 }
+
+// TestForwardedReplyCachedOneSecond: a forwarded reply is served packed for
+// ForwardedReplyTTL (so the TTL it shows is never more than a second
+// stale), then asked again; a TTL 0 reply is never kept.
+func TestForwardedReplyCachedOneSecond(t *testing.T) {
+	var queries atomic.Int64
+	f, err := forward.New(forward.Config{Upstreams: []string{upstream(t, &queries)}, CacheEntries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, Config{Forwarder: f, Metrics: NewMetrics(f)})
+	ts.ask(t, "udp", "example.com.", dns.TypeA, 0)
+	ts.ask(t, "udp", "example.com.", dns.TypeA, 0)
+	if n := queries.Load(); n != 1 {
+		t.Fatalf("two asks within a second reached upstream %d times, want 1", n)
+	}
+	time.Sleep(ForwardedReplyTTL + 100*time.Millisecond)
+	ts.ask(t, "udp", "example.com.", dns.TypeA, 0)
+	if n := queries.Load(); n != 2 {
+		t.Fatalf("an ask after %s reached upstream %d times in all, want 2", ForwardedReplyTTL, n)
+	}
+	// NODATA from upstream carries no record, so no TTL: not kept.
+	ts.ask(t, "udp", "example.com.", dns.TypeAAAA, 0)
+	ts.ask(t, "udp", "example.com.", dns.TypeAAAA, 0)
+	if n := queries.Load(); n != 4 {
+		t.Fatalf("NODATA without SOA: upstream saw %d queries in all, want 4", n)
+	}
+}

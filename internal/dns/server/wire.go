@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"sync"
+	"time"
 )
 
 // query is what the fast path reads from a query's bytes without unpacking
@@ -101,8 +102,9 @@ type replyCache struct {
 
 type cached struct {
 	gen      uint64
-	wire     []byte // ID 0, RD and CD clear
-	autopath bool   // an autopath answer (counted as one on every hit)
+	wire     []byte    // ID 0, RD and CD clear
+	autopath bool      // an autopath answer (counted as one on every hit)
+	expires  time.Time // forwarded replies: valid until then, whatever the generation
 }
 
 func newReplyCache(max int) *replyCache {
@@ -123,18 +125,21 @@ func cacheKey(dst []byte, b []byte, q query, ns string) []byte {
 	return append(dst, ns...)
 }
 
-func (c *replyCache) get(key []byte, gen uint64) (cached, bool) {
+func (c *replyCache) get(key []byte, gen uint64, now time.Time) (cached, bool) {
 	c.mu.RLock()
 	e, ok := c.entries[string(key)]
 	c.mu.RUnlock()
-	if !ok || e.gen != gen {
+	if !ok {
+		return cached{}, false
+	}
+	if e.expires.IsZero() && e.gen != gen || !e.expires.IsZero() && !now.Before(e.expires) {
 		return cached{}, false
 	}
 	return e, true
 }
 
-// put stores a copy of reply (packed, untruncated) under key.
-func (c *replyCache) put(key []byte, gen uint64, reply []byte, autopath bool) {
+// put stores e with a copy of reply (packed, untruncated) under key.
+func (c *replyCache) put(key []byte, e cached, reply []byte) {
 	w := append([]byte(nil), reply...)
 	w[0], w[1] = 0, 0
 	w[2] &^= flagRD
@@ -149,7 +154,8 @@ func (c *replyCache) put(key []byte, gen uint64, reply []byte, autopath bool) {
 			break
 		}
 	}
-	c.entries[string(key)] = cached{gen: gen, wire: w, autopath: autopath}
+	e.wire = w
+	c.entries[string(key)] = e
 }
 
 func (c *replyCache) len() int {
