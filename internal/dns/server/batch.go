@@ -68,7 +68,7 @@ func (s *Server) serveUDPBatch(ctx context.Context, c *net.UDPConn) {
 			}
 			from := ua.AddrPort()
 			var reply []byte
-			if reply, key = s.fast(outs[w][:0], key, b, from.Addr(), false, start); reply != nil {
+			if reply, key = s.fast(outs[w][:0], key, b, from, false, start); reply != nil {
 				outs[w] = reply
 				wms[w].Buffers[0] = reply
 				wms[w].Addr = m.Addr

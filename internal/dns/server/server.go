@@ -177,7 +177,7 @@ func (s *Server) serveUDP(ctx context.Context, c net.PacketConn) {
 		}
 		start := time.Now()
 		var reply []byte
-		if reply, key = s.fast(out, key, buf[:n], from.Addr(), false, start); reply != nil {
+		if reply, key = s.fast(out, key, buf[:n], from, false, start); reply != nil {
 			writeUDP(c, uc, reply, from)
 			out = reply[:0]
 			continue
@@ -264,7 +264,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		}
 		start := time.Now()
 		var reply []byte
-		if reply, key = s.fast(out, key, q, from.Addr(), true, start); reply == nil {
+		if reply, key = s.fast(out, key, q, from, true, start); reply == nil {
 			if reply = s.slow(ctx, q, from, true, start); reply == nil {
 				return // not a query we answer: drop the connection
 			}
@@ -281,7 +281,8 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 
 // fast answers b from the packed-reply cache into out, or returns nil.
 // key is scratch space, returned for reuse.
-func (s *Server) fast(out, key, b []byte, client netip.Addr, tcp bool, start time.Time) ([]byte, []byte) {
+func (s *Server) fast(out, key, b []byte, from netip.AddrPort, tcp bool, start time.Time) ([]byte, []byte) {
+	client := from.Addr()
 	if s.cache == nil {
 		return nil, key
 	}
@@ -304,7 +305,7 @@ func (s *Server) fast(out, key, b []byte, client netip.Addr, tcp bool, start tim
 	s.m.observe(tcp, client.Is6() && !client.Is4In6(), qtype, rcode, time.Since(start).Seconds())
 	if s.cfg.QueryLog != nil {
 		name, _, _ := dns.UnpackDomainName(b, 12)
-		s.logQuery(client, binary.BigEndian.Uint16(b), name, qtype, tcp, len(b), q, rcode, len(reply), start)
+		s.logQuery(from, binary.BigEndian.Uint16(b), name, qtype, tcp, len(b), q, reply, start)
 	}
 	return reply, key
 }
@@ -380,7 +381,7 @@ func (s *Server) slow(ctx context.Context, b []byte, from netip.AddrPort, tcp bo
 		if opt != nil {
 			qi = query{edns: true, do: opt.Do(), udpSize: opt.UDPSize()}
 		}
-		s.logQuery(from.Addr(), req.Id, name, qtype, tcp, len(b), qi, resp.Rcode, len(reply), start)
+		s.logQuery(from, req.Id, name, qtype, tcp, len(b), qi, reply, start)
 	}
 	return reply
 }
@@ -536,8 +537,8 @@ func minTTL(m *dns.Msg) uint32 {
 }
 
 // logQuery writes one line in the format of CoreDNS's log plugin:
-// client - id "type class name proto size do bufsize" rcode flags rsize duration.
-func (s *Server) logQuery(client netip.Addr, id uint16, name string, qtype uint16, tcp bool, size int, q query, rcode, rsize int, start time.Time) {
+// [INFO] client:port - id "type class name proto size do bufsize" rcode flags rsize duration.
+func (s *Server) logQuery(from netip.AddrPort, id uint16, name string, qtype uint16, tcp bool, size int, q query, reply []byte, start time.Time) {
 	proto := "udp"
 	if tcp {
 		proto = "tcp"
@@ -546,8 +547,21 @@ func (s *Server) logQuery(client netip.Addr, id uint16, name string, qtype uint1
 	if q.edns {
 		buf = int(q.udpSize)
 	}
-	line := fmt.Sprintf("%s - %d \"%s IN %s %s %d %t %d\" %s %d %s\n", client, id, dns.Type(qtype), name, proto, size, q.do, buf,
-		dns.RcodeToString[rcode], rsize, time.Since(start).Round(time.Microsecond))
+	rcode, flags := 0, ""
+	if len(reply) >= 4 {
+		rcode = int(reply[3] & 0x0F)
+		for _, f := range []struct {
+			set  bool
+			name string
+		}{{reply[2]&0x80 != 0, "qr"}, {reply[2]&0x04 != 0, "aa"}, {reply[2]&0x02 != 0, "tc"}, {reply[2]&flagRD != 0, "rd"},
+			{reply[3]&0x80 != 0, "ra"}, {reply[3]&0x20 != 0, "ad"}, {reply[3]&flagCD != 0, "cd"}} {
+			if f.set {
+				flags += "," + f.name
+			}
+		}
+	}
+	line := fmt.Sprintf("[INFO] %s - %d \"%s IN %s %s %d %t %d\" %s %s %d %.9fs\n", from, id, dns.Type(qtype), name, proto, size, q.do, buf,
+		dns.RcodeToString[rcode], strings.TrimPrefix(flags, ","), len(reply), time.Since(start).Seconds())
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
 	io.WriteString(s.cfg.QueryLog, line) //nolint:errcheck // best effort
