@@ -606,6 +606,8 @@ func TestLab(t *testing.T) {
 
 	t.Run("External", func(t *testing.T) { checkExternal(t, l) })
 
+	t.Run("DNS", func(t *testing.T) { checkDNS(t, l, labPods) })
+
 	t.Run("FullSizePacket", func(t *testing.T) {
 		// host-gw adds no header: pods get the underlay's MTU, and a
 		// packet of that size with DF set crosses to another node.

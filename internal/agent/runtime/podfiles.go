@@ -301,3 +301,11 @@ func omitDuplicates(list []string) []string {
 	}
 	return out
 }
+
+// PodResolvConf is the resolv.conf this runtime writes for pod on a node
+// whose own file is node, given the agent's --cluster-dns and
+// --cluster-domain: the expected file for tests that read a pod's.
+func PodResolvConf(pod *v1.Pod, clusterDNS []netip.Addr, clusterDomain string, node []byte) []byte {
+	r, _ := podDNS(pod, dnsSettings{ClusterDNS: clusterDNS, ClusterDomain: clusterDomain, Node: parseResolvConf(node)})
+	return r.file()
+}
