@@ -423,7 +423,7 @@ func checkDNS(t *testing.T, l *testLab, pods []labPod) {
 			}
 		}
 		if len(fails) > 0 {
-			t.Errorf("%d of 1000 lookups failed (no answer within 5s or a wrong one), e.g. %v", len(fails), fails[:min(5, len(fails))])
+			t.Errorf("%d of 1000 lookups failed (no answer within 5s or a wrong one), e.g.:\n%s", len(fails), strings.Join(fails[:min(5, len(fails))], "\n"))
 		}
 	})
 
