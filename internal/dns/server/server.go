@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/dns/records"
 )
@@ -135,6 +136,9 @@ func (s *Server) Serve(ctx context.Context, udp []net.PacketConn, tcp []net.List
 	})
 	defer stop()
 	for _, c := range udp {
+		if uc, ok := c.(*net.UDPConn); ok {
+			setReadBuffer(uc, UDPReadBuffer)
+		}
 		// One reader per CPU: a read loop answers cache hits inline.
 		for range runtime.GOMAXPROCS(0) {
 			wg.Go(func() { s.serveUDP(ctx, c) })
@@ -184,6 +188,26 @@ func (s *Server) serveUDP(ctx context.Context, c net.PacketConn) {
 		}
 		s.goSlow(ctx, buf[:n], from, start, func(r []byte) { writeUDP(c, uc, r, from) })
 	}
+}
+
+// UDPReadBuffer is the receive buffer of the UDP sockets. The default
+// (net.core.rmem_default, 208 KiB here) holds about 270 queries: a burst
+// of a thousand pods' parallel A+AAAA lookups overflows it and the kernel
+// drops queries, which glibc retries only after 5 s.
+const UDPReadBuffer = 8 << 20
+
+// setReadBuffer sets c's receive buffer to n bytes: SO_RCVBUFFORCE (root,
+// past net.core.rmem_max), else SO_RCVBUF up to rmem_max.
+func setReadBuffer(c *net.UDPConn, n int) {
+	if rc, err := c.SyscallConn(); err == nil {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+		}); err == nil && serr == nil {
+			return
+		}
+	}
+	_ = c.SetReadBuffer(n) // capped by rmem_max; best effort
 }
 
 // MaxSlowQueries bounds the UDP queries on the slow path at once (waiting

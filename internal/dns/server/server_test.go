@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -663,4 +667,33 @@ func TestForwardedReplyCachedOneSecond(t *testing.T) {
 	if n := queries.Load(); n != 4 {
 		t.Fatalf("NODATA without SOA: upstream saw %d queries in all, want 4", n)
 	}
+}
+
+// TestUDPReadBuffer: the server's UDP sockets get a receive buffer that
+// holds a burst of thousands of queries (a full one drops them, and glibc
+// retries only after 5 s).
+func TestUDPReadBuffer(t *testing.T) {
+	ts := start(t, Config{})
+	ts.ask(t, "udp", "web.ns1.svc.cluster.local.", dns.TypeA, 0) // serving, so the buffer is set
+	out, err := exec.Command("ss", "-uamnH", "src", ts.addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss: %v %s", err, out)
+	}
+	m := regexp.MustCompile(`rb(\d+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("no rb in ss output: %s", out)
+	}
+	rb, _ := strconv.Atoi(m[1])
+	// As root SO_RCVBUFFORCE gives UDPReadBuffer (the kernel doubles it);
+	// otherwise net.core.rmem_max caps it.
+	want := UDPReadBuffer
+	if os.Geteuid() != 0 {
+		b, _ := os.ReadFile("/proc/sys/net/core/rmem_max")
+		max, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		want = min(want, max)
+	}
+	if rb < want {
+		t.Fatalf("UDP receive buffer %d bytes, want >= %d", rb, want)
+	}
+	t.Logf("UDP receive buffer: %d bytes", rb)
 }
