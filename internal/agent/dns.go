@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -226,13 +225,7 @@ func runDNS(ctx context.Context, client kubernetes.Interface, s dnsSettings) err
 
 	// Names first: answering before the informers synced would say
 	// NXDOMAIN for names that exist.
-	factory := informers.NewSharedInformerFactory(client, 0)
-	synced, err := ix.Watch(factory, s.Records.Pods == records.PodsVerified || s.Autopath)
-	if err != nil {
-		return err
-	}
-	factory.StartWithContext(ctx)
-	defer factory.Shutdown()
+	synced := ix.Watch(ctx, client, s.Records.Pods == records.PodsVerified || s.Autopath)
 	t0 := time.Now()
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return nil // ctx ended

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -306,19 +305,13 @@ func TestNamespaceOf(t *testing.T) {
 	}
 }
 
-// TestWatch: the informers feed the index, through the trimming
-// transforms, and deletions reach it.
+// TestWatch: the reflectors feed the index, and deletions reach it.
 func TestWatch(t *testing.T) {
 	cs := fake.NewClientset(world()...)
 	ix, _ := New(Config{})
-	f := informers.NewSharedInformerFactory(cs, 0)
-	synced, err := ix.Watch(f, true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.Start(ctx.Done())
+	synced := ix.Watch(ctx, cs, true)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		t.Fatal("informers did not sync")
 	}
@@ -327,7 +320,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := sizes(ix), sizes(ref); got != want {
-		t.Fatalf("fed by informers: %s, by a list: %s", got, want)
+		t.Fatalf("fed by watching: %s, by a list: %s", got, want)
 	}
 	if _, ok := ix.NamespaceOf(netip.MustParseAddr("10.1.0.5")); !ok {
 		t.Error("pods were not watched")

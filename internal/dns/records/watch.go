@@ -1,131 +1,171 @@
 package records
 
 import (
-	"fmt"
+	"context"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
-// Watch feeds ix from f's Service and EndpointSlice informers, and its Pod
-// informer when pods is set (verified pod records, autopath). The
-// informers keep trimmed copies (transforms drop managed fields and every
-// field DNS does not read), which is most of the memory a cluster's worth
-// of objects costs. Call before f is started; wait on the returned
-// HasSynced functions before answering, or existing names would be
-// NXDOMAIN for a moment.
-func (ix *Index) Watch(f informers.SharedInformerFactory, pods bool) ([]cache.InformerSynced, error) {
-	var synced []cache.InformerSynced
-	svc := f.Core().V1().Services().Informer()
-	eps := f.Discovery().V1().EndpointSlices().Informer()
-	add := []struct {
-		what string
-		inf  cache.SharedIndexInformer
-		tf   cache.TransformFunc
-		up   func(any)
-		del  func(ns, name string)
-	}{
-		{"services", svc, trimService, func(o any) {
-			if s, ok := o.(*corev1.Service); ok {
-				ix.UpsertService(s)
-			}
-		}, ix.DeleteService},
-		{"endpointslices", eps, trimSlice, func(o any) {
-			if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-				ix.UpsertEndpointSlice(s)
-			}
-		}, ix.DeleteEndpointSlice},
+// Watch feeds ix from the API until ctx ends: Services and EndpointSlices,
+// and Pods when pods is set (verified pod records, autopath). It returns
+// one HasSynced per resource; wait on them before answering, or existing
+// names would be NXDOMAIN for a moment.
+//
+// There are no informers here: a reflector per resource lists and watches
+// into a store (feed) that hands every object straight to the index, which
+// keeps only the stripped fields it answers from, and remembers nothing but
+// the objects' keys (to see what a relist no longer has). An informer would
+// keep a second, full copy of every object in its cache: at 10,000 Services
+// that copy was about as large as the index itself.
+func (ix *Index) Watch(ctx context.Context, cs kubernetes.Interface, pods bool) []cache.InformerSynced {
+	feeds := []*feed{
+		{what: "services", example: &corev1.Service{}, lw: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.CoreV1().Services("").List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.CoreV1().Services("").Watch(ctx, o)
+			}},
+			upsert: func(o any) {
+				if s, ok := o.(*corev1.Service); ok {
+					ix.UpsertService(s)
+				}
+			}, del: ix.DeleteService},
+		{what: "endpointslices", example: &discoveryv1.EndpointSlice{}, lw: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.DiscoveryV1().EndpointSlices("").List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+			}},
+			upsert: func(o any) {
+				if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+					ix.UpsertEndpointSlice(s)
+				}
+			}, del: ix.DeleteEndpointSlice},
 	}
 	if pods {
-		add = append(add, struct {
-			what string
-			inf  cache.SharedIndexInformer
-			tf   cache.TransformFunc
-			up   func(any)
-			del  func(ns, name string)
-		}{"pods", f.Core().V1().Pods().Informer(), trimPod, func(o any) {
-			if p, ok := o.(*corev1.Pod); ok {
-				ix.UpsertPod(p)
-			}
-		}, ix.DeletePod})
-	}
-	for _, a := range add {
-		if err := a.inf.SetTransform(a.tf); err != nil {
-			return nil, fmt.Errorf("watching %s: %w", a.what, err)
-		}
-		del := a.del
-		reg, err := a.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    a.up,
-			UpdateFunc: func(_, cur any) { a.up(cur) },
-			DeleteFunc: func(o any) {
-				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-					o = d.Obj
-				}
-				if m, ok := o.(metav1.Object); ok {
-					del(m.GetNamespace(), m.GetName())
-				}
+		feeds = append(feeds, &feed{what: "pods", example: &corev1.Pod{}, lw: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.CoreV1().Pods("").List(ctx, o)
 			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("watching %s: %w", a.what, err)
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.CoreV1().Pods("").Watch(ctx, o)
+			}},
+			upsert: func(o any) {
+				if p, ok := o.(*corev1.Pod); ok {
+					ix.UpsertPod(p)
+				}
+			}, del: ix.DeletePod})
+	}
+	logger := klog.FromContext(ctx)
+	var synced []cache.InformerSynced
+	for _, f := range feeds {
+		f.keys = map[string]struct{}{}
+		// As client-go's informers: a client that cannot stream the
+		// initial list (the fake clientset) gets a plain list.
+		lw := cache.ToListWatcherWithWatchListSemantics(f.lw, cs)
+		r := cache.NewReflectorWithOptions(lw, f.example, f, cache.ReflectorOptions{Name: "dns-" + f.what, Logger: &logger})
+		go r.RunWithContext(ctx)
+		synced = append(synced, f.synced.Load)
+	}
+	return synced
+}
+
+// feed is a reflector's store that writes through to the index.
+type feed struct {
+	what    string
+	example runtime.Object
+	lw      *cache.ListWatch
+	upsert  func(any)
+	del     func(ns, name string)
+
+	mu     sync.Mutex
+	keys   map[string]struct{} // namespace/name of every object fed
+	synced atomic.Bool         // the first list was fed
+}
+
+func objectKey(o any) (ns, name string, ok bool) {
+	if d, isD := o.(cache.DeletedFinalStateUnknown); isD {
+		o = d.Obj
+	}
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return "", "", false
+	}
+	return m.GetNamespace(), m.GetName(), true
+}
+
+// Add implements cache.ReflectorStore.
+func (f *feed) Add(o any) error {
+	ns, name, ok := objectKey(o)
+	if !ok {
+		return nil
+	}
+	f.mu.Lock()
+	f.keys[ns+"/"+name] = struct{}{}
+	f.mu.Unlock()
+	f.upsert(o)
+	return nil
+}
+
+// Update implements cache.ReflectorStore.
+func (f *feed) Update(o any) error { return f.Add(o) }
+
+// Delete implements cache.ReflectorStore.
+func (f *feed) Delete(o any) error {
+	ns, name, ok := objectKey(o)
+	if !ok {
+		return nil
+	}
+	f.mu.Lock()
+	delete(f.keys, ns+"/"+name)
+	f.mu.Unlock()
+	f.del(ns, name)
+	return nil
+}
+
+// Replace implements cache.ReflectorStore: a (re)list. What the list no
+// longer has was deleted while the watch was down.
+func (f *feed) Replace(list []any, _ string) error {
+	seen := make(map[string]struct{}, len(list))
+	for _, o := range list {
+		if ns, name, ok := objectKey(o); ok {
+			seen[ns+"/"+name] = struct{}{}
+			f.upsert(o)
 		}
-		synced = append(synced, reg.HasSynced)
 	}
-	return synced, nil
+	f.mu.Lock()
+	old := f.keys
+	f.keys = seen
+	f.mu.Unlock()
+	for k := range old {
+		if _, ok := seen[k]; !ok {
+			ns, name := splitKey(k)
+			f.del(ns, name)
+		}
+	}
+	f.synced.Store(true)
+	return nil
 }
 
-// trimMeta keeps what identifies an object and what DNS reads of its
-// metadata.
-func trimMeta(m *metav1.ObjectMeta, keepLabel, keepAnnotation string) {
-	m.ManagedFields = nil
-	m.OwnerReferences = nil
-	m.Finalizers = nil
-	if v, ok := m.Labels[keepLabel]; ok && keepLabel != "" {
-		m.Labels = map[string]string{keepLabel: v}
-	} else {
-		m.Labels = nil
-	}
-	if v, ok := m.Annotations[keepAnnotation]; ok && keepAnnotation != "" {
-		m.Annotations = map[string]string{keepAnnotation: v}
-	} else {
-		m.Annotations = nil
-	}
-}
+// Resync implements cache.ReflectorStore (nothing to resync: no cache).
+func (f *feed) Resync() error { return nil }
 
-func trimService(o any) (any, error) {
-	s, ok := o.(*corev1.Service)
-	if !ok {
-		return o, nil
+func splitKey(k string) (ns, name string) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '/' {
+			return k[:i], k[i+1:]
+		}
 	}
-	trimMeta(&s.ObjectMeta, "", tolerateUnreadyAnnotation)
-	s.Spec.Selector = nil
-	s.Status = corev1.ServiceStatus{}
-	return s, nil
-}
-
-func trimSlice(o any) (any, error) {
-	es, ok := o.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return o, nil
-	}
-	trimMeta(&es.ObjectMeta, discoveryv1.LabelServiceName, "")
-	for i := range es.Endpoints {
-		e := &es.Endpoints[i]
-		e.TargetRef, e.NodeName, e.Zone, e.Hints, e.DeprecatedTopology = nil, nil, nil, nil, nil
-	}
-	return es, nil
-}
-
-func trimPod(o any) (any, error) {
-	p, ok := o.(*corev1.Pod)
-	if !ok {
-		return o, nil
-	}
-	trimMeta(&p.ObjectMeta, "", "")
-	p.Spec = corev1.PodSpec{HostNetwork: p.Spec.HostNetwork}
-	p.Status = corev1.PodStatus{PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs}
-	return p, nil
+	return "", k
 }
