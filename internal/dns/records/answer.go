@@ -133,7 +133,7 @@ func (ix *Index) serviceAnswer(name, rel string, qtype uint16) Result {
 			r.Answer = answer
 			return r
 		}
-		if rrs := sets[qtype]; len(rrs) > 0 {
+		if rrs := sets.get(qtype); len(rrs) > 0 {
 			if answer != nil {
 				rrs = append(answer, rrs...)
 			}
@@ -144,18 +144,13 @@ func (ix *Index) serviceAnswer(name, rel string, qtype uint16) Result {
 			return r
 		}
 		if qtype == dns.TypeANY && len(sets) > 0 {
-			types := make([]uint16, 0, len(sets))
-			for t := range sets {
-				types = append(types, t)
-			}
-			slices.Sort(types)
-			for _, t := range types {
-				answer = append(answer, sets[t]...)
+			for _, set := range sets { // in type order
+				answer = append(answer, set.rrs...)
 			}
 			return ix.positive(answer)
 		}
-		cn, ok := sets[dns.TypeCNAME]
-		if !ok {
+		cn := sets.get(dns.TypeCNAME)
+		if len(cn) == 0 {
 			r := ix.negative(dns.RcodeSuccess)
 			r.Answer = answer
 			return r
@@ -186,8 +181,8 @@ func (ix *Index) srvExtra(srvs []dns.RR) []dns.RR {
 	var extra []dns.RR
 	for _, rr := range srvs {
 		sets := ix.names[rr.(*dns.SRV).Target]
-		extra = append(extra, sets[dns.TypeA]...)
-		extra = append(extra, sets[dns.TypeAAAA]...)
+		extra = append(extra, sets.get(dns.TypeA)...)
+		extra = append(extra, sets.get(dns.TypeAAAA)...)
 	}
 	return extra
 }
@@ -237,20 +232,13 @@ func (ix *Index) reverseAnswer(name string, qtype uint16) Result {
 	}
 	zone, served := ix.reverseZone(p)
 	if p.IsSingleIP() {
-		if m := ix.ptrs[p.Addr()]; len(m) > 0 {
+		if ks := ix.ptrs[p.Addr()]; len(ks) > 0 {
 			if qtype != dns.TypePTR && qtype != dns.TypeANY {
 				return ix.reverseNegative(zone, dns.RcodeSuccess)
 			}
-			keys := make([]key, 0, len(m))
-			for k := range m {
-				keys = append(keys, k)
-			}
-			slices.SortFunc(keys, func(a, b key) int {
-				return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name)
-			})
 			var answer []dns.RR
-			for _, k := range keys {
-				answer = append(answer, m[k]...)
+			for _, x := range ks { // in Service order
+				answer = append(answer, x.rrs...)
 			}
 			return ix.positive(answer)
 		}

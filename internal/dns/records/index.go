@@ -21,6 +21,7 @@
 package records
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -120,12 +121,67 @@ type endpoint struct {
 	serving  bool // serving (ready when unknown)
 }
 
-// rrsets is one owner name's records by type. A name with no records at
-// all is an empty non-terminal: it exists (NODATA), it has nothing.
-type rrsets map[uint16][]dns.RR
+// rrsets is one owner name's records, one set per type in type order. A
+// name with no records at all is an empty non-terminal: it exists
+// (NODATA), it has nothing. (Slices, not maps: a name has one to three
+// types, and a small map costs ten times the memory.)
+type rrsets []rrset
 
-// built is what one Service contributes to the shared maps.
+type rrset struct {
+	t   uint16
+	rrs []dns.RR
+}
+
+// get is the records of type t.
+func (s rrsets) get(t uint16) []dns.RR {
+	for _, x := range s {
+		if x.t == t {
+			return x.rrs
+		}
+	}
+	return nil
+}
+
+// add returns s with rr added to its type's set.
+func (s rrsets) add(rr dns.RR) rrsets {
+	t := rr.Header().Rrtype
+	for i := range s {
+		if s[i].t == t {
+			s[i].rrs = append(s[i].rrs, rr)
+			return s
+		}
+	}
+	s = append(s, rrset{t: t, rrs: []dns.RR{rr}})
+	slices.SortFunc(s, func(a, b rrset) int { return int(a.t) - int(b.t) })
+	return s
+}
+
+// built is what one Service contributes to the shared maps, in name and
+// address order.
 type built struct {
+	names []named
+	ptrs  []addrRRs
+}
+
+type named struct {
+	name string
+	sets rrsets
+}
+
+type addrRRs struct {
+	a   netip.Addr
+	rrs []dns.RR
+}
+
+// keyedRRs are the PTR records one Service gives an address.
+type keyedRRs struct {
+	k   key
+	rrs []dns.RR
+}
+
+// builder collects a Service's records before they are frozen into a
+// built.
+type builder struct {
 	names map[string]rrsets
 	ptrs  map[netip.Addr][]dns.RR
 }
@@ -152,9 +208,9 @@ type Index struct {
 	slices   map[key]*slice          // by the slice's own name
 	bySvc    map[key]map[string]bool // service -> names of its slices
 	built    map[key]*built
-	names    map[string]rrsets               // owner name -> records
-	nsCount  map[string]int                  // namespace -> Services with records
-	ptrs     map[netip.Addr]map[key][]dns.RR // address -> PTRs by Service
+	names    map[string]rrsets             // owner name -> records
+	nsCount  map[string]int                // namespace -> Services with records
+	ptrs     map[netip.Addr][]keyedRRs     // address -> PTRs by Service
 	podIPs   map[key][]netip.Addr            // pod -> its IPs
 	podAddrs map[string]map[netip.Addr]int   // namespace -> IP -> pods holding it
 	ipNS     map[netip.Addr]map[string]int   // IP -> namespace -> pods holding it
@@ -179,7 +235,7 @@ func New(cfg Config) (*Index, error) {
 		ttl: ttl, pods: cfg.Pods, reverse: cfg.ReverseCIDRs,
 		services: map[key]*service{}, slices: map[key]*slice{}, bySvc: map[key]map[string]bool{},
 		built: map[key]*built{}, names: map[string]rrsets{}, nsCount: map[string]int{},
-		ptrs: map[netip.Addr]map[key][]dns.RR{}, podIPs: map[key][]netip.Addr{}, podAddrs: map[string]map[netip.Addr]int{},
+		ptrs: map[netip.Addr][]keyedRRs{}, podIPs: map[key][]netip.Addr{}, podAddrs: map[string]map[netip.Addr]int{},
 		ipNS: map[netip.Addr]map[string]int{},
 	}
 	// The serial carries no meaning: nobody transfers this zone.
@@ -447,15 +503,15 @@ func (ix *Index) rebuild(k key) {
 	}
 	ix.gen.Add(1)
 	if old != nil {
-		for name := range old.names {
-			delete(ix.names, name)
+		for _, n := range old.names {
+			delete(ix.names, n.name)
 		}
-		for a := range old.ptrs {
-			if m := ix.ptrs[a]; m != nil {
-				delete(m, k)
-				if len(m) == 0 {
-					delete(ix.ptrs, a)
-				}
+		for _, p := range old.ptrs {
+			ks := slices.DeleteFunc(ix.ptrs[p.a], func(x keyedRRs) bool { return x.k == k })
+			if len(ks) == 0 {
+				delete(ix.ptrs, p.a)
+			} else {
+				ix.ptrs[p.a] = ks
 			}
 		}
 		if ix.nsCount[k.ns]--; ix.nsCount[k.ns] <= 0 {
@@ -468,16 +524,16 @@ func (ix *Index) rebuild(k key) {
 	}
 	ix.built[k] = b
 	ix.nsCount[k.ns]++
-	for name, sets := range b.names {
-		ix.names[name] = sets
+	for _, n := range b.names {
+		ix.names[n.name] = n.sets
 	}
-	for a, rrs := range b.ptrs {
-		m := ix.ptrs[a]
-		if m == nil {
-			m = map[key][]dns.RR{}
-			ix.ptrs[a] = m
-		}
-		m[k] = rrs
+	for _, p := range b.ptrs {
+		ks := append(ix.ptrs[p.a], keyedRRs{k: k, rrs: p.rrs})
+		// In Service order, so that answers are stable.
+		slices.SortFunc(ks, func(x, y keyedRRs) int {
+			return cmp.Or(strings.Compare(x.k.ns, y.k.ns), strings.Compare(x.k.name, y.k.name))
+		})
+		ix.ptrs[p.a] = ks
 	}
 }
 
@@ -487,33 +543,16 @@ func sameBuilt(a, b *built) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if len(a.names) != len(b.names) || len(a.ptrs) != len(b.ptrs) {
-		return false
-	}
 	same := func(x, y []dns.RR) bool {
 		return slices.EqualFunc(x, y, func(r1, r2 dns.RR) bool { return dns.IsDuplicate(r1, r2) })
 	}
-	for name, sa := range a.names {
-		sb, ok := b.names[name]
-		if !ok || len(sa) != len(sb) {
-			return false
-		}
-		for t, rrs := range sa {
-			if !same(rrs, sb[t]) {
-				return false
-			}
-		}
-	}
-	for addr, rrs := range a.ptrs {
-		if !same(rrs, b.ptrs[addr]) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a.names, b.names, func(x, y named) bool {
+		return x.name == y.name && slices.EqualFunc(x.sets, y.sets, func(p, q rrset) bool { return p.t == q.t && same(p.rrs, q.rrs) })
+	}) && slices.EqualFunc(a.ptrs, b.ptrs, func(x, y addrRRs) bool { return x.a == y.a && same(x.rrs, y.rrs) })
 }
 
 func (ix *Index) build(k key, s *service) *built {
-	b := &built{names: map[string]rrsets{}, ptrs: map[netip.Addr][]dns.RR{}}
+	b := &builder{names: map[string]rrsets{}, ptrs: map[netip.Addr][]dns.RR{}}
 	owner := k.name + "." + k.ns + "." + ix.svcZone
 	switch {
 	case s.externalName != "":
@@ -533,15 +572,34 @@ func (ix *Index) build(k key, s *service) *built {
 	// make _proto.<svc> an empty non-terminal.
 	for name := range b.names {
 		if i := strings.IndexByte(name, '.'); strings.HasPrefix(name, "_") && i > 0 {
-			if parent := name[i+1:]; b.names[parent] == nil {
-				b.names[parent] = rrsets{}
+			if parent := name[i+1:]; !hasName(b.names, parent) {
+				b.names[parent] = nil
 			}
 		}
 	}
-	return b
+	return b.freeze()
 }
 
-func (ix *Index) buildHeadless(b *built, k key, s *service, owner string) {
+func hasName(m map[string]rrsets, name string) bool {
+	_, ok := m[name]
+	return ok
+}
+
+// freeze turns the builder's maps into a built's sorted slices.
+func (b *builder) freeze() *built {
+	out := &built{names: make([]named, 0, len(b.names)), ptrs: make([]addrRRs, 0, len(b.ptrs))}
+	for name, sets := range b.names {
+		out.names = append(out.names, named{name: name, sets: slices.Clip(sets)})
+	}
+	slices.SortFunc(out.names, func(x, y named) int { return strings.Compare(x.name, y.name) })
+	for a, rrs := range b.ptrs {
+		out.ptrs = append(out.ptrs, addrRRs{a: a, rrs: slices.Clip(rrs)})
+	}
+	slices.SortFunc(out.ptrs, func(x, y addrRRs) int { return x.a.Compare(y.a) })
+	return out
+}
+
+func (ix *Index) buildHeadless(b *builder, k key, s *service, owner string) {
 	// Slices in name order so that answers are stable.
 	names := make([]string, 0, len(ix.bySvc[k]))
 	for n := range ix.bySvc[k] {
@@ -585,19 +643,11 @@ func (ix *Index) buildHeadless(b *built, k key, s *service, owner string) {
 	}
 }
 
-func (b *built) add(name string, rr dns.RR) {
-	sets := b.names[name]
-	if sets == nil {
-		sets = rrsets{}
-		b.names[name] = sets
-	}
-	t := rr.Header().Rrtype
-	sets[t] = append(sets[t], rr)
-}
+func (b *builder) add(name string, rr dns.RR) { b.names[name] = b.names[name].add(rr) }
 
-func (b *built) ptr(a netip.Addr, rr dns.RR) { b.ptrs[a] = append(b.ptrs[a], rr) }
+func (b *builder) ptr(a netip.Addr, rr dns.RR) { b.ptrs[a] = append(b.ptrs[a], rr) }
 
-func (b *built) add1(rr dns.RR) { b.add(rr.Header().Name, rr) }
+func (b *builder) add1(rr dns.RR) { b.add(rr.Header().Name, rr) }
 
 func (ix *Index) srvRR(p port, target string, k key) *dns.SRV {
 	name := "_" + p.name + "._" + p.proto + "." + k.name + "." + k.ns + "." + ix.svcZone
