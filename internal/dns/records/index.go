@@ -211,9 +211,9 @@ type Index struct {
 	names    map[string]rrsets             // owner name -> records
 	nsCount  map[string]int                // namespace -> Services with records
 	ptrs     map[netip.Addr][]keyedRRs     // address -> PTRs by Service
-	podIPs   map[key][]netip.Addr            // pod -> its IPs
-	podAddrs map[string]map[netip.Addr]int   // namespace -> IP -> pods holding it
-	ipNS     map[netip.Addr]map[string]int   // IP -> namespace -> pods holding it
+	podIPs   map[key][]netip.Addr          // pod -> its IPs
+	podAddrs map[string]map[netip.Addr]int // namespace -> IP -> pods holding it
+	ipNS     map[netip.Addr]map[string]int // IP -> namespace -> pods holding it
 }
 
 // New returns an empty Index for cfg.
