@@ -67,7 +67,7 @@ func addDNSFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Uint32Var(&o.DNSTTL, "dns-ttl", records.DefaultTTL, "DNS: TTL of cluster records and negative answers, seconds")
 	fs.StringVar(&o.DNSPods, "dns-pods", "verified", "DNS: pod records a-b-c-d.<ns>.pod.<zone>: verified (only existing pods' IPs in that namespace), insecure (any IP), disabled (as CoreDNS's pods option)")
 	fs.BoolVar(&o.DNSAutopath, "dns-autopath", false, "DNS: answer a pod's first search-path expansion by following the rest of its search path here (one round trip instead of up to five; CoreDNS's autopath)")
-	fs.IntVar(&o.DNSCacheEntries, "dns-cache-entries", forward.DefaultCacheEntries, "DNS: bound of the forwarded-answer cache (and of the packed-reply cache, times 10); negative: no caches")
+	fs.IntVar(&o.DNSCacheEntries, "dns-cache-entries", forward.DefaultCacheEntries, "DNS: bound of the forwarded-answer cache, and half the bound of the packed-reply cache (CoreDNS's cache holds 9,984 answers and 9,984 denials); negative: no caches")
 	fs.BoolVar(&o.DNSQueryLog, "dns-query-log", false, "DNS: log every query to stdout (CoreDNS's log format)")
 	fs.StringVar(&o.DNSMetricsBindAddress, "dns-metrics-bind-address", DefaultDNSMetricsBindAddress, "DNS: IP:port of the Prometheus metrics (/metrics, CoreDNS's names as flatnet_dns_*); \"\" or \"0\" disables")
 	fs.StringVar(&o.DNSReverseCIDRs, "dns-reverse-cidrs", "", "DNS: CIDRs whose reverse (PTR) names are answered here, NXDOMAIN when unknown: the Service and pod CIDRs (default: --cluster-cidr)")
@@ -213,7 +213,7 @@ func runDNS(ctx context.Context, client kubernetes.Interface, s dnsSettings) err
 	if s.CacheEntries < 0 {
 		cfg.CacheEntries = -1
 	} else if s.CacheEntries > 0 {
-		cfg.CacheEntries = 10 * s.CacheEntries
+		cfg.CacheEntries = 2 * s.CacheEntries
 	}
 	if s.QueryLog {
 		cfg.QueryLog = os.Stdout

@@ -57,7 +57,9 @@ const AdvertisedUDPSize = 1232
 
 // Defaults.
 const (
-	DefaultCacheEntries = 100_000
+	// DefaultCacheEntries bounds the packed-reply cache: about 5 MB of
+	// live heap (an entry is about 250 bytes), CoreDNS's cache capacity.
+	DefaultCacheEntries = 20_000
 	// QueryTimeout bounds the work on one query, upstream tries included
 	// (glibc gives a server 5 s before it retries).
 	QueryTimeout = 5 * time.Second
