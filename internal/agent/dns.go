@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -223,7 +224,17 @@ func runDNS(ctx context.Context, client kubernetes.Interface, s dnsSettings) err
 		return err
 	}
 
-	// Names first: answering before the informers synced would say
+	// /ready says 503 until the records are synced and the sockets open.
+	var ready atomic.Bool
+	if s.MetricsAddr != "" {
+		go func() {
+			if err := cfg.Metrics.Serve(ctx, s.MetricsAddr, ready.Load); err != nil && ctx.Err() == nil {
+				logger.Error(err, "DNS metrics server stopped", "address", s.MetricsAddr)
+			}
+		}()
+	}
+
+	// Names first: answering before the records synced would say
 	// NXDOMAIN for names that exist.
 	synced := ix.Watch(ctx, client, s.Records.Pods == records.PodsVerified || s.Autopath)
 	t0 := time.Now()
@@ -252,13 +263,7 @@ func runDNS(ctx context.Context, client kubernetes.Interface, s dnsSettings) err
 	if err != nil {
 		return err
 	}
-	if s.MetricsAddr != "" {
-		go func() {
-			if err := cfg.Metrics.Serve(ctx, s.MetricsAddr); err != nil && ctx.Err() == nil {
-				logger.Error(err, "DNS metrics server stopped", "address", s.MetricsAddr)
-			}
-		}()
-	}
+	ready.Store(true)
 	logger.Info("Serving cluster DNS", "zone", ix.Zone(), "listen", s.Listen, "upstreams", s.Upstreams, "autopath", s.Autopath, "pods", s.Records.Pods)
 	return srv.Serve(ctx, pcs, lns)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"net/http"
 
 	"github.com/miekg/dns"
@@ -139,11 +140,25 @@ func (c forwardCacheCollector) Collect(ch chan<- prometheus.Metric) {
 // Registry is where the metrics live (tests read it).
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
-// Serve serves /metrics on addr until ctx ends.
-func (m *Metrics) Serve(ctx context.Context, addr string) error {
+// Serve serves on addr until ctx ends: /metrics; /health, 200 while the
+// process runs (CoreDNS's health plugin); /ready, 200 once ready says the
+// server answers from synced records, 503 before (CoreDNS's ready plugin).
+func (m *Metrics) Serve(ctx context.Context, addr string, ready func() bool) error {
+	return httpserver.Serve(ctx, addr, m.mux(ready))
+}
+
+func (m *Metrics) mux(ready func() bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	return httpserver.Serve(ctx, addr, mux)
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "OK") }) //nolint:errcheck
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "records not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "OK") //nolint:errcheck
+	})
+	return mux
 }
 
 // observe counts one answered query.

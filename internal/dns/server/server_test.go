@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -696,4 +698,26 @@ func TestUDPReadBuffer(t *testing.T) {
 		t.Fatalf("UDP receive buffer %d bytes, want >= %d", rb, want)
 	}
 	t.Logf("UDP receive buffer: %d bytes", rb)
+}
+
+func TestHealthAndReady(t *testing.T) {
+	m := NewMetrics(nil)
+	var ready atomic.Bool
+	srv := httptest.NewServer(m.mux(ready.Load))
+	defer srv.Close()
+	get := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if h, r := get("/health"), get("/ready"); h != 200 || r != 503 {
+		t.Fatalf("before sync: /health %d /ready %d, want 200 503", h, r)
+	}
+	ready.Store(true)
+	if h, r, mt := get("/health"), get("/ready"), get("/metrics"); h != 200 || r != 200 || mt != 200 {
+		t.Fatalf("serving: /health %d /ready %d /metrics %d, want 200s", h, r, mt)
+	}
 }
