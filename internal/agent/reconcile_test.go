@@ -35,23 +35,11 @@ func k8sNode(name, podCIDR, ip string) *corev1.Node {
 	return n
 }
 
-type countingNFT struct {
-	*nft.Fake
-	runs int
-}
-
-func (c *countingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
-	if tx.NumOperations() > 0 {
-		c.runs++
-	}
-	return c.Fake.Run(ctx, tx)
-}
-
 type fakeNode struct {
 	r      *Reconciler
 	routes *routes.Fake
 	vxlan  *vxlan.Fake
-	nft    *countingNFT
+	nft    *nft.Fake
 	sysctl map[string]string
 	conf   string
 	// patches are the annotation patches the reconciler sent.
@@ -72,7 +60,7 @@ func newFakeNode(t *testing.T, name string) *fakeNode {
 }
 
 func newFakeNodeWith(t *testing.T, name, be string, cfg backend.Config) *fakeNode {
-	f := &fakeNode{routes: routes.NewFake(), vxlan: vxlan.NewFake(), nft: &countingNFT{Fake: nft.NewFake(knftables.InetFamily, masq.Table)}, sysctl: map[string]string{}}
+	f := &fakeNode{routes: routes.NewFake(), vxlan: vxlan.NewFake(), nft: nft.NewFake(knftables.InetFamily, masq.Table), sysctl: map[string]string{}}
 	f.vxlan.OnDelete = f.routes.DeleteDevice
 	dir := filepath.Join(t.TempDir(), "net.d")
 	f.conf = filepath.Join(dir, subnet.FileName)
@@ -193,14 +181,15 @@ func TestReconcile(t *testing.T) {
 
 	// Idempotent: nothing is rewritten.
 	st1, _ := os.Stat(f.conf)
-	f.routes.Ops, f.nft.runs = 0, 0
+	f.routes.Ops = 0
+	runs := f.nft.Runs()
 	dump := f.nft.Dump()
 	if err := f.r.Reconcile(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}
 	st2, _ := os.Stat(f.conf)
-	if f.routes.Ops != 0 || f.nft.runs != 0 || !os.SameFile(st1, st2) || f.nft.Dump() != dump {
-		t.Errorf("second reconcile changed things: %d route ops, %d nft runs, same conflist file %v", f.routes.Ops, f.nft.runs, os.SameFile(st1, st2))
+	if f.routes.Ops != 0 || f.nft.Runs() != runs || !os.SameFile(st1, st2) || f.nft.Dump() != dump {
+		t.Errorf("second reconcile changed things: %d route ops, %d nft runs, same conflist file %v", f.routes.Ops, f.nft.Runs()-runs, os.SameFile(st1, st2))
 	}
 
 	// n2 leaves; a broken n4 is reported but does not block the rest.
@@ -344,12 +333,13 @@ neigh 10.244.3.0 lladdr ` + vxlan.MACFor("n3").String() + `
 	}
 
 	// Reconcile twice: nothing changes, nothing is published again.
-	f.routes.Ops, f.vxlan.Ops, f.nft.runs = 0, nil, 0
+	f.routes.Ops, f.vxlan.Ops = 0, nil
+	runs := f.nft.Runs()
 	if err := f.r.Reconcile(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}
-	if f.routes.Ops != 0 || len(f.vxlan.Ops) != 0 || f.nft.runs != 0 || len(f.patches) != 0 {
-		t.Errorf("second reconcile: %d route ops, device ops %v, %d nft runs, patches %v", f.routes.Ops, f.vxlan.Ops, f.nft.runs, f.patches)
+	if f.routes.Ops != 0 || len(f.vxlan.Ops) != 0 || f.nft.Runs() != runs || len(f.patches) != 0 {
+		t.Errorf("second reconcile: %d route ops, device ops %v, %d nft runs, patches %v", f.routes.Ops, f.vxlan.Ops, f.nft.Runs()-runs, f.patches)
 	}
 
 	// n2 leaves: its route, neighbour and FDB entry go; n3's stay.

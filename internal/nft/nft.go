@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -247,15 +248,29 @@ func (r *Runner) run(ctx context.Context, stdin string, args ...string) ([]byte,
 	return nil, e
 }
 
-// Fake is knftables' fake with ListTable, for unit tests.
+// Fake is knftables' fake with ListTable, for unit tests. It counts the
+// transactions that change something (Runs), so tests can check that a
+// second sync with the same input runs none.
 type Fake struct {
 	*knftables.Fake
+	runs atomic.Int64
 }
 
 // NewFake returns an empty fake for family/table.
 func NewFake(family knftables.Family, table string) *Fake {
 	return &Fake{Fake: knftables.NewFake(family, table)}
 }
+
+// Run implements Interface.
+func (f *Fake) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if tx.NumOperations() > 0 {
+		f.runs.Add(1)
+	}
+	return f.Fake.Run(ctx, tx)
+}
+
+// Runs is the number of non-empty transactions run so far.
+func (f *Fake) Runs() int { return int(f.runs.Load()) }
 
 // ListTable implements Interface. Chains are sorted by name; rules are in
 // chain order.

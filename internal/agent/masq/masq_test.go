@@ -11,19 +11,6 @@ import (
 	"github.com/flatnet/flatnet/internal/nft"
 )
 
-// counting counts transactions that change something.
-type counting struct {
-	*nft.Fake
-	runs int
-}
-
-func (c *counting) Run(ctx context.Context, tx *knftables.Transaction) error {
-	if tx.NumOperations() > 0 {
-		c.runs++
-	}
-	return c.Fake.Run(ctx, tx)
-}
-
 const want4 = `add table inet flatnet-agent { comment "flatnet agent: masquerade pod traffic leaving the cluster CIDR" ; }
 add chain inet flatnet-agent postrouting { type nat hook postrouting priority 100 ; }
 add rule inet flatnet-agent postrouting ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return comment "10.244.0.0/16 to 10.244.0.0/16: pod to pod, no NAT"
@@ -33,7 +20,7 @@ add rule inet flatnet-agent postrouting ip saddr 10.244.0.0/16 masquerade fully-
 
 func TestSyncIdempotentAndReplaces(t *testing.T) {
 	ctx := context.Background()
-	f := &counting{Fake: nft.NewFake(knftables.InetFamily, Table)}
+	f := nft.NewFake(knftables.InetFamily, Table)
 	m := New(f)
 	cidr := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	if changed, err := m.Sync(ctx, cidr); err != nil || !changed {
@@ -43,8 +30,8 @@ func TestSyncIdempotentAndReplaces(t *testing.T) {
 		t.Errorf("ruleset (-want +got):\n%s", d)
 	}
 	// Twice: same ruleset, no transaction.
-	if changed, err := m.Sync(ctx, cidr); err != nil || changed || f.runs != 1 {
-		t.Fatalf("second sync: changed %v, %v, %d transactions", changed, err, f.runs)
+	if changed, err := m.Sync(ctx, cidr); err != nil || changed || f.Runs() != 1 {
+		t.Fatalf("second sync: changed %v, %v, %d transactions", changed, err, f.Runs())
 	}
 	if d := cmp.Diff(want4, f.Dump()); d != "" {
 		t.Errorf("ruleset after the second sync (-want +got):\n%s", d)

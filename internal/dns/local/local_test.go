@@ -13,18 +13,6 @@ import (
 	"github.com/flatnet/flatnet/internal/nft"
 )
 
-type counting struct {
-	*nft.Fake
-	runs int
-}
-
-func (c *counting) Run(ctx context.Context, tx *knftables.Transaction) error {
-	if tx.NumOperations() > 0 {
-		c.runs++
-	}
-	return c.Fake.Run(ctx, tx)
-}
-
 // fakeAddrs is lo plus addresses on other devices.
 type fakeAddrs struct {
 	lo        map[netip.Addr]bool // value: labelled
@@ -91,7 +79,7 @@ add rule inet flatnet-dns prerouting ip6 saddr fd00::a tcp sport 53 notrack comm
 
 func TestSyncIdempotentAndRemove(t *testing.T) {
 	ctx := context.Background()
-	f := &counting{Fake: nft.NewFake(knftables.InetFamily, Table)}
+	f := nft.NewFake(knftables.InetFamily, Table)
 	a := &fakeAddrs{lo: map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): false}, elsewhere: addrs("10.0.0.5")}
 	l := New(f, a)
 	want4 := addrs("169.254.20.10", "10.96.0.10", "fd00::a")
@@ -103,8 +91,8 @@ func TestSyncIdempotentAndRemove(t *testing.T) {
 			t.Fatalf("sync %d: ruleset (-want +got):\n%s", i, d)
 		}
 	}
-	if f.runs != 1 {
-		t.Errorf("two syncs ran %d transactions, want 1", f.runs)
+	if f.Runs() != 1 {
+		t.Errorf("two syncs ran %d transactions, want 1", f.Runs())
 	}
 	if got, w := fmt.Sprint(a.ops), "[add 169.254.20.10 add 10.96.0.10 add fd00::a]"; got != w {
 		t.Errorf("address ops %s, want %s", got, w)
