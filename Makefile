@@ -18,6 +18,7 @@ build:
 	@mkdir -p bin
 	go build -ldflags '$(LDFLAGS)' -o bin/flatnet-cni ./cmd/flatnet-cni
 	go build -ldflags '$(LDFLAGS)' -o bin/flatnet ./cmd/flatnet
+	CGO_ENABLED=0 go build -o bin/flatnet-pause ./cmd/flatnet-pause
 
 # k8s: upstream kube-apiserver, kubectl and etcd for the lab, built from the
 # Go module proxy into a cache outside git (minutes the first time).

@@ -199,3 +199,13 @@ func Write(file string, imgs map[string]v1.Image) error {
 	}
 	return nil
 }
+
+// PauseRef is the sandbox image containerd runs for every pod, under the
+// name Kubernetes 1.37 and its e2e suite use.
+const PauseRef = "registry.k8s.io/pause:3.10.2"
+
+// Pause is the pause image: bin is a static build of cmd/flatnet-pause
+// (make build writes bin/flatnet-pause).
+func Pause(bin string) Spec {
+	return Spec{Ref: PauseRef, Files: []File{{Path: "/pause", Mode: 0o755, Source: bin}}, Entrypoint: []string{"/pause"}}
+}

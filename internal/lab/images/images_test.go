@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -144,5 +145,20 @@ func TestBadSpecs(t *testing.T) {
 	}
 	if err := Write(filepath.Join(t.TempDir(), "x.tar"), nil); err == nil {
 		t.Error("writing no image: no error")
+	}
+}
+
+func TestPauseImage(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "flatnet-pause")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/flatnet-pause").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	img, err := Build(Pause(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil || fmt.Sprint(cf.Config.Entrypoint) != "[/pause]" {
+		t.Fatalf("pause config: %v %v", cf, err)
 	}
 }
