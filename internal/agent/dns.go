@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/flatnet/flatnet/internal/agent/runtime"
 	"github.com/flatnet/flatnet/internal/dns/forward"
 	"github.com/flatnet/flatnet/internal/dns/local"
 	"github.com/flatnet/flatnet/internal/dns/records"
@@ -158,7 +159,7 @@ func resolveDNS(o Options, readFile func(string) ([]byte, error)) (dnsSettings, 
 		}
 	}
 	if confErr == nil {
-		s.Search = resolvSearch(string(conf))
+		s.Search = runtime.NodeSearches(conf)
 	}
 	switch o.DNSMetricsBindAddress {
 	case "", "0":
@@ -176,19 +177,6 @@ func splitList(s string) []string {
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// resolvSearch is the last search (or domain) line of a resolv.conf, as
-// the resolver reads it.
-func resolvSearch(conf string) []string {
-	var out []string
-	for _, line := range strings.Split(conf, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 1 && (f[0] == "search" || f[0] == "domain") {
-			out = f[1:]
 		}
 	}
 	return out

@@ -302,6 +302,11 @@ func omitDuplicates(list []string) []string {
 	return out
 }
 
+// NodeSearches are the search domains of a node's resolv.conf as the
+// kubelet reads them: what ClusterFirst pods get after the cluster ones
+// (the cluster DNS's autopath follows the same list).
+func NodeSearches(resolvConf []byte) []string { return parseResolvConf(resolvConf).Searches }
+
 // PodResolvConf is the resolv.conf this runtime writes for pod on a node
 // whose own file is node, given the agent's --cluster-dns and
 // --cluster-domain: the expected file for tests that read a pod's.

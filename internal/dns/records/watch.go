@@ -2,6 +2,7 @@ package records
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -150,7 +151,7 @@ func (f *feed) Replace(list []any, _ string) error {
 	f.mu.Unlock()
 	for k := range old {
 		if _, ok := seen[k]; !ok {
-			ns, name := splitKey(k)
+			ns, name, _ := strings.Cut(k, "/")
 			f.del(ns, name)
 		}
 	}
@@ -160,12 +161,3 @@ func (f *feed) Replace(list []any, _ string) error {
 
 // Resync implements cache.ReflectorStore (nothing to resync: no cache).
 func (f *feed) Resync() error { return nil }
-
-func splitKey(k string) (ns, name string) {
-	for i := 0; i < len(k); i++ {
-		if k[i] == '/' {
-			return k[:i], k[i+1:]
-		}
-	}
-	return "", k
-}

@@ -127,6 +127,14 @@ func (s *Server) Serve(ctx context.Context, udp []net.PacketConn, tcp []net.List
 	if len(udp) == 0 && len(tcp) == 0 {
 		return errors.New("dns server: no socket to serve")
 	}
+	ucs := make([]*net.UDPConn, 0, len(udp))
+	for _, c := range udp {
+		uc, ok := c.(*net.UDPConn)
+		if !ok {
+			return fmt.Errorf("dns server: %T on %s is not a UDP socket", c, c.LocalAddr())
+		}
+		ucs = append(ucs, uc)
+	}
 	var wg sync.WaitGroup
 	stop := context.AfterFunc(ctx, func() {
 		for _, c := range udp {
@@ -137,13 +145,11 @@ func (s *Server) Serve(ctx context.Context, udp []net.PacketConn, tcp []net.List
 		}
 	})
 	defer stop()
-	for _, c := range udp {
-		if uc, ok := c.(*net.UDPConn); ok {
-			setReadBuffer(uc, UDPReadBuffer)
-		}
+	for _, c := range ucs {
+		setReadBuffer(c, UDPReadBuffer)
 		// One reader per CPU: a read loop answers cache hits inline.
 		for range runtime.GOMAXPROCS(0) {
-			wg.Go(func() { s.serveUDP(ctx, c) })
+			wg.Go(func() { s.serveUDPBatch(ctx, c) })
 		}
 	}
 	for _, l := range tcp {
@@ -152,44 +158,6 @@ func (s *Server) Serve(ctx context.Context, udp []net.PacketConn, tcp []net.List
 	<-ctx.Done()
 	wg.Wait()
 	return nil
-}
-
-func (s *Server) serveUDP(ctx context.Context, c net.PacketConn) {
-	uc, _ := c.(*net.UDPConn)
-	if uc != nil {
-		s.serveUDPBatch(ctx, uc)
-		return
-	}
-	buf := make([]byte, dns.MaxMsgSize)
-	out := make([]byte, 0, 4096)
-	key := make([]byte, 0, 300)
-	for {
-		var n int
-		var from netip.AddrPort
-		var err error
-		if uc != nil {
-			n, from, err = uc.ReadFromUDPAddrPort(buf)
-		} else {
-			var a net.Addr
-			if n, a, err = c.ReadFrom(buf); err == nil {
-				from = addrPort(a)
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		start := time.Now()
-		var reply []byte
-		if reply, key = s.fast(out, key, buf[:n], from, false, start); reply != nil {
-			writeUDP(c, uc, reply, from)
-			out = reply[:0]
-			continue
-		}
-		s.goSlow(ctx, buf[:n], from, start, func(r []byte) { writeUDP(c, uc, r, from) })
-	}
 }
 
 // UDPReadBuffer is the receive buffer of the UDP sockets. The default
@@ -236,20 +204,10 @@ func (s *Server) goSlow(ctx context.Context, b []byte, from netip.AddrPort, star
 	}()
 }
 
-func writeUDP(c net.PacketConn, uc *net.UDPConn, b []byte, to netip.AddrPort) {
-	if uc != nil {
-		uc.WriteToUDPAddrPort(b, to) //nolint:errcheck // the client retries
-		return
-	}
-	c.WriteTo(b, net.UDPAddrFromAddrPort(to)) //nolint:errcheck
-}
-
+// addrPort is a TCP peer's address.
 func addrPort(a net.Addr) netip.AddrPort {
-	switch a := a.(type) {
-	case *net.UDPAddr:
-		return a.AddrPort()
-	case *net.TCPAddr:
-		return a.AddrPort()
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort()
 	}
 	ap, _ := netip.ParseAddrPort(a.String())
 	return ap
