@@ -122,6 +122,12 @@ func IsExists(err error) bool {
 // IsBusy reports whether err means an object is still referenced.
 func IsBusy(err error) bool { return errors.Is(err, syscall.EBUSY) }
 
+// StandardPaths are where distributions install nft: the fallback of
+// callers that must find it even when PATH lacks the sbin directories (a
+// container runtime starting a CNI plugin, a service manager starting the
+// agent). portmap passes none: with nft not on PATH it uses iptables.
+var StandardPaths = []string{"/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft", "/usr/local/sbin/nft"}
+
 // LookPath finds the nft binary in PATH or, failing that, at the first of
 // fallback that exists.
 func LookPath(fallback ...string) (string, error) {

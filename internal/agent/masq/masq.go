@@ -37,8 +37,6 @@ const (
 	chain = "postrouting"
 )
 
-// nftPaths are tried when nft is not on PATH.
-var nftPaths = []string{"/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft", "/usr/local/sbin/nft"}
 
 // Masq writes the masquerade table through nft.
 type Masq struct {
@@ -51,7 +49,7 @@ func New(n nft.Interface) *Masq { return &Masq{nft: n} }
 
 // NewDefault returns a Masq that runs the nft binary.
 func NewDefault() (*Masq, error) {
-	r, err := nft.New(knftables.InetFamily, Table, nftPaths...)
+	r, err := nft.New(knftables.InetFamily, Table, nft.StandardPaths...)
 	if err != nil {
 		return nil, fmt.Errorf("masquerade needs nftables: %w", err)
 	}

@@ -113,15 +113,11 @@ type Masq struct {
 // tests).
 func New(n knftables.Interface) *Masq { return &Masq{nft: n} }
 
-// nftPaths are tried when nft is not on PATH (runtimes often start plugins
-// with a minimal PATH).
-var nftPaths = []string{"/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft", "/usr/local/sbin/nft"}
-
 // NewNFT returns the nft runner for family/table as ipMasq and bridge's
 // macspoofchk use it: code 105 when nft is not installed, or when the
 // kernel refuses a rule as not supported.
 func NewNFT(family knftables.Family, table string) (*nft.Runner, error) {
-	r, err := nft.New(family, table, nftPaths...)
+	r, err := nft.New(family, table, nft.StandardPaths...)
 	if err != nil {
 		return nil, cnierr.Wrap(cnierr.KernelFeatureMissing, err, "ipMasq and macspoofchk need nftables")
 	}

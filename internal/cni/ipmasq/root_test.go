@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // JSON reader meet the real thing.
 func TestRealNFT(t *testing.T) {
 	ns := testutil.NewNetNS(t)
-	if _, err := nft.LookPath(nftPaths...); err != nil {
+	if _, err := nft.LookPath(nft.StandardPaths...); err != nil {
 		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
 	}
 	ctx := context.Background()

@@ -92,7 +92,7 @@ func (l *Local) ours() ([]netip.Addr, error) {
 
 // NewDefault returns a Local on the kernel: the nft binary and netlink.
 func NewDefault() (*Local, error) {
-	r, err := nft.New(knftables.InetFamily, Table, "/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft")
+	r, err := nft.New(knftables.InetFamily, Table, nft.StandardPaths...)
 	if err != nil {
 		return nil, fmt.Errorf("the cluster DNS addresses need nftables (notrack): %w", err)
 	}
