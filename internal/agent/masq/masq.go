@@ -37,7 +37,6 @@ const (
 	chain = "postrouting"
 )
 
-
 // Masq writes the masquerade table through nft.
 type Masq struct {
 	nft nft.Interface
