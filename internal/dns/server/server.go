@@ -276,8 +276,9 @@ func (s *Server) fast(out, key, b []byte, from netip.AddrPort, tcp bool, start t
 	}
 	key = cacheKey(key[:0], b, q, s.clientNamespace(client))
 	e, ok := s.cache.get(key, s.ix.Generation(), start)
+	ok = ok && (tcp || len(e.wire) <= q.maxSize()) // too big for this client: the slow path truncates
 	s.m.hit(ok)
-	if !ok || (!tcp && len(e.wire) > q.maxSize()) {
+	if !ok {
 		return nil, key
 	}
 	if e.autopath {
