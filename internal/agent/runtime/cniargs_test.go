@@ -29,6 +29,9 @@ func TestParseBandwidth(t *testing.T) {
 		{"10 Mbit", 0, "want a quantity"},
 		{"", 0, "want a quantity"},
 		{"-5M", 0, "unreasonably small"},
+		{"e77777777", 0, "exponent too large"},
+		{"1e-300", 0, "exponent too large"},
+		{"1e6", 1_000_000, ""},
 	} {
 		got, ok, err := parseBandwidth(map[string]string{ingressBandwidthAnnotation: tc.val}, ingressBandwidthAnnotation)
 		if tc.wantErr != "" {
