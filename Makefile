@@ -20,8 +20,10 @@ build:
 	go build -ldflags '$(LDFLAGS)' -o bin/flatnet ./cmd/flatnet
 	CGO_ENABLED=0 go build -o bin/flatnet-pause ./cmd/flatnet-pause
 
-# k8s: upstream kube-apiserver, kubectl and etcd for the lab, built from the
-# Go module proxy into a cache outside git (minutes the first time).
+# k8s: the upstream control plane for the lab (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, etcd), built from the Go
+# module proxy into a cache outside git (minutes the first time).
+# hack/build-k8s.sh kubelet|agnhost|e2e.test|ginkgo builds the others.
 k8s:
 	hack/build-k8s.sh
 

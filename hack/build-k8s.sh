@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Builds the upstream control-plane programs flatnet's lab runs: kube-apiserver
-# and kubectl (k8s.io/kubernetes) and etcd (go.etcd.io/etcd/server/v3), from
-# the Go module proxy, with the versions pinned in hack/k8s/go.mod. Binaries go
-# to a cache outside git:
+# Builds the upstream programs flatnet's lab runs: the control plane
+# (kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from
+# k8s.io/kubernetes, etcd from go.etcd.io/etcd/server/v3) and, on demand, what
+# real nodes and the conformance suite need (kubelet, agnhost, e2e.test and
+# the ginkgo CLI), from the Go module proxy, with the versions pinned in
+# hack/k8s/go.mod. Binaries go to a cache outside git:
 #
 #   ${FLATNET_CACHE:-$HOME/.cache/flatnet}/k8s-<kubernetes version>/bin
 #
-# Usage: hack/build-k8s.sh [--bin-dir] [kube-apiserver|kubectl|etcd ...]
-#   no names   build all three
+# Usage: hack/build-k8s.sh [--bin-dir] [NAME ...]
+#   no names   build the control plane (the five every lab runs)
+#   NAME       one of: kube-apiserver kube-controller-manager kube-scheduler
+#              kubectl etcd kubelet agnhost e2e.test ginkgo
 #   --bin-dir  print the bin directory and exit (builds nothing)
 #
 # A binary is rebuilt only when its stamp (module versions, go.mod/go.sum hash,
@@ -41,6 +45,7 @@ modver() {
 }
 kube_version=$(modver k8s.io/kubernetes)
 etcd_version=$(modver go.etcd.io/etcd/server/v3)
+ginkgo_version=$(modver github.com/onsi/ginkgo/v2)
 [ -n "$kube_version" ] || die "k8s.io/kubernetes is not required in $mod/go.mod"
 [ -n "$etcd_version" ] || die "go.etcd.io/etcd/server/v3 is not required in $mod/go.mod"
 
@@ -54,21 +59,21 @@ if [ "${1-}" = "--bin-dir" ]; then
   exit 0
 fi
 
-all=(kube-apiserver kubectl etcd)
+controlplane=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+known=("${controlplane[@]}" kubelet agnhost e2e.test ginkgo)
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=("${all[@]}")
+[ ${#want[@]} -gt 0 ] || want=("${controlplane[@]}")
 for w in "${want[@]}"; do
-  case $w in
-    kube-apiserver|kubectl|etcd) ;;
-    *) die "unknown binary '$w' (want: ${all[*]})" ;;
-  esac
+  [[ " ${known[*]} " == *" $w "* ]] || die "unknown binary '$w' (want: ${known[*]})"
 done
 
 pkg_of() {
   case $1 in
-    kube-apiserver) echo k8s.io/kubernetes/cmd/kube-apiserver ;;
-    kubectl)        echo k8s.io/kubernetes/cmd/kubectl ;;
-    etcd)           echo go.etcd.io/etcd/server/v3 ;;
+    etcd)     echo go.etcd.io/etcd/server/v3 ;;
+    agnhost)  echo k8s.io/kubernetes/test/images/agnhost ;;
+    e2e.test) echo k8s.io/kubernetes/test/e2e ;;
+    ginkgo)   echo github.com/onsi/ginkgo/v2/ginkgo ;;
+    *)        echo "k8s.io/kubernetes/cmd/$1" ;;
   esac
 }
 
@@ -111,13 +116,17 @@ stamp() {
 check() {
   local out
   case $1 in
-    kube-apiserver) out=$("$2" --version 2>&1) ;;
-    kubectl)        out=$("$2" version --client 2>&1) ;;
-    etcd)           out=$("$2" --version 2>&1) ;;
+    kubectl)  out=$("$2" version --client 2>&1) ;;
+    agnhost)  out=$("$2" --help 2>&1 | head -1) ;;
+    ginkgo)   out=$("$2" version 2>&1) ;;
+    *)        out=$("$2" --version 2>&1) ;;
   esac
   case $1 in
-    etcd) grep -q "etcd Version: ${etcd_version#v}\$" <<<"$out" ;;
-    *)    grep -q "$kube_version\$" <<<"$out" ;;
+    etcd)     grep -q "etcd Version: ${etcd_version#v}\$" <<<"$out" ;;
+    agnhost)  grep -q "agnhost" <<<"$out" ;;
+    ginkgo)   grep -q "Ginkgo Version ${ginkgo_version#v}\$" <<<"$out" ;;
+    e2e.test) grep -q "$kube_version" <<<"$out" ;;
+    *)        grep -q "$kube_version\$" <<<"$out" ;;
   esac || die "$2 does not report its version; it printed: $out"
   head -1 <<<"$out"
 }
@@ -139,7 +148,10 @@ build() {
   echo "build-k8s: $name: resolving $pkg (downloads modules on a first run)"
   total=$(cd "$mod" && go list -deps "$pkg" | wc -l) ||
     die "$name: go list failed; is the module proxy reachable (GOPROXY=$(go env GOPROXY))?"
-  if [ "$name" != etcd ]; then
+  if [ "$name" = e2e.test ]; then
+    total=$(cd "$mod" && go list -deps -test "$pkg" | wc -l)
+  fi
+  if [ "$name" != etcd ] && [ "$name" != ginkgo ]; then
     local date
     date=$(cd "$mod" && go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)
     ldflags=$(kube_ldflags "$date")
@@ -149,7 +161,11 @@ build() {
   echo "build-k8s: $name: compiling up to $total packages (nice, -trimpath); log $log"
   rm -f "$out.tmp"
   set +e
-  (cd "$mod" && exec nice -n 10 go build -v -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") 2>&1 |
+  local gobuild=(go build -v)
+  # e2e.test is the package's test binary, as upstream builds it (go test
+  # -c lists no packages: its progress line stays at 0).
+  [ "$name" != e2e.test ] || gobuild=(go test -c)
+  (cd "$mod" && exec nice -n 10 "${gobuild[@]}" -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") 2>&1 |
     tee "$log" |
     while IFS= read -r line; do
       # Package paths alone on a line are progress; anything else is build output.
