@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns clean
+.PHONY: all deps build k8s node install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns clean
 
 all: build
 
@@ -26,6 +26,13 @@ build:
 # hack/build-k8s.sh kubelet|agnhost|e2e.test|ginkgo builds the others.
 k8s:
 	hack/build-k8s.sh
+
+# node: what a real lab node runs beside the kubelet (containerd, its runc
+# shim, ctr, runc, crictl), built from the Go module proxy into a cache
+# outside git (hack/build-node.sh --bin-dir says where); the kubelet is
+# hack/build-k8s.sh kubelet.
+node:
+	hack/build-node.sh
 
 # install-cni: the multi-call binary under every plugin name (a contract).
 install-cni: build
