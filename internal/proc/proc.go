@@ -80,6 +80,17 @@ type record struct {
 // truncated) and a process running exactly argv in inNetns is alive,
 // Start adopts it: it writes a new pid file for it and returns its PID.
 func Start(name string, argv []string, env []string, stateDir string, inNetns string) (int, error) {
+	return StartVia(name, nil, argv, env, stateDir, inNetns)
+}
+
+// StartVia is Start for a daemon that a wrapper program sets up and then
+// execs, such as nsenter(1) entering a mount namespace (Go cannot setns
+// into one once it runs threads): it runs wrapper followed by argv, and
+// the daemon is identified by argv, the command line it has once the
+// wrapper has exec'd it. argv[0] should be an absolute path, since that
+// is what the wrapper passes on and Running compares. An empty wrapper is
+// Start.
+func StartVia(name string, wrapper, argv []string, env []string, stateDir string, inNetns string) (int, error) {
 	if err := checkName(name); err != nil {
 		return 0, err
 	}
@@ -110,7 +121,8 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 			}
 		}
 	}
-	path := argv[0]
+	full := append(slices.Clone(wrapper), argv...)
+	path := full[0]
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
@@ -125,11 +137,11 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 	}
 	defer logf.Close()
 	// A header per start: the log is appended across restarts.
-	fmt.Fprintf(logf, "==== flatnet proc: %s starting %s: %s\n", time.Now().Format(time.RFC3339), name, strings.Join(argv, " "))
+	fmt.Fprintf(logf, "==== flatnet proc: %s starting %s: %s\n", time.Now().Format(time.RFC3339), name, strings.Join(full, " "))
 
 	cmd := &exec.Cmd{
 		Path:   path,
-		Args:   argv,
+		Args:   full,
 		Env:    append(append(os.Environ(), env...), OwnerEntry(stateDir)),
 		Stdin:  nil, // /dev/null
 		Stdout: logf,
@@ -161,10 +173,16 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 	// re-parented to init, which reaps it.
 	go func() { _ = cmd.Wait() }()
 
-	rec, err := identify(pid)
+	var want []string
+	if len(wrapper) > 0 {
+		want = argv
+	}
+	rec, err := identify(pid, want)
 	if err != nil {
-		// It already exited (a missing library, a bad flag...).
-		return 0, fmt.Errorf("starting %s: exited at once; see %s:\n%s", name, logPath, Tail(logPath, 10))
+		// It already exited (a missing library, a bad flag, a wrapper
+		// that failed...), or a wrapper never exec'd argv: stop it.
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return 0, fmt.Errorf("starting %s: %w; see %s:\n%s", name, err, logPath, Tail(logPath, 10))
 	}
 	rec.Argv, rec.Netns = argv, inNetns
 	if err := writeRecord(PIDFile(stateDir, name), rec); err != nil {
@@ -177,9 +195,15 @@ func Start(name string, argv []string, env []string, stateDir string, inNetns st
 // identify reads what identifies the freshly started process pid. exec
 // reports success to the parent before the kernel has set up the new
 // program's arguments, so /proc/PID/cmdline reads empty for a moment:
-// wait for it (it is empty or complete, never partial).
-func identify(pid int) (record, error) {
-	deadline := time.Now().Add(2 * time.Second)
+// wait for it (it is empty or complete, never partial). With want set
+// (a wrapper runs first), wait until the command line is want: the
+// wrapper has exec'd the daemon.
+func identify(pid int, want []string) (record, error) {
+	limit := 2 * time.Second
+	if want != nil {
+		limit = 10 * time.Second // a wrapper's own work, on a loaded machine
+	}
+	deadline := time.Now().Add(limit)
 	for {
 		st, err := readStat(pid)
 		if err != nil {
@@ -192,11 +216,11 @@ func identify(pid int) (record, error) {
 		if err != nil {
 			return record{}, err
 		}
-		if len(cmdline) > 0 {
+		if len(cmdline) > 0 && (want == nil || slices.Equal(cmdline, want)) {
 			return record{PID: pid, StartTime: st.startTime, Cmdline: cmdline}, nil
 		}
 		if time.Now().After(deadline) {
-			return record{}, fmt.Errorf("pid %d: no command line after 2s", pid)
+			return record{}, fmt.Errorf("pid %d: command line %q after %v, want %q", pid, cmdline, limit, want)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -345,7 +369,7 @@ func findRunning(argv []string, inNetns string, old []byte) (record, bool) {
 		}
 	}
 	for _, pid := range pids {
-		if rec, err := identify(pid); err == nil {
+		if rec, err := identify(pid, nil); err == nil {
 			return rec, true
 		}
 	}
