@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns clean
+.PHONY: all deps build k8s node images install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns clean
 
 all: build
 
@@ -33,6 +33,16 @@ k8s:
 # hack/build-k8s.sh kubelet.
 node:
 	hack/build-node.sh
+
+# images: what a lab with real nodes imports into containerd (pause,
+# agnhost, glibc-dns-testing, busybox, nginx under their upstream names, and
+# flatnet:dev) as docker-archive tarballs in
+# ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images, rebuilt only when their
+# inputs change. The Debian root under them is made once with debootstrap
+# (root, the Debian mirror, about a minute). Prints name, size, time, cached.
+images: build
+	hack/build-k8s.sh agnhost
+	bin/flatnet lab images
 
 # install-cni: the multi-call binary under every plugin name (a contract).
 install-cni: build

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what flatnet's build, tests and demo need on a Debian machine, as
 # root: iproute2, nftables, iptables, conntrack, iperf3, ethtool, curl,
-# util-linux (nsenter), and for the cgo builds of hack/build-node.sh (runc,
+# util-linux (nsenter), debootstrap, and for the cgo builds of
+# hack/build-node.sh (runc,
 # containerd) gcc, pkg-config and libseccomp-dev. Go modules
 # come through the module proxy when `go` builds. Idempotent: it only calls
 # apt when a command is missing.
@@ -21,6 +22,7 @@ command -v strace >/dev/null    || need+=(strace)  # make bench-cni: processes, 
 command -v pkg-config >/dev/null || need+=(pkg-config)  # make node: runc finds libseccomp
 # make node: runc's seccomp support links Debian's libseccomp.
 [ -f /usr/include/seccomp.h ]   || need+=(libseccomp-dev)
+command -v debootstrap >/dev/null || need+=(debootstrap)  # make images: the Debian root of the lab's images
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "hack/deps.sh: missing ${need[*]}; run as root (or install them) first" >&2

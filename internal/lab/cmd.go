@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/flatnet/flatnet/internal/lab/images"
 )
 
 // NewCommand returns `flatnet lab` and its subcommands. The commands and
@@ -30,7 +32,7 @@ func NewCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&name, "name", DefaultName, "lab name (labs with different names run side by side)")
 
 	cmd.AddCommand(newUp(&root, &name), newStatus(&root, &name), newKubeconfig(&root, &name),
-		newKubectl(&root, &name), newExec(&root, &name), newDown(&root, &name))
+		newKubectl(&root, &name), newExec(&root, &name), newDown(&root, &name), images.NewCommand())
 	return cmd
 }
 

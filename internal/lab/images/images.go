@@ -49,12 +49,19 @@ type File struct {
 	Data   []byte
 	// Link, when set, makes Path a symbolic link to it.
 	Link string
+	// Dir makes Path a directory (with Mode, 0o755 when 0): an empty one,
+	// or one whose mode is not the default (/tmp's 0o1777).
+	Dir bool
 }
 
 // Spec is an image as data.
 type Spec struct {
 	// Ref is the name pods use, e.g. registry.k8s.io/pause:3.10.2.
-	Ref        string
+	Ref string
+	// Base, when set, is a layer file (a tar, or a gzip-compressed one as
+	// WriteDirLayer writes) below Files: the Debian root of most images.
+	// Images on the same Base share that layer in containerd's store.
+	Base       string
 	Files      []File
 	Entrypoint []string
 	Cmd        []string
@@ -67,17 +74,29 @@ func Build(s Spec) (v1.Image, error) {
 	if _, err := name.ParseReference(s.Ref, name.StrictValidation); err != nil {
 		return nil, fmt.Errorf("image %q: %w", s.Ref, err)
 	}
-	layerTar, err := layerTar(s.Files)
-	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", s.Ref, err)
+	var layers []v1.Layer
+	if s.Base != "" {
+		base, err := tarball.LayerFromFile(s.Base)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: base layer: %w", s.Ref, err)
+		}
+		layers = append(layers, base)
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("image %s: layer: %w", s.Ref, err)
+	if len(s.Files) > 0 || s.Base == "" {
+		layerTar, err := layerTar(s.Files)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", s.Ref, err)
+		}
+		// Compressed once: the digest needs the gzip, and so does Write.
+		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(layerTar)), nil
+		}, tarball.WithCompressedCaching)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: layer: %w", s.Ref, err)
+		}
+		layers = append(layers, layer)
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", s.Ref, err)
 	}
@@ -119,12 +138,18 @@ func layerTar(files []File) ([]byte, error) {
 	}
 	var names []string
 	for d := range dirs {
-		if _, isFile := byPath[d]; isFile {
+		if f, given := byPath[d]; given && !f.Dir {
 			return nil, fmt.Errorf("%s is both a file and a directory", d)
 		}
 		names = append(names, d+"/")
 	}
-	for p := range byPath {
+	for p, f := range byPath {
+		if f.Dir {
+			if !dirs[p] {
+				names = append(names, p+"/")
+			}
+			continue
+		}
 		names = append(names, p)
 	}
 	slices.Sort(names)
@@ -135,6 +160,9 @@ func layerTar(files []File) ([]byte, error) {
 		h := &tar.Header{Name: strings.TrimPrefix(n, "/"), ModTime: epoch, Format: tar.FormatPAX}
 		if strings.HasSuffix(n, "/") {
 			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+			if f, given := byPath[strings.TrimSuffix(n, "/")]; given && f.Mode != 0 {
+				h.Mode = f.Mode
+			}
 			if err := tw.WriteHeader(h); err != nil {
 				return nil, err
 			}
