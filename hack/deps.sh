@@ -2,10 +2,9 @@
 # Installs what flatnet's build, tests and demo need on a Debian machine, as
 # root: iproute2, nftables, iptables, conntrack, iperf3, ethtool, curl,
 # util-linux (nsenter), debootstrap, and for the cgo builds of
-# hack/build-node.sh (runc,
-# containerd) gcc, pkg-config and libseccomp-dev. Go modules
-# come through the module proxy when `go` builds. Idempotent: it only calls
-# apt when a command is missing.
+# hack/build-node.sh (runc, containerd) gcc, pkg-config and libseccomp-dev.
+# Go modules come through the module proxy when `go` builds. Idempotent: it
+# only calls apt when a command is missing.
 set -euo pipefail
 need=()
 command -v ip >/dev/null        || need+=(iproute2)

@@ -16,24 +16,15 @@ const KubernetesVersion = "v1.37.2"
 // CacheBinDir is where hack/build-k8s.sh puts kube-apiserver, kubectl and
 // etcd: ${FLATNET_CACHE:-$HOME/.cache/flatnet}/k8s-<version>/bin.
 func CacheBinDir() (string, error) {
-	base, err := CacheRoot()
-	if err != nil {
-		return "", err
+	base := os.Getenv("FLATNET_CACHE")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("finding the k8s binaries: set FLATNET_CACHE or HOME: %w", err)
+		}
+		base = filepath.Join(home, ".cache", "flatnet")
 	}
 	return filepath.Join(base, "k8s-"+KubernetesVersion, "bin"), nil
-}
-
-// CacheRoot is flatnet's build cache outside git (the k8s binaries, the
-// lab's images): ${FLATNET_CACHE:-$HOME/.cache/flatnet}.
-func CacheRoot() (string, error) {
-	if base := os.Getenv("FLATNET_CACHE"); base != "" {
-		return base, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("finding flatnet's cache: set FLATNET_CACHE or HOME: %w", err)
-	}
-	return filepath.Join(home, ".cache", "flatnet"), nil
 }
 
 // BinDir returns CacheBinDir after checking that kube-apiserver, etcd and

@@ -148,13 +148,14 @@ type Config struct {
 	Log io.Writer
 }
 
-// DefaultCacheDir is ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images.
+// DefaultCacheDir is ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images,
+// beside hack/build-k8s.sh's k8s-<version>/bin.
 func DefaultCacheDir() (string, error) {
-	base, err := controlplane.CacheRoot()
+	k8sBin, err := controlplane.CacheBinDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(base, "images"), nil
+	return filepath.Join(filepath.Dir(filepath.Dir(k8sBin)), "images"), nil
 }
 
 // Tarball is one image written for `ctr -n k8s.io images import`.

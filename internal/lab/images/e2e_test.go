@@ -175,3 +175,10 @@ func TestE2EMissingInputs(t *testing.T) {
 		t.Errorf("missing flatnet: %v", err)
 	}
 }
+
+func TestDefaultCacheDir(t *testing.T) {
+	t.Setenv("FLATNET_CACHE", "/var/cache/fn")
+	if d, err := DefaultCacheDir(); err != nil || d != "/var/cache/fn/images" {
+		t.Errorf("DefaultCacheDir: %q, %v", d, err)
+	}
+}
