@@ -117,13 +117,13 @@ check() {
   local out
   case $1 in
     kubectl)  out=$("$2" version --client 2>&1) ;;
-    agnhost)  out=$("$2" --help 2>&1 | head -1) ;;
+    agnhost)  out=$("$2" --help 2>&1) ;;  # its root command is "app", with no version
     ginkgo)   out=$("$2" version 2>&1) ;;
     *)        out=$("$2" --version 2>&1) ;;
   esac
   case $1 in
     etcd)     grep -q "etcd Version: ${etcd_version#v}\$" <<<"$out" ;;
-    agnhost)  grep -q "agnhost" <<<"$out" ;;
+    agnhost)  grep -q "^  netexec " <<<"$out" ;;
     ginkgo)   grep -q "Ginkgo Version ${ginkgo_version#v}\$" <<<"$out" ;;
     e2e.test) grep -q "$kube_version" <<<"$out" ;;
     *)        grep -q "$kube_version\$" <<<"$out" ;;
