@@ -141,6 +141,7 @@ func TestE2EImagesRoot(t *testing.T) {
 			}
 			// nginx -t opens its logs, linked to /dev/std*: the runtime
 			// provides /dev, a chroot does not.
+			os.MkdirAll(filepath.Join(dir, "dev"), 0o755)
 			for _, d := range []string{"dev/stdout", "dev/stderr", "dev/null"} {
 				os.WriteFile(filepath.Join(dir, d), nil, 0o666)
 			}
