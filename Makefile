@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node images install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns clean
+.PHONY: all deps build k8s node images install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns conformance clean
 
 all: build
 
@@ -99,6 +99,15 @@ bench-proxy: build
 # into make k8s's cache on first use. Needs root and make k8s.
 bench-dns: build
 	hack/bench-dns.sh
+
+# conformance: Kubernetes' sig-network e2e suite (e2e.test v1.37.2) on a
+# lab of its own, in phases (Conformance, NetworkPolicy, the other Services/
+# DNS/Networking specs), minus test/conformance/skip.txt; JUnit and a
+# summary per phase into docs/conformance/, lab down at the end
+# (docs/conformance.md). RUNTIME, NODES, PROCS, PHASES, FOCUS, SKIP as
+# hack/conformance.sh says. Needs root; builds e2e.test the first time.
+conformance:
+	hack/conformance.sh
 
 clean:
 	rm -rf bin

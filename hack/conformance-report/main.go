@@ -4,8 +4,9 @@
 //	conformance-report skip FILE
 //	    prints the skip list FILE (test/conformance/skip.txt) as the one
 //	    regexp --ginkgo.skip takes; fails on an entry without a reason.
-//	conformance-report summary -junit junit_01.xml -skip-file FILE -focus RE [-skip RE] [-title T] [-info LINE]... [-o summary.md]
-//	    (-skip: the phase's skips on top of the list, left out of the table)
+//	conformance-report summary -junit junit_01.xml -skip-file FILE -focus RE [-skip RE] [-title T] [-info LINE]... [-o summary.md] [-junit-out junit.xml]
+//	    (-skip: the phase's skips on top of the list, left out of the table;
+//	    -junit-out: the report pruned to the suite nodes and the specs listed)
 //	    turns the e2e suite's JUnit report into summary.md: totals, then one
 //	    row per focused spec (result, spec, time) sorted by result then name,
 //	    each failure's first lines, and each spec the skip list left out with
@@ -53,7 +54,7 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: conformance-report skip FILE\n"+
-		"       conformance-report summary -junit FILE -skip-file FILE -focus RE [-skip RE] [-title T] [-info LINE]... [-o FILE]")
+		"       conformance-report summary -junit FILE -skip-file FILE -focus RE [-skip RE] [-title T] [-info LINE]... [-o FILE] [-junit-out FILE]")
 	os.Exit(2)
 }
 
@@ -78,6 +79,18 @@ func runSkip(args []string, out io.Writer) error {
 	return nil
 }
 
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, "; ") }
@@ -91,6 +104,7 @@ func runSummary(args []string, stdout, stderr io.Writer) (int, error) {
 	extra := fs.String("skip", "", "what the run skipped on top of the skip list (specs other phases run, SKIP=...): left out of the summary")
 	title := fs.String("title", "Conformance", "the summary's heading")
 	outPath := fs.String("o", "", "write the summary here (default: stdout)")
+	junitOut := fs.String("junit-out", "", "write the report's suite nodes and focused specs (with the skip list's) here as JUnit")
 	var info multiFlag
 	fs.Var(&info, "info", "a line for the summary's header (command, versions); repeatable")
 	if err := fs.Parse(args); err != nil {
@@ -122,16 +136,16 @@ func runSummary(args []string, stdout, stderr io.Writer) (int, error) {
 		return 0, err
 	}
 	s.Title, s.Info = *title, info
-	out := stdout
-	if *outPath != "" {
-		w, err := os.Create(*outPath)
-		if err != nil {
+	if *junitOut != "" {
+		if err := writeFile(*junitOut, func(w io.Writer) error { return writeJUnit(w, suite, s.Kept) }); err != nil {
 			return 0, err
 		}
-		defer w.Close()
-		out = w
 	}
-	s.write(out)
+	if *outPath == "" {
+		s.write(stdout)
+	} else if err := writeFile(*outPath, func(w io.Writer) error { s.write(w); return nil }); err != nil {
+		return 0, err
+	}
 	fmt.Fprintf(stderr, "%s: %s\n", s.Title, s.totals())
 	if s.failed() {
 		return 1, nil
@@ -164,7 +178,8 @@ type summary struct {
 	Time        float64
 	Focus, Skip string
 	Rows        []row
-	SuiteFails  []row // suite nodes (BeforeSuite, ReportAfterSuite...) that failed
+	SuiteFails  []row       // suite nodes (BeforeSuite, ReportAfterSuite...) that failed
+	Kept        []junitCase // the suite nodes and the rows' cases, for the pruned JUnit
 }
 
 func summarize(suite *junitSuite, focus, extraSkip string, entries []skipEntry) (*summary, error) {
@@ -184,6 +199,7 @@ func summarize(suite *junitSuite, focus, extraSkip string, entries []skipEntry) 
 	for _, c := range suite.Cases {
 		node, text := c.split()
 		if node != "It" {
+			s.Kept = append(s.Kept, c)
 			if c.failed() {
 				s.SuiteFails = append(s.SuiteFails, row{Spec: "[" + node + "]", Status: c.Status, Result: resFailed, Time: c.Time, Detail: c.failureText()})
 			}
@@ -216,6 +232,7 @@ func summarize(suite *junitSuite, focus, extraSkip string, entries []skipEntry) 
 			}
 		}
 		s.Rows = append(s.Rows, r)
+		s.Kept = append(s.Kept, c)
 	}
 	slices.SortFunc(s.Rows, func(a, b row) int {
 		return cmp.Or(cmp.Compare(a.Result, b.Result), strings.Compare(a.Spec, b.Spec))

@@ -143,3 +143,41 @@ func TestSummaryExtraSkip(t *testing.T) {
 		t.Errorf("rows (-want +got):\n%s", d)
 	}
 }
+
+// TestPrunedJUnit: the JUnit kept in the repo holds the suite nodes and the
+// listed specs, with ginkgo's counts, and summarizes as the full one does.
+func TestPrunedJUnit(t *testing.T) {
+	dir := t.TempDir()
+	args := func(junit, md string) []string {
+		return []string{"-junit", junit, "-skip-file", "testdata/skip.txt", "-title", "sample", "-o", md, "-junit-out", filepath.Join(dir, "pruned-"+filepath.Base(md)+".xml")}
+	}
+	if _, err := runSummary(args("testdata/junit_01.xml", filepath.Join(dir, "full.md")), &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	pruned := filepath.Join(dir, "pruned-full.md.xml")
+	f, err := os.Open(pruned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite, err := parseJUnit(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []int{len(suite.Cases), suite.Tests, suite.Failures, suite.Skipped, suite.Errors}
+	// 2 suite nodes + 6 focused specs; 2 failed, 2 skipped.
+	if d := cmp.Diff([]int{8, 8, 2, 2, 0}, got); d != "" {
+		t.Errorf("cases, tests, failures, skipped, errors (-want +got):\n%s", d)
+	}
+	if suite.property("FocusStrings") == "" || suite.Timestamp != "2026-12-01T21:05:00" {
+		t.Errorf("properties or timestamp lost: %+v", suite)
+	}
+	if _, err := runSummary(args(pruned, filepath.Join(dir, "again.md")), &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := os.ReadFile(filepath.Join(dir, "full.md"))
+	again, _ := os.ReadFile(filepath.Join(dir, "again.md"))
+	if d := cmp.Diff(string(full), string(again)); d != "" {
+		t.Errorf("summary of the pruned report differs (-full +pruned):\n%s", d)
+	}
+}

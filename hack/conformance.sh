@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# make conformance: Kubernetes' own sig-network e2e suite (e2e.test v1.37.2,
+# run by the ginkgo CLI it pins) against a lab of its own, in phases, with
+# the JUnit report and a summary table per phase (docs/conformance.md).
+#
+#   conformance   \[sig-network\].*\[Conformance\]   (the 47 the issue asks for)
+#   networkpolicy \[Feature:NetworkPolicy\]
+#   sig-network   \[sig-network\] (Services|DNS|Networking), the non-conformance rest
+#
+# Every phase skips what test/conformance/skip.txt lists (one regexp a line,
+# each with its reason). Builds what it needs (make build, make k8s,
+# e2e.test, ginkgo, kubectl), brings up the lab, runs the phases one after
+# another, writes <REPORT_DIR>/<phase>/summary.md and junit.xml (the suite's
+# JUnit report cut to the phase's specs: the whole one lists all ~3,200 specs
+# of e2e.test, 1.1 MB) and takes the lab down at the end, also on failure or
+# Ctrl-C. The suite's own output stays in _output/conformance/<phase>/
+# (ginkgo.log, junit_01.xml; git ignores _output). Exits 1 when a focused
+# spec that is not skipped failed in any phase. Needs root.
+#
+#   RUNTIME     the lab's pod runtime: containerd (the default once `flatnet
+#               lab up` has --runtime) or process (the lab's own; pods run
+#               host binaries, so specs that need images or kubectl exec
+#               fail: not an official run)
+#   NODES       lab nodes (default 2; the suite wants at least 2)
+#   PROCS       parallel ginkgo processes (default 4; [Serial] specs run
+#               after the others on one process, as ginkgo does)
+#   PHASES      which phases, in order (default "conformance networkpolicy sig-network")
+#   FOCUS       replaces every phase's focus regexp (to iterate on one spec;
+#               use with PHASES=<one phase>)
+#   SKIP        a regexp skipped on top of the skip list
+#   REPORT_DIR  where <phase>/ goes (default docs/conformance with the
+#               containerd runtime, _output/conformance-<runtime> otherwise,
+#               so that no unofficial report lands in docs/)
+#   LAB_NAME    lab name (default conformance)
+#   TIMEOUT     ginkgo's suite timeout per phase (default 3h)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+
+die() { echo "conformance: $*" >&2; exit 2; }
+say() { printf '\n\033[1m== conformance: %s\033[0m\n' "$*"; }
+[ "$(id -u)" = 0 ] || die "needs root (the lab: network namespaces, interfaces): run \`sudo make conformance\`"
+
+name=${LAB_NAME:-conformance}
+nodes=${NODES:-2}
+procs=${PROCS:-4}
+phases=${PHASES:-conformance networkpolicy sig-network}
+timeout=${TIMEOUT:-3h}
+skipfile=test/conformance/skip.txt
+[[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 2 ] || die "NODES=$nodes: the suite needs at least 2 nodes"
+[[ $procs =~ ^[1-9][0-9]*$ ]] || die "PROCS=$procs: want a positive number"
+
+# focus PHASE: the phase's regexp; extra_skip PHASE: what it leaves to another phase.
+focus() {
+  case $1 in
+    conformance)   echo '\[sig-network\].*\[Conformance\]' ;;
+    networkpolicy) echo '\[Feature:NetworkPolicy\]' ;;
+    sig-network)   echo '\[sig-network\] (Services|DNS|Networking)' ;;
+    *) die "unknown phase '$1' in PHASES (want: conformance networkpolicy sig-network)" ;;
+  esac
+}
+extra_skip() { [ "$1" != sig-network ] || echo '\[Conformance\]|\[Feature:NetworkPolicy\]'; }
+for p in $phases; do focus "$p" >/dev/null; done
+
+say "build: make build, make k8s, e2e.test ginkgo kubectl (minutes the first time, cached after)"
+hack/deps.sh >/dev/null
+make -s build
+make -s k8s
+hack/build-k8s.sh e2e.test ginkgo kubectl
+k8sbin=$(hack/build-k8s.sh --bin-dir)
+flatnet=$PWD/bin/flatnet
+
+# --runtime is passed only when the lab has it; the process runtime is
+# what a lab without it runs.
+has_runtime_flag=
+"$flatnet" lab up --help 2>&1 | grep -q -- '--runtime' && has_runtime_flag=1
+runtime=${RUNTIME-}
+if [ -z "$runtime" ]; then
+  if [ -n "$has_runtime_flag" ]; then runtime=containerd; else runtime=process; fi
+fi
+runtime_flags=()
+if [ -n "$has_runtime_flag" ]; then
+  runtime_flags=(--runtime "$runtime")
+elif [ "$runtime" != process ]; then
+  die "RUNTIME=$runtime: this flatnet lab has no --runtime flag yet (only the process runtime)"
+fi
+[ "$runtime" != containerd ] || hack/build-k8s.sh kubelet agnhost
+reports=${REPORT_DIR:-}
+if [ -z "$reports" ]; then
+  if [ "$runtime" = containerd ]; then reports=docs/conformance; else reports=_output/conformance-$runtime; fi
+fi
+
+tmp=$(mktemp -d /tmp/flatnet-conformance.XXXXXX)
+go build -o "$tmp/conformance-report" ./hack/conformance-report
+skip=$("$tmp/conformance-report" skip "$skipfile")
+
+lab() { "$flatnet" lab --name "$name" "$@"; }
+labup=
+current= # the foreground ginkgo, interrupted by PID on exit
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$current" ]; then
+    kill -INT "$current" 2>/dev/null
+    for _ in $(seq 300); do kill -0 "$current" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$current" 2>/dev/null
+  fi
+  if [ -n "$labup" ]; then
+    say "lab down ($name)"
+    lab down || { echo "conformance: lab down $name failed" >&2; rc=1; }
+  fi
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# A lab of this name left by a killed run is stale: start from nothing.
+if lab status >/dev/null 2>&1; then
+  say "a lab named $name is up (left by an earlier run?): taking it down first"
+  lab down
+fi
+say "lab up: --nodes $nodes${runtime_flags[*]:+ ${runtime_flags[*]}} (runtime $runtime)"
+labup=1
+t0=$SECONDS
+lab up --nodes "$nodes" "${runtime_flags[@]}" --timeout 5m
+echo "conformance: lab up took $((SECONDS - t0)) s"
+kubeconfig=$(lab kubeconfig)
+
+versions="e2e.test $("$k8sbin/e2e.test" --version 2>/dev/null | head -1 | awk '{print $NF}'), $("$k8sbin/ginkgo" version),"
+versions+=" flatnet $(git describe --tags --always --dirty 2>/dev/null || echo dev), kernel $(uname -r)"
+
+rc=0
+for phase in $phases; do
+  f=${FOCUS:-$(focus "$phase")}
+  # The phase's own skips (what other phases run, SKIP) on top of the list.
+  x=$(extra_skip "$phase")
+  [ -z "${SKIP:-}" ] || x=${x:+$x|}$SKIP
+  s=$skip${x:+|$x}
+  out=$reports/$phase
+  raw=_output/conformance/$phase
+  rm -rf "$out" "$raw"
+  mkdir -p "$out" "$raw"
+  log=$raw/ginkgo.log
+  args=(--provider=local "--kubeconfig=$kubeconfig" "--kubectl-path=$k8sbin/kubectl"
+    --dns-domain=cluster.local "--num-nodes=$nodes" "--report-dir=$raw" --disable-log-dump
+    "--ginkgo.focus=$f" "--ginkgo.skip=$s")
+  say "phase $phase: ginkgo -p --procs=$procs e2e.test --ginkgo.focus='$f' (log: $log)"
+  t0=$SECONDS
+  set +e
+  KUBERNETES_CONFORMANCE_TEST=y "$k8sbin/ginkgo" -p "--procs=$procs" "--timeout=$timeout" --no-color --silence-skips \
+    "$k8sbin/e2e.test" -- "${args[@]}" > >(tee "$log") 2>&1 &
+  current=$!
+  wait "$current"
+  grc=$?
+  current=
+  set -e
+  took=$((SECONDS - t0))
+  echo "conformance: phase $phase: ginkgo exited $grc after $((took / 60))m$((took % 60))s"
+  if [ ! -f "$raw/junit_01.xml" ]; then
+    echo "conformance: phase $phase wrote no $raw/junit_01.xml (the suite did not start; see $log)" >&2
+    rc=1
+    continue
+  fi
+  summary_args=(-junit "$raw/junit_01.xml" -skip-file "$skipfile" -focus "$f" -o "$out/summary.md" -junit-out "$out/junit.xml"
+    -title "make conformance: $phase"
+    -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (ginkgo exit $grc)"
+    -info "Lab: $nodes nodes, runtime $runtime, $procs ginkgo processes"
+    -info "Versions: $versions"
+    -info "Command: \`KUBERNETES_CONFORMANCE_TEST=y ginkgo -p --procs=$procs --timeout=$timeout e2e.test -- ${args[*]:0:7} --ginkgo.focus='$f' --ginkgo.skip=<$skipfile>${x:+|$x}\`")
+  [ -z "$x" ] || summary_args+=(-skip "$x")
+  "$tmp/conformance-report" summary "${summary_args[@]}" || rc=1
+  # ginkgo's own verdict counts too (a suite that stopped early).
+  [ "$grc" = 0 ] || rc=1
+done
+say "reports in $reports/{${phases// /,}}/summary.md"
+exit "$rc"
