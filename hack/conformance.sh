@@ -84,7 +84,12 @@ if [ -n "$has_runtime_flag" ]; then
 elif [ "$runtime" != process ]; then
   die "RUNTIME=$runtime: this flatnet lab has no --runtime flag yet (only the process runtime)"
 fi
-[ "$runtime" != containerd ] || hack/build-k8s.sh kubelet agnhost
+# Real nodes: the kubelet, containerd and runc (make node), the offline
+# images (make images).
+if [ "$runtime" = containerd ]; then
+  hack/build-k8s.sh kubelet
+  make -s node images
+fi
 reports=${REPORT_DIR:-}
 if [ -z "$reports" ]; then
   if [ "$runtime" = containerd ]; then reports=docs/conformance; else reports=_output/conformance-$runtime; fi
