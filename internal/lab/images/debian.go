@@ -187,6 +187,9 @@ func (d Debian) build(ctx context.Context, target, mirror, logFile string) error
 		if merr := checkNoMounts(target); merr != nil {
 			err = errors.Join(err, merr)
 		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("debootstrap: %w", errors.Join(ctx.Err(), err))
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w (log %s:\n%s)", argv[len(privateNS())], err, logFile, tail(logFile, 15))
 		}

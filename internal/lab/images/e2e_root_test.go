@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -294,4 +295,56 @@ type testLog struct{ t *testing.T }
 func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestDebootstrapCanceledLeavesNothing cancels a root build during
+// debootstrap's second stage (package scripts running in the chroot, with
+// its proc and sys mounted in its own namespace): nothing is left mounted
+// below the cache, no process of it runs on, and only its log remains.
+func TestDebootstrapCanceledLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	cache := t.TempDir()
+	d := Debian{Suite: "bookworm", Packages: []string{"curl", "nginx-light"}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	secondStage := make(chan bool, 1)
+	go func() {
+		defer cancel()
+		for ctx.Err() == nil {
+			logs, _ := filepath.Glob(filepath.Join(cache, "debian-*.log"))
+			for _, l := range logs {
+				if b, _ := os.ReadFile(l); bytes.Contains(b, []byte("Installing core packages")) {
+					time.Sleep(3 * time.Second) // into the package scripts
+					secondStage <- true
+					return
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	_, err := d.Ensure(ctx, cache, "", testLog{t})
+	if errors.Is(err, ErrMirror) {
+		testutil.Skip(t, "debootstrap cannot reach the Debian mirror: %v", err)
+	}
+	select {
+	case <-secondStage:
+	default:
+		t.Fatalf("the build ended before its second stage: %v", err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v, want it to say the build was canceled", err)
+	}
+	info, _ := os.ReadFile("/proc/self/mountinfo")
+	if m := mountsUnder(info, cache); len(m) > 0 {
+		t.Errorf("left mounted: %q", m)
+	}
+	left, _ := filepath.Glob(filepath.Join(cache, "*"))
+	hidden, _ := filepath.Glob(filepath.Join(cache, ".*"))
+	if len(left) != 1 || !strings.HasSuffix(left[0], ".log") || len(hidden) != 0 {
+		t.Errorf("left in the cache: %q %q", left, hidden)
+	}
+	out, _ := exec.Command("pgrep", "-f", cache).Output()
+	if len(out) > 0 {
+		t.Errorf("processes left: %s", out)
+	}
 }
