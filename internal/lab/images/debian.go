@@ -15,8 +15,6 @@ package images
 // into the host's /dev or /sys.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,7 +30,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/flatnet/flatnet/internal/mountinfo"
 )
 
 // Debian is a minimal Debian root file system as data.
@@ -292,69 +290,14 @@ func checkMirror(ctx context.Context, mirror, suite string) error {
 	return nil
 }
 
-// mountsUnder lists the mount points in mountinfo (/proc/self/mountinfo's
-// format) at or below dir, in the order to unmount them: the reverse of
-// the file's, which lists a mount after the one it is on.
-func mountsUnder(mountinfo []byte, dir string) []string {
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	slices.Reverse(out)
-	return out
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // checkNoMounts unmounts (detaching) anything still mounted at or below
 // dir and fails if that did not work. With debootstrap in its own mount
 // namespace nothing is ever left; this is the second line of defence.
 func checkNoMounts(dir string) error {
 	for range 3 {
-		info, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil {
-			return err
-		}
-		left := mountsUnder(info, dir)
-		if len(left) == 0 {
+		n, err := mountinfo.UnmountUnder(dir)
+		if err == nil && n == 0 {
 			return nil
-		}
-		for _, mp := range left {
-			_ = unix.Unmount(mp, unix.MNT_DETACH)
 		}
 	}
 	return fmt.Errorf("file systems still mounted below %s: unmount them (see /proc/self/mountinfo) before removing it", dir)

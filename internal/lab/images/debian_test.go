@@ -48,25 +48,6 @@ func TestDebootstrapArgv(t *testing.T) {
 	}
 }
 
-func TestMountsUnder(t *testing.T) {
-	info := `22 1 0:21 / / rw shared:1 - ext4 /dev/vda rw
-40 22 0:5 / /c/t/root/proc rw - proc proc rw
-41 40 0:6 / /c/t/root/proc/sys/fs/binfmt_misc rw - binfmt_misc none rw
-42 22 0:7 / /c/t/root/dev/pts rw - devpts devpts rw
-43 22 0:8 / /c/t/root\040x rw - tmpfs tmpfs rw
-44 22 0:9 / /c/t/rootless rw - tmpfs tmpfs rw
-45 22 0:9 / /c/t/root rw - tmpfs tmpfs rw
-`
-	got := mountsUnder([]byte(info), "/c/t/root")
-	want := []string{"/c/t/root", "/c/t/root/dev/pts", "/c/t/root/proc/sys/fs/binfmt_misc", "/c/t/root/proc"}
-	if !slices.Equal(got, want) {
-		t.Errorf("got %q\nwant %q", got, want)
-	}
-	if got := mountsUnder([]byte(info), "/c/t/root x"); !slices.Equal(got, []string{"/c/t/root x"}) {
-		t.Errorf("escaped space: %q", got)
-	}
-}
-
 // TestTrim: documentation goes but copyright files, apt's lists and
 // translations go, the host's resolv.conf (here a symlink out of the root)
 // is replaced without following it, users are appended.

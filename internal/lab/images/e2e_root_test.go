@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/mountinfo"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -334,8 +335,7 @@ func TestDebootstrapCanceledLeavesNothing(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v, want it to say the build was canceled", err)
 	}
-	info, _ := os.ReadFile("/proc/self/mountinfo")
-	if m := mountsUnder(info, cache); len(m) > 0 {
+	if m, err := mountinfo.Under(cache); err != nil || len(m) > 0 {
 		t.Errorf("left mounted: %q", m)
 	}
 	left, _ := filepath.Glob(filepath.Join(cache, "*"))
