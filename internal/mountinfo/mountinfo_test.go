@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func FuzzUnescapeMount(f *testing.F) {
+func FuzzUnescape(f *testing.F) {
 	f.Add(`/var/lib/a\040b`)
 	f.Add(`\`)
 	f.Add(`\12`)
@@ -14,7 +14,7 @@ func FuzzUnescapeMount(f *testing.F) {
 	})
 }
 
-func TestUnescapeMount(t *testing.T) {
+func TestUnescape(t *testing.T) {
 	if got := Unescape(`/a\040b\134c`); got != `/a b\c` {
 		t.Errorf("got %q", got)
 	}

@@ -137,9 +137,10 @@ var hostPaths = []struct{ target, dir string }{
 	{"/var/lib/cni", "var-lib-cni"},
 }
 
-// maxSocket is the longest unix socket path (sun_path is 108 bytes, with
-// room for containerd's ".ttrpc" suffix).
-const maxSocket = 100
+// maxSocket is the longest unix socket path (sun_path is 108 bytes with
+// the terminating NUL). With the lab's default state root the node's and
+// lab's names may take 42 bytes together.
+const maxSocket = 107
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 
@@ -176,7 +177,7 @@ func MakePlan(n Node) (*Plan, error) {
 	p.ShimCgroup = p.CgroupRoot + "/shims"
 	p.RunDir = p.path("run")
 	p.MountNS = filepath.Join(p.RunDir, "mnt")
-	p.Socket = filepath.Join(p.ContainerdState(), "containerd.sock")
+	p.Socket = filepath.Join(p.RunDir, "containerd.sock")
 	if len(p.Socket)+len(".ttrpc") > maxSocket {
 		return nil, fmt.Errorf("node %s: containerd's socket path %s is %d bytes, too long for a unix socket; use a shorter state dir", n.Name, p.Socket, len(p.Socket))
 	}

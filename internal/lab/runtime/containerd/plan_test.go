@@ -26,10 +26,10 @@ root = '/var/lib/flatnet/lab/lab/nodes/node1/containerd/containerd'
 state = '/var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd'
 
 [grpc]
-  address = '/var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd/containerd.sock'
+  address = '/var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd.sock'
 
 [ttrpc]
-  address = '/var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd/containerd.sock.ttrpc'
+  address = '/var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd.sock.ttrpc'
 
 [plugins]
   [plugins.'io.containerd.internal.v1.opt']
@@ -77,7 +77,7 @@ const wantKubeletConfig = `{
     "pods"
   ],
   "failSwapOn": false,
-  "containerRuntimeEndpoint": "unix:///var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd/containerd.sock",
+  "containerRuntimeEndpoint": "unix:///var/lib/flatnet/lab/lab/nodes/node1/containerd/run/containerd.sock",
   "podLogsDir": "/var/lib/flatnet/lab/lab/nodes/node1/containerd/pod-logs",
   "volumePluginDir": "/var/lib/flatnet/lab/lab/nodes/node1/containerd/kubelet/volume-plugins",
   "imageGCHighThresholdPercent": 100,
