@@ -24,6 +24,11 @@ else
   # build them into the cache (minutes the first time, a second after).
   echo "== k8s binaries for the lab tests (make k8s)"
   make -s k8s
+  # Real lab nodes (internal/lab/runtime/containerd's root test): containerd,
+  # its shim, ctr, runc and crictl (make node), and the kubelet.
+  echo "== real-node binaries (make node, hack/build-k8s.sh kubelet)"
+  make -s node
+  hack/build-k8s.sh kubelet
 fi
 echo "== fuzz (short pass over every config parser)"
 # A count, not a time: with a short time limit, gathering the baseline
