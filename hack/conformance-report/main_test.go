@@ -181,3 +181,15 @@ func TestPrunedJUnit(t *testing.T) {
 		t.Errorf("summary of the pruned report differs (-full +pruned):\n%s", d)
 	}
 }
+
+// TestRepoSkipList: the list make conformance uses parses (every entry has
+// its reason and compiles).
+func TestRepoSkipList(t *testing.T) {
+	entries, err := readSkipList("../../test/conformance/skip.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) == 0 {
+		t.Fatal("test/conformance/skip.txt has no entries")
+	}
+}
