@@ -101,14 +101,16 @@ skip=$("$tmp/conformance-report" skip "$skipfile")
 
 lab() { "$flatnet" lab --name "$name" "$@"; }
 labup=
-current= # the foreground ginkgo, interrupted by PID on exit
+current= # the running ginkgo: its PID is its process group's (setsid)
 cleanup() {
   local rc=$?
   set +e
   if [ -n "$current" ]; then
-    kill -INT "$current" 2>/dev/null
-    for _ in $(seq 300); do kill -0 "$current" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$current" 2>/dev/null
+    # TERM to ginkgo and the e2e.test processes it started (a background
+    # job ignores INT); ginkgo reports and ends them itself, else KILL.
+    kill -TERM -- "-$current" 2>/dev/null || kill -TERM "$current" 2>/dev/null
+    for _ in $(seq 300); do kill -0 -- "-$current" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$current" 2>/dev/null
   fi
   if [ -n "$labup" ]; then
     say "lab down ($name)"
@@ -154,7 +156,9 @@ for phase in $phases; do
   say "phase $phase: ginkgo -p --procs=$procs e2e.test --ginkgo.focus='$f' (log: $log)"
   t0=$SECONDS
   set +e
-  KUBERNETES_CONFORMANCE_TEST=y "$k8sbin/ginkgo" -p "--procs=$procs" "--timeout=$timeout" --no-color --silence-skips \
+  # setsid: ginkgo leads a process group of its own (a background job of
+  # a script is no group leader, so setsid execs it without forking).
+  KUBERNETES_CONFORMANCE_TEST=y setsid "$k8sbin/ginkgo" -p "--procs=$procs" "--timeout=$timeout" --no-color --silence-skips \
     "$k8sbin/e2e.test" -- "${args[@]}" > >(tee "$log") 2>&1 &
   current=$!
   wait "$current"
