@@ -268,3 +268,22 @@ func TestRecordSysctlsOnce(t *testing.T) {
 		}
 	}
 }
+
+// The version the cache directory is named after is the one
+// hack/node/containerd/go.mod pins.
+func TestContainerdVersionPinned(t *testing.T) {
+	b, err := os.ReadFile("../../../../hack/node/containerd/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "github.com/containerd/containerd/v2 "+ContainerdVersion+"\n") {
+		t.Errorf("hack/node/containerd/go.mod does not pin containerd %s:\n%s", ContainerdVersion, b)
+	}
+	d, err := CacheBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(d, "/node-"+ContainerdVersion+"/bin") {
+		t.Errorf("CacheBinDir %s", d)
+	}
+}

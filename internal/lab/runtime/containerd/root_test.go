@@ -42,22 +42,16 @@ const testRange = "10.123.0.0/16"
 // build.
 func binDirs(t *testing.T) (node, kube string) {
 	t.Helper()
-	cache := os.Getenv("FLATNET_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "flatnet")
-	}
-	node = filepath.Join(cache, "node-v2.4.2", "bin")
-	for _, b := range nodeBins {
-		if !executable(filepath.Join(node, b)) {
-			testutil.Skip(t, "no %s in %s (make node builds it)", b, node)
-		}
-	}
-	kube, err := controlplane.BinDir()
+	node, err := BinDir()
 	if err != nil {
-		testutil.Skip(t, "%v (make k8s builds it)", err)
+		testutil.Skip(t, "%v", err)
 	}
-	if !executable(filepath.Join(kube, "kubelet")) {
-		testutil.Skip(t, "no kubelet in %s (hack/build-k8s.sh kubelet builds it)", kube)
+	kube, err = KubeletBinDir()
+	if err != nil {
+		testutil.Skip(t, "%v", err)
+	}
+	if _, err := controlplane.BinDir(); err != nil {
+		testutil.Skip(t, "%v", err)
 	}
 	return node, kube
 }
@@ -284,6 +278,12 @@ func TestTwoNodes(t *testing.T) {
 	}
 	if st, err := Up(ctx, nodes[0].Node, nil); err != nil || strings.Join(st.Started, ",") != "kubelet" {
 		t.Errorf("Up after the kubelet stopped: %+v, %v; want kubelet started", st, err)
+	}
+	// A changed kubelet config restarts the kubelet, and only it.
+	changed := nodes[0].Node
+	changed.ClusterDNS = []netip.Addr{netip.MustParseAddr("10.96.0.11")}
+	if st, err := Up(ctx, changed, nil); err != nil || strings.Join(st.Started, ",") != "kubelet" {
+		t.Errorf("Up with another cluster DNS: %+v, %v; want kubelet restarted", st, err)
 	}
 	// A containerd killed outright leaves its shims and pods running:
 	// Down must find them (by owner mark and cgroup).
