@@ -204,12 +204,44 @@ func (s *Spec) lbGateways() []netip.Addr {
 }
 
 // hostRoutes are the routes the lab puts in the root namespace, on its own
-// bridge: the second underlay via the router.
+// bridge: the second underlay via the router, and each node's pod CIDR via
+// the node (a node behind the router: via the first node on the first
+// underlay, whose backend carries it on), so that the apiserver reaches
+// pods. Nothing else: no default route, nothing towards the uplink.
 func (s *Spec) hostRoutes() []route {
-	if s.Router == nil {
-		return nil
+	var rs []route
+	if s.Router != nil {
+		rs = append(rs, route{dst: s.Underlay2, dev: s.Bridge, vias: []netip.Addr{s.Router.IP}})
 	}
-	return []route{{dst: s.Underlay2, dev: s.Bridge, vias: []netip.Addr{s.Router.IP}}}
+	var relay netip.Addr
+	for _, n := range s.Nodes {
+		if n.Subnet == 0 {
+			relay = n.IP
+			break
+		}
+	}
+	for _, n := range s.Nodes {
+		cidr, ok := s.PodCIDRs[n.Name]
+		if !ok || !within(cidr, s.ClusterCIDR) {
+			continue
+		}
+		via := n.IP
+		if n.Subnet != 0 {
+			if !relay.IsValid() {
+				continue
+			}
+			via = relay
+		}
+		rs = append(rs, route{dst: cidr, dev: s.Bridge, vias: []netip.Addr{via}})
+	}
+	return rs
+}
+
+// within reports whether p lies inside outer (a route to anything wider,
+// such as 0.0.0.0/0 from a hand-edited record, would replace the machine's
+// own routes).
+func within(p, outer netip.Prefix) bool {
+	return p.IsValid() && outer.IsValid() && p.Bits() >= outer.Bits() && outer.Contains(p.Addr())
 }
 
 // view is what a kernelIO read: per namespace path ("" the host) what

@@ -172,11 +172,11 @@ func TestLBPoolPlanAndStatus(t *testing.T) {
 		t.Fatal("no controller step")
 		return Step{}
 	}
-	if st := ctl(all); st.Present || !st.Restart || st.What != "flatnet controller (node IPAM, pod binder); LoadBalancer IPs 10.251.0.1-10.251.0.127, was none" {
+	if st := ctl(all); st.Present || !st.Restart || st.What != "flatnet controller (node IPAM, EndpointSlices); LoadBalancer IPs 10.251.0.1-10.251.0.127, was none" {
 		t.Errorf("controller without the pool: %+v", st)
 	}
 	all.ControllerLBPool = "10.251.0.1-10.251.0.127"
-	if st := ctl(all); !st.Present || st.Restart || st.What != "flatnet controller (node IPAM, pod binder)" {
+	if st := ctl(all); !st.Present || st.Restart || st.What != "flatnet controller (node IPAM, EndpointSlices)" {
 		t.Errorf("controller with the pool: %+v", st)
 	}
 	for _, st := range Plan(s, all) {

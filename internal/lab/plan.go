@@ -65,9 +65,10 @@ type Observed struct {
 	// --dns (a lab from before cluster DNS) or with other upstreams (the
 	// external host came or went): up restarts it.
 	AgentsDNSOutdated map[string]bool
-	// ControllerWithoutEndpointSlices: the running controller was started
-	// without --endpointslices: up restarts it.
-	ControllerWithoutEndpointSlices bool
+	// ControllerOutdated: the running controller was started with other
+	// flags than up would give it (without --endpointslices, or with the
+	// --bind-pods of labs from before the scheduler): up restarts it.
+	ControllerOutdated bool
 	// ControllerLBPool is the running controller's --load-balancer-ip-pool;
 	// up restarts it when the Spec wants another.
 	ControllerLBPool string
@@ -134,13 +135,13 @@ func Plan(s *Spec, o Observed) []Step {
 	}
 	// (The pool shows in up's header line and in status; this text is
 	// matched by tooling as it is.)
-	controllerWhat := "flatnet controller (node IPAM, pod binder)"
-	controllerOutdated := o.ControllerWithoutEndpointSlices || o.ControllerLBPool != s.LoadBalancerPool()
+	controllerWhat := "flatnet controller (node IPAM, EndpointSlices)"
+	controllerOutdated := o.ControllerOutdated || o.ControllerLBPool != s.LoadBalancerPool()
 	if o.Controller && o.ControllerLBPool != s.LoadBalancerPool() {
 		controllerWhat += fmt.Sprintf("; LoadBalancer IPs %s, was %s", orNone(s.LoadBalancerPool()), orNone(o.ControllerLBPool))
 	}
 	steps = append(steps,
-		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s", s.HostAddr), Present: o.ControlPlane},
+		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler", s.HostAddr), Present: o.ControlPlane},
 		Step{Kind: StepController, What: controllerWhat,
 			Present: o.Controller && !controllerOutdated,
 			Restart: o.Controller && controllerOutdated},

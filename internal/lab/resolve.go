@@ -2,8 +2,10 @@ package lab
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -94,6 +96,7 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		if err != nil {
 			return nil, fmt.Errorf("lab %s: %w", o.Name, err)
 		}
+		s.PodCIDRs = maps.Clone(recorded.PodCIDRs)
 		return s, checkHost(s, host, others)
 	}
 
@@ -105,6 +108,13 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		return nil, fmt.Errorf("--underlay-cidr %s names %d networks for --subnets %d", o.Underlay, len(given), o.Subnets)
 	}
 	taken := append(append([]netip.Prefix{}, host...), others...)
+	if !req.Changed["cluster-cidr"] {
+		c, err := chooseClusterCIDR(o.ClusterCIDR, taken)
+		if err != nil {
+			return nil, err
+		}
+		o.ClusterCIDR = c
+	}
 	underlays := given
 	if len(underlays) == 0 {
 		p, err := ChooseUnderlay(o.Name, taken)
@@ -125,6 +135,43 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		return nil, err
 	}
 	return s, checkHost(s, host, others)
+}
+
+// chooseClusterCIDR returns def if nothing in taken overlaps it, else the
+// first free range of its size after it (up to 10.249.255.255: the
+// underlays start at 10.250.0.0). Each lab's pod CIDRs are routed from the
+// root namespace, so two labs cannot share one; a second lab started
+// without --cluster-cidr moves on by itself.
+func chooseClusterCIDR(def string, taken []netip.Prefix) (string, error) {
+	p, err := parseV4Prefix("--cluster-cidr", def)
+	if err != nil {
+		return "", err
+	}
+	limit := netip.MustParseAddr("10.250.0.0")
+	for c := p; c.IsValid(); {
+		if !slices.ContainsFunc(taken, c.Overlaps) {
+			return c.String(), nil
+		}
+		next := nextPrefix(c)
+		if !next.IsValid() || next.Addr().Compare(limit) >= 0 || !p.Addr().Is4() {
+			break
+		}
+		c = next
+	}
+	return "", fmt.Errorf("no free cluster CIDR of size /%d from %s on (this machine's routes and other labs take them all): pick one with --cluster-cidr", p.Bits(), p)
+}
+
+// nextPrefix is the prefix of p's size right after p (invalid past the
+// end of the address space).
+func nextPrefix(p netip.Prefix) netip.Prefix {
+	a := p.Masked().Addr().As4()
+	n := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	step := uint32(1) << (32 - p.Bits())
+	if n+step < n {
+		return netip.Prefix{}
+	}
+	n += step
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), p.Bits())
 }
 
 // parseUnderlays reads --underlay-cidr: "", "A" or "A,B".
@@ -161,11 +208,12 @@ func checkHost(s *Spec, host, others []netip.Prefix) error {
 	type rng struct {
 		what, flag string
 		p          netip.Prefix
-		underlay   bool
+		routed     bool // the root namespace routes it: no other lab may
 	}
 	rs := []rng{
 		{"underlay", "--underlay-cidr", s.Underlay, true},
-		{"cluster CIDR", "--cluster-cidr", s.ClusterCIDR, false},
+		// Routed from the root namespace to the nodes (Spec.hostRoutes).
+		{"cluster CIDR", "--cluster-cidr", s.ClusterCIDR, true},
 		{"service CIDR", "--service-cidr", s.ServiceCIDR, false},
 	}
 	if s.Router != nil {
@@ -180,12 +228,12 @@ func checkHost(s *Spec, host, others []netip.Prefix) error {
 				return fmt.Errorf("the lab's %s %s overlaps %s, which this machine already uses (see `ip route`); refusing: pick another range with %s", r.what, r.p, h, r.flag)
 			}
 		}
-		if !r.underlay {
+		if !r.routed {
 			continue
 		}
 		for _, h := range others {
 			if r.p.Overlaps(h) {
-				return fmt.Errorf("the lab's %s %s overlaps %s, another lab's underlay (see `ls %s`); pick another range with %s", r.what, r.p, h, filepath.Dir(s.StateDir), r.flag)
+				return fmt.Errorf("the lab's %s %s overlaps %s, another lab's underlay or cluster CIDR (see `ls %s`); pick another range with %s", r.what, r.p, h, filepath.Dir(s.StateDir), r.flag)
 			}
 		}
 	}

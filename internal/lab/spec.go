@@ -124,6 +124,11 @@ type Spec struct {
 	// half is left for spec.externalIPs (ExternalIPRange). Zero in a lab
 	// recorded before it existed.
 	LBPool netip.Prefix `json:"lbPool,omitzero"`
+	// PodCIDRs are the nodes' pod CIDRs (node name -> CIDR) as the
+	// controller gave them, learned by `up` once the nodes are Ready: the
+	// root namespace routes them over the lab's bridge (hostRoutes), so
+	// that the apiserver reaches pods (pods/proxy, services/proxy).
+	PodCIDRs map[string]netip.Prefix `json:"podCIDRs,omitempty"`
 }
 
 // Router joins the two underlays of a two-subnet lab: a namespace with

@@ -136,10 +136,24 @@ func TestResolve(t *testing.T) {
 	if err != nil || s.Underlay == first {
 		t.Fatalf("new lab: %v %v", s, err)
 	}
-	// Host routes overlapping the cluster CIDR: refused, naming the flag.
-	_, err = resolve(req(3), nil, []netip.Prefix{p("10.244.7.0/24")}, nil)
+	// Host routes overlapping the default cluster CIDR (another lab's
+	// pod routes): the next free /16 is taken; one given with
+	// --cluster-cidr is refused, naming the flag, as is one another
+	// lab records.
+	s, err = resolve(req(3), nil, []netip.Prefix{p("10.244.7.0/24"), p("10.245.0.0/16")}, []netip.Prefix{p("10.246.0.0/16")})
+	if err != nil || s.ClusterCIDR != p("10.247.0.0/16") {
+		t.Fatalf("default cluster CIDR taken: %v %v", s, err)
+	}
+	if _, err = chooseClusterCIDR("10.244.0.0/16", []netip.Prefix{p("10.0.0.0/8")}); err == nil || !strings.Contains(err.Error(), "--cluster-cidr") {
+		t.Fatalf("no free cluster CIDR: %v", err)
+	}
+	_, err = resolve(req(3, "cluster-cidr"), nil, []netip.Prefix{p("10.244.7.0/24")}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--cluster-cidr") || !strings.Contains(err.Error(), "10.244.7.0/24") {
 		t.Fatalf("cluster overlap: %v", err)
+	}
+	_, err = resolve(req(3, "cluster-cidr"), nil, nil, []netip.Prefix{p("10.244.0.0/16")})
+	if err == nil || !strings.Contains(err.Error(), "another lab") {
+		t.Fatalf("cluster CIDR of another lab: %v", err)
 	}
 	_, err = resolve(req(3), nil, []netip.Prefix{p("10.96.0.0/12")}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--service-cidr") {
@@ -235,14 +249,14 @@ func TestPlan(t *testing.T) {
 		}(), "=state dir =binaries +underlay +node(flatnet-node1) +node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
 		{"running without Services (no --endpointslices, one agent without --proxy)", func() Observed {
 			o := all
-			o.ControllerWithoutEndpointSlices = true
+			o.ControllerOutdated = true
 			o.AgentsWithoutProxy = map[string]bool{"flatnet-node2": true}
 			return o
 		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane rcontroller =agent(flatnet-node1) ragent(flatnet-node2) +ready"},
 		{"dead controller started without --endpointslices", func() Observed {
 			o := all
 			o.Controller = false
-			o.ControllerWithoutEndpointSlices = true
+			o.ControllerOutdated = true
 			return o
 		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane +controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
 	}
@@ -273,7 +287,7 @@ func TestArgv(t *testing.T) {
 	}
 	got = strings.Join(controllerArgv(s), " ")
 	want = "/var/lib/flatnet/lab/flatnet/bin/flatnet controller --kubeconfig /var/lib/flatnet/lab/flatnet/admin.kubeconfig" +
-		" --cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 --allocate-node-cidrs=true --bind-pods --endpointslices"
+		" --cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 --allocate-node-cidrs=true --endpointslices"
 	if got != want {
 		t.Errorf("controller argv:\n got %s\nwant %s", got, want)
 	}
@@ -322,6 +336,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	dir := t.TempDir()
 	s.StateDir = filepath.Join(dir, "rt")
+	// Learned pod CIDRs are kept.
+	s.PodCIDRs = map[string]netip.Prefix{s.Nodes[0].Name: netip.MustParsePrefix("10.244.3.0/24")}
 	if err := saveRecord(&record{Spec: *s, K8sBinDir: "/k8s"}); err != nil {
 		t.Fatal(err)
 	}
@@ -356,15 +372,24 @@ func FuzzParseRecord(f *testing.F) {
 	b2, _ := json.Marshal(record{Spec: *s2})
 	f.Add(b2, "fz")
 	f.Add([]byte(`{"name":"fz","nodes":[{}]}`), "fz")
+	s.PodCIDRs = map[string]netip.Prefix{s.Nodes[0].Name: netip.MustParsePrefix("0.0.0.0/0")}
+	b3, _ := json.Marshal(record{Spec: *s})
+	f.Add(b3, "fz")
 	f.Add([]byte(`{`), "x")
 	f.Fuzz(func(t *testing.T, b []byte, name string) {
 		r, err := parseRecord(b, name)
 		if err != nil {
 			return
 		}
-		// Whatever parses names only this lab's objects.
+		// Whatever parses names only this lab's objects, and routes only
+		// inside its cluster CIDR on its own bridge.
 		if r.Bridge != BridgeName(name) || len(r.Bridge) > 15 {
 			t.Fatalf("bridge %q for lab %q", r.Bridge, name)
+		}
+		for _, rt := range r.hostRoutes() {
+			if rt.dev != r.Bridge || !(rt.dst == r.Underlay2 || within(rt.dst, r.ClusterCIDR)) {
+				t.Fatalf("host route %s of lab %q", rt, name)
+			}
 		}
 		for _, n := range r.Nodes {
 			if !nodeNetnsPattern(name).MatchString(n.Netns) || len(n.HostVeth) > 15 || n.Subnet < 0 || n.Subnet >= r.Subnets() {
@@ -451,6 +476,23 @@ func TestNewSpecTwoSubnets(t *testing.T) {
 	}
 	if one.Router != nil || one.External != nil || one.Underlay2.IsValid() || len(one.hostRoutes()) != 0 || len(one.nodeEndpoint(one.Nodes[1]).routes) != 1 {
 		t.Errorf("one subnet: %+v", one)
+	}
+
+	// Pod CIDRs, once known, are routed via their node; a node behind the
+	// router via the first node of the first underlay; a CIDR outside the
+	// cluster CIDR (a stale record) not at all.
+	one.PodCIDRs = map[string]netip.Prefix{one.Nodes[0].Name: p("10.244.1.0/24"), one.Nodes[1].Name: p("10.244.0.0/24"), "gone": p("10.244.9.0/24")}
+	for _, wide := range []string{"0.0.0.0/0", "10.0.0.0/8", "10.244.0.0/15"} {
+		if within(p(wide), one.ClusterCIDR) {
+			t.Errorf("%s counts as inside %s", wide, one.ClusterCIDR)
+		}
+	}
+	if got := routes(one.hostRoutes()); got != "10.244.1.0/24 via 10.250.0.11 dev fl-flatnet; 10.244.0.0/24 via 10.250.0.12 dev fl-flatnet" {
+		t.Errorf("host routes with pod CIDRs: %v", got)
+	}
+	s.PodCIDRs = map[string]netip.Prefix{s.Nodes[0].Name: p("10.244.0.0/24"), s.Nodes[1].Name: p("10.244.1.0/24"), s.Nodes[2].Name: p("192.168.0.0/24")}
+	if got := routes(s.hostRoutes()); got != "10.250.1.0/24 via 10.250.0.254 dev fl-flatnet; 10.244.0.0/24 via 10.250.0.11 dev fl-flatnet; 10.244.1.0/24 via 10.250.0.11 dev fl-flatnet" {
+		t.Errorf("host routes with pod CIDRs, two subnets: %v", got)
 	}
 }
 
@@ -698,8 +740,8 @@ func TestRecordRoundTripTwoSubnets(t *testing.T) {
 	if d := cmp.Diff(*s, r.Spec, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
 		t.Errorf("round trip (-want +got):\n%s", d)
 	}
-	if got := otherUnderlays(dir, "other"); len(got) != 2 {
-		t.Errorf("other labs' underlays: %v", got)
+	if got := otherRanges(dir, "other"); len(got) != 3 || got[2] != s.ClusterCIDR {
+		t.Errorf("other labs' ranges: %v", got)
 	}
 	// A record whose router names another namespace is refused.
 	b, _ := os.ReadFile(s.SpecFile())

@@ -62,6 +62,9 @@ func parseRecord(b []byte, name string) (*record, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The pod CIDRs are learned, not derived (hostRoutes routes only those
+	// of the lab's nodes inside its cluster CIDR).
+	want.PodCIDRs = r.PodCIDRs
 	if filepath.Base(r.StateDir) != name || !filepath.IsAbs(r.StateDir) {
 		return nil, fmt.Errorf("state dir %q is not an absolute path ending in %q", r.StateDir, name)
 	}
@@ -83,9 +86,10 @@ func saveRecord(r *record) error {
 	return atomicfile.WriteFile(r.SpecFile(), append(b, '\n'), 0o644)
 }
 
-// otherUnderlays returns the underlays recorded by every lab under root
-// except name: a stopped lab keeps its underlay until `down`.
-func otherUnderlays(root, name string) []netip.Prefix {
+// otherRanges returns the ranges the root namespace routes for every lab
+// under root except name, its underlays and its cluster CIDR: a stopped
+// lab keeps them until `down`.
+func otherRanges(root, name string) []netip.Prefix {
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil
@@ -97,6 +101,7 @@ func otherUnderlays(root, name string) []netip.Prefix {
 		}
 		if r, err := loadRecord(root, e.Name()); err == nil {
 			out = append(out, r.Underlays()...)
+			out = append(out, r.ClusterCIDR)
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,7 +58,7 @@ func hasCNIConfig(dir string) bool {
 // waitReady waits until every node of s is Ready, has a pod CIDR and its
 // agent has written the node's CNI config. A daemon that dies meanwhile
 // ends the wait with the end of its log.
-func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Duration) error {
+func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Duration) (podCIDRs map[string]netip.Prefix, err error) {
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
@@ -65,17 +66,18 @@ func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Dur
 	defer cancel()
 	c, _, err := Client(kubeconfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var missing []string
 	for {
 		for _, name := range append([]string{ProcController}, agentProcs(s)...) {
 			if _, ok := proc.Running(s.StateDir, name); !ok {
 				log := proc.LogFile(s.StateDir, name)
-				return fmt.Errorf("%s exited; end of %s:\n%s", name, log, proc.Tail(log, 15))
+				return nil, fmt.Errorf("%s exited; end of %s:\n%s", name, log, proc.Tail(log, 15))
 			}
 		}
 		missing = missing[:0]
+		podCIDRs = map[string]netip.Prefix{}
 		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			missing = append(missing, "node list: "+err.Error())
@@ -96,14 +98,25 @@ func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Dur
 				case !hasCNIConfig(s.CNIConfDir(n)):
 					missing = append(missing, n.Name+" has no CNI config in "+s.CNIConfDir(n))
 				}
+				if kn != nil {
+					if p, err := netip.ParsePrefix(kn.Spec.PodCIDR); err == nil {
+						podCIDRs[n.Name] = p
+					}
+				}
 			}
 		}
 		if len(missing) == 0 {
-			return nil
+			// Pods need their namespace's service account (ServiceAccount
+			// admission): the controller manager makes default's.
+			if _, err := c.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				missing = append(missing, "no default service account yet: "+err.Error())
+			} else {
+				return podCIDRs, nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after %s: %s (logs in %s)", timeout, strings.Join(missing, "; "), s.LogDir())
+			return nil, fmt.Errorf("not ready after %s: %s (logs in %s)", timeout, strings.Join(missing, "; "), s.LogDir())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,7 +70,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading this machine's routes: %w", err)
 	}
-	s, err := resolve(req, recorded, host, otherUnderlays(root, req.Name))
+	s, err := resolve(req, recorded, host, otherRanges(root, req.Name))
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +106,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	}
 
 	warnBridgeFirewall(out, s.Bridge)
-	if why := controlplane.Outdated(s.StateDir); why != "" {
+	if why := controlplane.Outdated(controlPlaneConfig(s, k8sBin)); why != "" {
 		fmt.Fprintf(out, "control plane outdated, restarting it: %s\n", why)
 	}
 	steps := Plan(s, obs)
@@ -160,13 +163,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			}
 		case StepControlPlane:
 			var info *controlplane.Info
-			info, err = controlplane.Up(ctx, controlplane.Config{
-				StateDir:    s.StateDir,
-				BinDir:      k8sBin,
-				Addr:        s.HostAddr,
-				ServiceCIDR: s.ServiceCIDR.String(),
-				Name:        s.Name,
-			}, io.Discard)
+			info, err = controlplane.Up(ctx, controlPlaneConfig(s, k8sBin), io.Discard)
 			if info != nil {
 				kubeconfig = info.Kubeconfig
 			}
@@ -191,9 +188,14 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if kubeconfig == "" {
 				kubeconfig = s.Kubeconfig()
 			}
-			if err = waitReady(ctx, s, kubeconfig, cfg.ReadyTimeout); err == nil {
-				err = ensureKubeDNS(ctx, s, kubeconfig)
+			var cidrs map[string]netip.Prefix
+			if cidrs, err = waitReady(ctx, s, kubeconfig, cfg.ReadyTimeout); err != nil {
+				break
 			}
+			if err = routePodCIDRs(k, s, k8sBin, cidrs); err != nil {
+				break
+			}
+			err = ensureKubeDNS(ctx, s, kubeconfig)
 		}
 		if err != nil {
 			fmt.Fprintf(out, " failed\n")
@@ -262,10 +264,10 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 	}
 	// A control plane running with old flags (etcd on plain HTTP) is
 	// not present: its step restarts it.
-	o.ControlPlane = controlplane.Current(s.StateDir)
+	o.ControlPlane = controlplane.Current(controlPlaneConfig(s, ""))
 	var cpid int
 	if cpid, o.Controller = proc.Running(s.StateDir, ProcController); o.Controller {
-		o.ControllerWithoutEndpointSlices = !hasFlag(cpid, "--endpointslices")
+		o.ControllerOutdated = !sameArgs(cpid, controllerArgv(s))
 		o.ControllerLBPool = flagOf(cpid, "--load-balancer-ip-pool")
 	}
 	return o, fixes, nil
@@ -280,6 +282,37 @@ func makeStateDirs(s *Spec) error {
 	return nil
 }
 
+// routePodCIDRs records the nodes' pod CIDRs and routes them from the
+// root namespace over the lab's bridge (Spec.hostRoutes).
+func routePodCIDRs(k kernel, s *Spec, k8sBin string, cidrs map[string]netip.Prefix) error {
+	if !maps.Equal(s.PodCIDRs, cidrs) {
+		s.PodCIDRs = cidrs
+		if err := saveRecord(&record{Spec: *s, K8sBinDir: k8sBin}); err != nil {
+			return err
+		}
+	}
+	fixes, err := k.plan(s)
+	if err != nil {
+		return err
+	}
+	return k.apply(fixesOf(fixes, partUnderlay))
+}
+
+// controlPlaneConfig is the lab's control plane: the apiserver on the
+// underlay's host address, the controller manager and the scheduler, with
+// one EndpointSlice controller (flatnet's: the lab's controller runs it).
+func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
+	return controlplane.Config{
+		StateDir:            s.StateDir,
+		BinDir:              k8sBin,
+		Addr:                s.HostAddr,
+		ServiceCIDR:         s.ServiceCIDR.String(),
+		Name:                s.Name,
+		Controllers:         true,
+		DisabledControllers: []string{"endpointslice-controller"},
+	}
+}
+
 // controllerArgv is the command line of the lab's flatnet controller.
 func controllerArgv(s *Spec) []string {
 	argv := []string{
@@ -288,9 +321,8 @@ func controllerArgv(s *Spec) []string {
 		"--cluster-cidr", s.ClusterCIDR.String(),
 		"--node-cidr-mask-size", strconv.Itoa(s.NodeCIDRMaskSize),
 		"--allocate-node-cidrs=true",
-		"--bind-pods",
-		// The lab has no kube-controller-manager: flatnet writes the
-		// EndpointSlices the agents' Service proxies read.
+		// flatnet writes the EndpointSlices the agents' Service proxies
+		// read (kube-controller-manager's controller is off).
 		"--endpointslices",
 	}
 	if pool := s.LoadBalancerPool(); pool != "" {
@@ -298,6 +330,13 @@ func controllerArgv(s *Spec) []string {
 		argv = append(argv, "--load-balancer-ip-pool", pool)
 	}
 	return argv
+}
+
+// sameArgs reports whether process pid runs with want's arguments (the
+// program's path is not compared; false when unreadable).
+func sameArgs(pid int, want []string) bool {
+	argv, err := readArgv(pid)
+	return err == nil && len(argv) > 0 && slices.Equal(argv[1:], want[1:])
 }
 
 // hasFlag reports whether process pid was started with the boolean flag

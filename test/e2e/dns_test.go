@@ -230,9 +230,7 @@ func checkDNS(t *testing.T, l *testLab, pods []labPod) {
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: lab.ExternalDNSZone},
 	})
 
-	// A Service in another namespace. Nothing finalizes a deleted
-	// namespace in the lab (no namespace controller): the cleanup empties
-	// it and finalizes it itself.
+	// A Service in another namespace.
 	otherNS := tag
 	if _, err := l.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: otherNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", otherNS, err)
@@ -432,26 +430,16 @@ func checkDNS(t *testing.T, l *testLab, pods []labPod) {
 	})
 }
 
-// deleteNamespace deletes namespace ns with its Services and, as no
-// namespace controller runs in the lab, finalizes it.
+// deleteNamespace deletes namespace ns and waits until the namespace
+// controller (kube-controller-manager) has emptied and removed it.
 func deleteNamespace(t *testing.T, l *testLab, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	svcs, err := l.c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Errorf("listing services in %s: %v", ns, err)
-		return
-	}
-	for _, svc := range svcs.Items {
-		if err := l.c.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting service %s/%s: %v", ns, svc.Name, err)
-		}
-	}
 	if err := l.c.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("deleting namespace %s: %v", ns, err)
 		return
 	}
-	err = retry(30*time.Second, func() error {
+	err := retry(60*time.Second, func() error {
 		n, err := l.c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -459,13 +447,7 @@ func deleteNamespace(t *testing.T, l *testLab, ns string) {
 		if err != nil {
 			return err
 		}
-		if len(n.Spec.Finalizers) > 0 {
-			n.Spec.Finalizers = nil
-			if _, err := l.c.CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{}); err != nil {
-				return err
-			}
-		}
-		return fmt.Errorf("namespace %s still exists (%s)", ns, n.Status.Phase)
+		return fmt.Errorf("namespace %s still exists (%s, conditions %v)", ns, n.Status.Phase, n.Status.Conditions)
 	})
 	if err != nil {
 		t.Errorf("removing namespace %s: %v", ns, err)

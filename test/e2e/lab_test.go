@@ -644,6 +644,17 @@ func TestLab(t *testing.T) {
 		}
 	})
 
+	// The apiserver (root namespace) reaches every pod over the lab's
+	// routes to the pod CIDRs: pods/proxy, as the upstream DNS specs use.
+	t.Run("APIServerProxiesToPods", func(t *testing.T) {
+		for _, p := range pods {
+			b, err := l.c.CoreV1().Pods("default").ProxyGet("http", p.name, "8080", "/hostname", nil).DoRaw(context.Background())
+			if err != nil || string(b) != p.name {
+				t.Errorf("pods/proxy to %s on %s: %q, %v", p.name, p.node.Name, b, err)
+			}
+		}
+	})
+
 	t.Run("TwoContainersOverLocalhost", func(t *testing.T) {
 		p := netexecPod("duo", s.Nodes[0].Name)
 		p.Spec.Containers[0].Name = "a"
@@ -982,7 +993,7 @@ func TestLab(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := l.mustCLI(t, "up")
-		if !strings.Contains(out, "flatnet controller (node IPAM, pod binder) ... done") {
+		if !strings.Contains(out, "flatnet controller (node IPAM, EndpointSlices) ... done") {
 			t.Errorf("up did not restart the controller:\n%s", out)
 		}
 		if _, ok := proc.Running(s.StateDir, lab.ProcController); !ok {

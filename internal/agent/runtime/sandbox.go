@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,13 +156,18 @@ func (w *worker) createSandbox(ctx context.Context, pod *v1.Pod) {
 	w.warnUnsupported(pod)
 }
 
+// serviceAccountDir is where the ServiceAccount admission plugin mounts
+// every pod's API token. The lab runtime mounts nothing (docs/lab.md says
+// so); warning about the mount every pod has would drown the others.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 // warnUnsupported says once per sandbox what of the spec the lab ignores,
 // rather than let it pass silently.
 func (w *worker) warnUnsupported(pod *v1.Pod) {
 	var ignored []string
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range list {
-			if len(c.VolumeMounts) > 0 {
+			if slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath != serviceAccountDir }) {
 				ignored = append(ignored, "volumeMounts of "+c.Name+" (containers see the host's files)")
 			}
 			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {

@@ -27,14 +27,15 @@ func CacheBinDir() (string, error) {
 	return filepath.Join(base, "k8s-"+KubernetesVersion, "bin"), nil
 }
 
-// BinDir returns CacheBinDir after checking that kube-apiserver, etcd and
+// BinDir returns CacheBinDir after checking that the lab's control plane
+// (kube-apiserver, etcd, kube-controller-manager, kube-scheduler) and
 // kubectl are there.
 func BinDir() (string, error) {
 	d, err := CacheBinDir()
 	if err != nil {
 		return "", err
 	}
-	if err := checkBins(d, "kube-apiserver", "etcd", "kubectl"); err != nil {
+	if err := checkBins(d, "kube-apiserver", "etcd", ControllerManagerName, SchedulerName, "kubectl"); err != nil {
 		return "", err
 	}
 	return d, nil
@@ -49,7 +50,7 @@ func checkBins(dir string, names ...string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s not found in %s: run `make k8s` (hack/build-k8s.sh builds kube-apiserver, kubectl and etcd %s from the Go module proxy; minutes the first time)",
+		return fmt.Errorf("%w: %s not found in %s: run `make k8s` (hack/build-k8s.sh builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd %s from the Go module proxy; minutes the first time)",
 			ErrNoBinaries, strings.Join(missing, ", "), dir, KubernetesVersion)
 	}
 	return nil

@@ -1,20 +1,28 @@
 // Package controlplane runs a lab's Kubernetes control plane: the upstream
-// etcd and kube-apiserver programs (built by `make k8s`), as detached
-// daemons through internal/proc, with a PKI made in Go and an admin
-// kubeconfig. Everything lives in the lab's state directory (0700):
+// etcd and kube-apiserver programs (built by `make k8s`), and with
+// Config.Controllers kube-controller-manager and kube-scheduler, as
+// detached daemons through internal/proc, with a PKI made in Go and
+// kubeconfigs. Everything lives in the lab's state directory (0700):
 //
-//	<state>/pki/                 the lab CA, apiserver serving cert, admin client cert, service-account keys;
+//	<state>/pki/                 the lab CA, apiserver serving cert, client certs (admin, controller
+//	                             manager, scheduler, apiserver→kubelet), service-account keys;
 //	                             the etcd CA, etcd's serving/peer cert, the apiserver's etcd client cert
 //	<state>/etcd/                etcd's data
 //	<state>/controlplane.json    the address, service CIDR and ports in use
 //	<state>/admin.kubeconfig     client cert O=system:masters, server https://<addr>:<port>
-//	<state>/pids, <state>/logs   etcd and kube-apiserver (see internal/proc)
+//	<state>/kube-controller-manager.kubeconfig, <state>/kube-scheduler.kubeconfig
+//	<state>/pids, <state>/logs   one per process (see internal/proc)
 //
 // Up is idempotent: a control plane that runs and answers /readyz is reused
 // and no file is rewritten; a missing piece is started again with the ports
-// recorded before. Down stops kube-apiserver first, then etcd (the other
-// way round the apiserver spends minutes retrying etcd before it exits),
-// and removes nothing but the processes and their pid files.
+// recorded before. Down stops the scheduler and the controller manager,
+// then kube-apiserver, then etcd (the other way round the apiserver spends
+// minutes retrying etcd before it exits), and removes nothing but the
+// processes and their pid files.
+//
+// The controller manager and the scheduler serve their /healthz on
+// 127.0.0.1 only, on ports picked like etcd's, so that two labs never
+// collide and nothing listens on the machine's other addresses.
 //
 // Who can do what: the lab runs pods as root processes on the host, so
 // whoever can write a Pod is root on the machine. etcd therefore serves
@@ -52,8 +60,10 @@ import (
 
 // Process names, as used for pid and log files.
 const (
-	EtcdName      = "etcd"
-	APIServerName = "kube-apiserver"
+	EtcdName              = "etcd"
+	APIServerName         = "kube-apiserver"
+	ControllerManagerName = "kube-controller-manager"
+	SchedulerName         = "kube-scheduler"
 )
 
 const (
@@ -90,6 +100,14 @@ type Config struct {
 	Name string
 	// ReadyTimeout bounds each readiness wait; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Controllers also runs kube-controller-manager and kube-scheduler.
+	// Without them nothing makes service accounts, so the ServiceAccount
+	// admission plugin is off then.
+	Controllers bool
+	// DisabledControllers are left out of kube-controller-manager's
+	// --controllers (e.g. "endpointslice-controller" where flatnet's own
+	// EndpointSlice controller runs).
+	DisabledControllers []string
 }
 
 // Info tells how to reach a running control plane.
@@ -109,6 +127,12 @@ type record struct {
 	APIServerPort  int    `json:"apiserverPort"`
 	EtcdClientPort int    `json:"etcdClientPort"`
 	EtcdPeerPort   int    `json:"etcdPeerPort"`
+	// Controllers: kube-controller-manager and kube-scheduler run too, on
+	// these 127.0.0.1 ports, with these controllers left out.
+	Controllers           bool     `json:"controllers,omitempty"`
+	DisabledControllers   []string `json:"disabledControllers,omitempty"`
+	ControllerManagerPort int      `json:"controllerManagerPort,omitempty"`
+	SchedulerPort         int      `json:"schedulerPort,omitempty"`
 }
 
 func recordPath(stateDir string) string { return filepath.Join(stateDir, "controlplane.json") }
@@ -160,7 +184,7 @@ func apiserverArgs(binDir, stateDir string, p PKI, r record) []string {
 	if addr.IsLoopback() {
 		reconciler = "none"
 	}
-	return []string{
+	args := []string{
 		filepath.Join(binDir, "kube-apiserver"),
 		"--etcd-servers=" + r.etcdClientURL(),
 		"--etcd-cafile=" + p.EtcdCACert(),
@@ -177,17 +201,76 @@ func apiserverArgs(binDir, stateDir string, p PKI, r record) []string {
 		"--service-account-key-file=" + p.ServiceAccountPub(),
 		"--service-account-signing-key-file=" + p.ServiceAccountKey(),
 		"--authorization-mode=Node,RBAC",
-		// No kube-controller-manager makes the default service accounts,
-		// and no node lifecycle controller would ever lift the
-		// node.kubernetes.io/not-ready taint TaintNodesByCondition puts on
-		// new Nodes (the lab binder honours taints, so no pod would bind).
-		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		// deploy/'s DaemonSet is privileged; dry-run=server must accept it.
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=" + reconciler,
 		"--cert-dir=" + filepath.Join(p.Dir, "apiserver-generated"),
 		"--profiling=false",
+		// exec, logs, port-forward and pods/proxy through kubelets: by
+		// InternalIP (lab nodes' names resolve nowhere).
+		"--kubelet-client-certificate=" + p.KubeletClientCert(),
+		"--kubelet-client-key=" + p.KubeletClientKey(),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}
+	if !r.Controllers {
+		// No kube-controller-manager makes the default service accounts,
+		// and no node lifecycle controller would ever lift the
+		// node.kubernetes.io/not-ready taint TaintNodesByCondition puts on
+		// new Nodes.
+		args = append(args, "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
+	}
+	return args
+}
+
+// controllerManagerArgs is kube-controller-manager's command line: every
+// default controller but the disabled ones, service-account tokens signed
+// with the apiserver's key, CSRs signed by the lab CA, one instance (no
+// leader election), /healthz on 127.0.0.1.
+func controllerManagerArgs(binDir, stateDir string, p PKI, r record) []string {
+	controllers := "*"
+	for _, c := range r.DisabledControllers {
+		controllers += ",-" + c
+	}
+	kc := componentKubeconfig(stateDir, ControllerManagerName)
+	return []string{
+		filepath.Join(binDir, ControllerManagerName),
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(r.ControllerManagerPort),
+		"--cert-dir=" + filepath.Join(p.Dir, "controller-manager-generated"),
+		"--leader-elect=false",
+		"--controllers=" + controllers,
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + p.ServiceAccountKey(),
+		"--root-ca-file=" + p.CACert(),
+		"--cluster-signing-cert-file=" + p.CACert(),
+		"--cluster-signing-key-file=" + p.CAKey(),
+		"--profiling=false",
+	}
+}
+
+// schedulerArgs is kube-scheduler's command line.
+func schedulerArgs(binDir, stateDir string, p PKI, r record) []string {
+	kc := componentKubeconfig(stateDir, SchedulerName)
+	return []string{
+		filepath.Join(binDir, SchedulerName),
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(r.SchedulerPort),
+		"--cert-dir=" + filepath.Join(p.Dir, "scheduler-generated"),
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+}
+
+// componentKubeconfig is the kubeconfig file of kube-controller-manager or
+// kube-scheduler.
+func componentKubeconfig(stateDir, name string) string {
+	return filepath.Join(stateDir, name+".kubeconfig")
 }
 
 // Up brings the control plane up, or finds it up, and returns how to reach
@@ -234,17 +317,37 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 		return nil, fmt.Errorf("control plane certificates in %s: %w", pki.Dir, err)
 	}
 
+	prev = prev.want(cfg)
 	etcdPID, etcdUp := proc.Running(cfg.StateDir, EtcdName)
 	apiPID, apiUp := proc.Running(cfg.StateDir, APIServerName)
-	// What runs with old certificates or flags is restarted, the apiserver
-	// first (without etcd it would hang); an apiserver without its etcd
-	// too.
+	// What runs with old certificates or flags is restarted, the
+	// controllers and the apiserver first (without etcd it would hang); an
+	// apiserver without its etcd too.
 	etcdWhy, apiWhy := "", ""
 	if etcdUp {
 		etcdWhy = staleEtcd(cfg.StateDir, pki, prev, etcdPID, pkiChanged)
 	}
 	if apiUp {
 		apiWhy = staleAPIServer(cfg.StateDir, pki, prev, apiPID, pkiChanged, etcdUp && etcdWhy == "")
+	}
+	compUp := map[string]bool{}
+	for _, c := range components {
+		pid, up := proc.Running(cfg.StateDir, c.name)
+		if !up {
+			continue
+		}
+		why := c.stale(cfg.StateDir, pki, prev, pid, pkiChanged)
+		if why == "" && apiWhy != "" {
+			why = "kube-apiserver restarts"
+		}
+		if why == "" {
+			compUp[c.name] = true
+			continue
+		}
+		fmt.Fprintf(log, "control plane: stopping %s (pid %d): %s\n", c.name, pid, why)
+		if err := proc.Stop(cfg.StateDir, c.name, stopGrace); err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
 	}
 	if apiWhy != "" {
 		fmt.Fprintf(log, "control plane: restarting kube-apiserver (pid %d): %s\n", apiPID, apiWhy)
@@ -265,6 +368,9 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := chooseComponentPorts(&rec, compUp); err != nil {
+		return nil, err
+	}
 	if err := writeJSON(recordPath(cfg.StateDir), rec); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
@@ -276,7 +382,7 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	reused := etcdUp && apiUp
+	reused := etcdUp && apiUp && (!cfg.Controllers || len(compUp) == len(components))
 
 	var started []string
 	defer func() {
@@ -332,11 +438,119 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 	if err := writeFile(kc, data, 0o600); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
+	if cfg.Controllers {
+		for _, c := range components {
+			if compUp[c.name] {
+				continue
+			}
+			data, err := kubeconfigFor(cfg.Name, rec.server(), pki, c.user, c.cert(pki), c.key(pki))
+			if err != nil {
+				return nil, fmt.Errorf("control plane: %s kubeconfig: %w", c.name, err)
+			}
+			if err := writeFile(componentKubeconfig(cfg.StateDir, c.name), data, 0o600); err != nil {
+				return nil, fmt.Errorf("control plane: %w", err)
+			}
+			t0 := time.Now()
+			pid, err := proc.Start(c.name, c.args(cfg.BinDir, cfg.StateDir, pki, rec), nil, cfg.StateDir, "")
+			if err != nil {
+				return nil, fmt.Errorf("control plane: %w", err)
+			}
+			started = append(started, c.name)
+			port := c.port(rec)
+			if err := waitReady(ctx, cfg, c.name, cfg.ReadyTimeout, func(ctx context.Context) error { return healthz(ctx, port) }); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(log, "control plane: %s ready in %.1fs (pid %d)\n", c.name, time.Since(t0).Seconds(), pid)
+		}
+	} else {
+		// A lab that ran them before and wants them no more.
+		for _, c := range components {
+			if err := proc.Stop(cfg.StateDir, c.name, stopGrace); err != nil {
+				return nil, fmt.Errorf("control plane: %w", err)
+			}
+		}
+	}
 	return &Info{Kubeconfig: kc, Server: rec.server(), APIServerPID: apiPID, EtcdPID: etcdPID, Reused: reused}, nil
 }
 
-// Down stops kube-apiserver, then etcd. Processes that are not running are
-// skipped; nothing but their pid files is removed.
+// component is a control-plane process that runs beside the apiserver
+// and talks only to it: kube-controller-manager and kube-scheduler.
+type component struct {
+	name, user string
+	cert, key  func(PKI) string
+	args       func(binDir, stateDir string, p PKI, r record) []string
+	port       func(record) int
+}
+
+// components, in start order (Down stops them in reverse).
+var components = []component{
+	{ControllerManagerName, ControllerManagerUser, PKI.ControllerManagerCert, PKI.ControllerManagerKey, controllerManagerArgs,
+		func(r record) int { return r.ControllerManagerPort }},
+	{SchedulerName, SchedulerUser, PKI.SchedulerCert, PKI.SchedulerKey, schedulerArgs,
+		func(r record) int { return r.SchedulerPort }},
+}
+
+// stale tells why the running component (pid) must be restarted, or "".
+func (c component) stale(stateDir string, pki PKI, want *record, pid int, pkiChanged []string) string {
+	switch {
+	case want == nil || !want.Controllers:
+		return "the control plane runs without it now"
+	case slices.Contains(pkiChanged, pki.CACert()) || slices.Contains(pkiChanged, c.cert(pki)) || slices.Contains(pkiChanged, pki.ServiceAccountKey()):
+		return "certificates changed"
+	case c.port(*want) == 0 || !sameFlags(pid, c.args("", stateDir, pki, *want)):
+		return "its flags changed"
+	}
+	return ""
+}
+
+// want is the record Up aims for: r's ports with cfg's choice of
+// controllers (nil stays nil).
+func (r *record) want(cfg Config) *record {
+	if r == nil {
+		return nil
+	}
+	w := *r
+	w.Controllers = cfg.Controllers
+	w.DisabledControllers = slices.Clone(cfg.DisabledControllers)
+	if !cfg.Controllers {
+		w.DisabledControllers = nil
+	}
+	return &w
+}
+
+// chooseComponentPorts keeps the recorded ports of the components that
+// run and picks free 127.0.0.1 ports for the others.
+func chooseComponentPorts(r *record, up map[string]bool) error {
+	if !r.Controllers {
+		r.ControllerManagerPort, r.SchedulerPort = 0, 0
+		return nil
+	}
+	loop := netip.MustParseAddr("127.0.0.1")
+	for _, p := range []struct {
+		name string
+		port *int
+	}{{ControllerManagerName, &r.ControllerManagerPort}, {SchedulerName, &r.SchedulerPort}} {
+		if up[p.name] || (*p.port != 0 && portFree(loop, *p.port)) {
+			continue
+		}
+		ports, err := freePorts(loop, 1)
+		if err != nil {
+			return fmt.Errorf("control plane: picking a port for %s: %w", p.name, err)
+		}
+		*p.port = ports[0]
+	}
+	return nil
+}
+
+// healthz asks a component's /healthz on 127.0.0.1 (its self-signed
+// serving certificate is not checked: loopback, and only "ok" is read).
+func healthz(ctx context.Context, port int) error {
+	return getOK(ctx, &tls.Config{InsecureSkipVerify: true}, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz") //nolint:gosec // loopback health probe
+}
+
+// Down stops kube-scheduler, kube-controller-manager, kube-apiserver, then
+// etcd. Processes that are not running are skipped; nothing but their pid
+// files is removed.
 func Down(stateDir string) error {
 	if _, err := os.Stat(stateDir); errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -346,6 +560,11 @@ func Down(stateDir string) error {
 		return err
 	}
 	defer unlock()
+	for i := len(components) - 1; i >= 0; i-- {
+		if err := proc.Stop(stateDir, components[i].name, stopGrace); err != nil {
+			return fmt.Errorf("control plane down: %w", err)
+		}
+	}
 	_, etcdUp := proc.Running(stateDir, EtcdName)
 	if err := proc.Stop(stateDir, APIServerName, apiserverGrace(etcdUp)); err != nil {
 		// Stopping etcd under a live apiserver would hang it: stop here.
@@ -367,32 +586,48 @@ func apiserverGrace(etcdUp bool) time.Duration {
 	return 2 * time.Second
 }
 
-// Current reports whether both control-plane processes run with the
-// command lines Up would start them with (it does not ask /readyz). A lab
-// started before etcd required client certificates is not current: `lab
-// up` then runs Up, which restarts it with TLS.
-func Current(stateDir string) bool {
-	_, _, ok := Running(stateDir)
-	return ok && Outdated(stateDir) == ""
+// Current reports whether every process cfg asks for runs with the
+// command line Up would start it with (it does not ask /readyz). A lab
+// started before etcd required client certificates, or before the
+// controllers ran, is not current: `lab up` then runs Up, which restarts
+// or adds what differs.
+func Current(cfg Config) bool {
+	if _, _, ok := Running(cfg.StateDir); !ok || Outdated(cfg) != "" {
+		return false
+	}
+	for _, c := range components {
+		if _, up := proc.Running(cfg.StateDir, c.name); up != cfg.Controllers {
+			return false
+		}
+	}
+	return true
 }
 
-// Outdated tells why Up would restart the running control plane (etcd on
-// plain HTTP, other flags), or "" when what runs is current or nothing
+// Outdated tells why Up(cfg) would restart the running control plane (etcd
+// on plain HTTP, other flags), or "" when what runs is current or nothing
 // runs.
-func Outdated(stateDir string) string {
-	prev, err := loadRecord(stateDir)
+func Outdated(cfg Config) string {
+	prev, err := loadRecord(cfg.StateDir)
 	if err != nil {
 		prev = nil
 	}
-	pki := PKI{Dir: PKIDir(stateDir)}
-	if pid, ok := proc.Running(stateDir, EtcdName); ok {
-		if why := staleEtcd(stateDir, pki, prev, pid, nil); why != "" {
+	prev = prev.want(cfg)
+	pki := PKI{Dir: PKIDir(cfg.StateDir)}
+	if pid, ok := proc.Running(cfg.StateDir, EtcdName); ok {
+		if why := staleEtcd(cfg.StateDir, pki, prev, pid, nil); why != "" {
 			return "etcd: " + why
 		}
 	}
-	if pid, ok := proc.Running(stateDir, APIServerName); ok {
-		if why := staleAPIServer(stateDir, pki, prev, pid, nil, true); why != "" {
+	if pid, ok := proc.Running(cfg.StateDir, APIServerName); ok {
+		if why := staleAPIServer(cfg.StateDir, pki, prev, pid, nil, true); why != "" {
 			return "kube-apiserver: " + why
+		}
+	}
+	for _, c := range components {
+		if pid, ok := proc.Running(cfg.StateDir, c.name); ok {
+			if why := c.stale(cfg.StateDir, pki, prev, pid, nil); why != "" {
+				return c.name + ": " + why
+			}
 		}
 	}
 	return ""
@@ -490,7 +725,11 @@ func withDefaults(cfg Config) (Config, error) {
 		}
 		cfg.BinDir = d
 	}
-	if err := checkBins(cfg.BinDir, "etcd", "kube-apiserver"); err != nil {
+	bins := []string{"etcd", "kube-apiserver"}
+	if cfg.Controllers {
+		bins = append(bins, ControllerManagerName, SchedulerName)
+	}
+	if err := checkBins(cfg.BinDir, bins...); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -517,6 +756,11 @@ func choosePorts(cfg Config, prev *record, etcdUp, apiUp bool, log io.Writer) (r
 	r := record{Addr: cfg.Addr.String(), ServiceCIDR: cfg.ServiceCIDR}
 	if prev != nil {
 		r = *prev
+	}
+	r.Controllers = cfg.Controllers
+	r.DisabledControllers = nil
+	if cfg.Controllers {
+		r.DisabledControllers = slices.Clone(cfg.DisabledControllers)
 	}
 	loop := netip.MustParseAddr("127.0.0.1")
 	if !etcdUp {
@@ -652,8 +896,13 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 }
 
 func apiserverReady(ctx context.Context, r record, tc *tls.Config) error {
+	return getOK(ctx, tc, r.server()+"/readyz")
+}
+
+// getOK GETs url and wants 200 OK.
+func getOK(ctx context.Context, tc *tls.Config, url string) error {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.server()+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -664,7 +913,7 @@ func apiserverReady(ctx context.Context, r record, tc *tls.Config) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz: %s: %s", resp.Status, body)
+		return fmt.Errorf("%s: %s: %s", req.URL.Path, resp.Status, body)
 	}
 	return nil
 }

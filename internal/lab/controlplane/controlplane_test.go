@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -41,13 +42,13 @@ func TestBinDir(t *testing.T) {
 		t.Fatalf("CacheBinDir = %q, %v; want %q", d, err, want)
 	}
 	_, err := BinDir()
-	if err == nil || !strings.Contains(err.Error(), "make k8s") || !strings.Contains(err.Error(), "kube-apiserver, etcd, kubectl") {
+	if err == nil || !strings.Contains(err.Error(), "make k8s") || !strings.Contains(err.Error(), "kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl") {
 		t.Fatalf("BinDir with nothing built: %v", err)
 	}
 	if err := os.MkdirAll(want, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"kube-apiserver", "etcd"} {
+	for _, n := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"} {
 		if err := os.WriteFile(filepath.Join(want, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -104,6 +105,29 @@ func TestArgs(t *testing.T) {
 			t.Errorf("etcd args lack %s: %v", want, etcd)
 		}
 	}
+	// With the controllers, ServiceAccount admission is on, and the
+	// controller manager leaves out what it is told to.
+	r.Controllers, r.DisabledControllers, r.ControllerManagerPort, r.SchedulerPort = true, []string{"endpointslice-controller"}, 40003, 40004
+	if api := apiserverArgs("/bin", "/s", p, r); slices.ContainsFunc(api, func(a string) bool { return strings.HasPrefix(a, "--disable-admission-plugins") }) {
+		t.Errorf("apiserver with controllers disables admission plugins: %v", api)
+	}
+	kcm := controllerManagerArgs("/bin", "/s", p, r)
+	for _, want := range []string{"/bin/kube-controller-manager", "--kubeconfig=/s/kube-controller-manager.kubeconfig",
+		"--bind-address=127.0.0.1", "--secure-port=40003", "--controllers=*,-endpointslice-controller",
+		"--service-account-private-key-file=/s/pki/sa.key", "--root-ca-file=/s/pki/ca.crt",
+		"--use-service-account-credentials=true", "--leader-elect=false"} {
+		if !slices.Contains(kcm, want) {
+			t.Errorf("kube-controller-manager args lack %s: %v", want, kcm)
+		}
+	}
+	sched := schedulerArgs("/bin", "/s", p, r)
+	for _, want := range []string{"/bin/kube-scheduler", "--kubeconfig=/s/kube-scheduler.kubeconfig",
+		"--bind-address=127.0.0.1", "--secure-port=40004", "--leader-elect=false"} {
+		if !slices.Contains(sched, want) {
+			t.Errorf("kube-scheduler args lack %s: %v", want, sched)
+		}
+	}
+
 	r.Addr = "fd00::1"
 	r.APIServerPort = 7443
 	if s := r.server(); s != "https://[fd00::1]:7443" {
@@ -124,7 +148,7 @@ func TestFirstServiceIP(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	bin := t.TempDir()
-	for _, n := range []string{"kube-apiserver", "etcd"} {
+	for _, n := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"} {
 		os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\n"), 0o755)
 	}
 	ok := Config{StateDir: "/var/lib/flatnet/lab/x", BinDir: bin, Addr: netip.MustParseAddr("10.250.0.1")}
@@ -164,7 +188,7 @@ func TestChoosePorts(t *testing.T) {
 	}
 	// Recorded ports that are free are kept.
 	r2, err := choosePorts(cfg, &r, false, false, nil)
-	if err != nil || r2 != r {
+	if err != nil || !reflect.DeepEqual(r2, r) {
 		t.Errorf("recorded free ports not kept: %+v -> %+v (%v)", r, r2, err)
 	}
 	// A recorded port now taken by someone else is replaced... (the
@@ -181,7 +205,7 @@ func TestChoosePorts(t *testing.T) {
 		t.Errorf("taken apiserver port kept: %+v (%v) %q", r3, err, log.String())
 	}
 	// ...but a running process keeps its port.
-	if r4, err := choosePorts(cfg, &r, true, true, nil); err != nil || r4 != r {
+	if r4, err := choosePorts(cfg, &r, true, true, nil); err != nil || !reflect.DeepEqual(r4, r) {
 		t.Errorf("running: ports changed %+v -> %+v (%v)", r, r4, err)
 	}
 	// An explicit port that is taken is an error.

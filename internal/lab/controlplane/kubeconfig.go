@@ -13,6 +13,12 @@ import (
 // certificate embedded, so the file works when copied elsewhere. The
 // output is deterministic: an unchanged PKI gives the same bytes.
 func kubeconfig(name, server string, p PKI) ([]byte, error) {
+	return kubeconfigFor(name, server, p, AdminUser, p.AdminCert(), p.AdminKey())
+}
+
+// kubeconfigFor renders a kubeconfig for user with the client certificate
+// certFile/keyFile embedded.
+func kubeconfigFor(name, server string, p PKI, user, certFile, keyFile string) ([]byte, error) {
 	read := func(path string) ([]byte, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -24,18 +30,18 @@ func kubeconfig(name, server string, p PKI) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := read(p.AdminCert())
+	cert, err := read(certFile)
 	if err != nil {
 		return nil, err
 	}
-	key, err := read(p.AdminKey())
+	key, err := read(keyFile)
 	if err != nil {
 		return nil, err
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: AdminUser}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: user}
 	cfg.CurrentContext = name
 	return clientcmd.Write(*cfg)
 }

@@ -2,9 +2,10 @@ package controlplane
 
 // The lab's PKI, made with crypto/x509 (no openssl). Two CAs:
 //
-//   - the lab CA signs the apiserver's serving certificate and the admin
-//     client certificate; the apiserver trusts it for client certificates
-//     (--client-ca-file);
+//   - the lab CA signs the apiserver's serving certificate and the client
+//     certificates of the admin, kube-controller-manager, kube-scheduler
+//     and the apiserver towards kubelets; the apiserver trusts it for
+//     client certificates (--client-ca-file), kubelets too;
 //   - the etcd CA signs etcd's serving certificate (also its peer
 //     certificate) and the apiserver's etcd client certificate; etcd
 //     trusts only it (--client-cert-auth, --trusted-ca-file).
@@ -50,6 +51,15 @@ const (
 	AdminGroup = "system:masters"
 	// EtcdClientUser is the CN of the apiserver's etcd client certificate.
 	EtcdClientUser = "kube-apiserver-etcd-client"
+	// ControllerManagerUser and SchedulerUser are the users the bootstrap
+	// RBAC policy binds the controller manager's and the scheduler's roles
+	// to.
+	ControllerManagerUser = "system:kube-controller-manager"
+	SchedulerUser         = "system:kube-scheduler"
+	// KubeletClientUser is the apiserver's identity towards kubelets
+	// (exec, logs, port-forward, pods/proxy): a lab admin, as kubeadm's
+	// apiserver-kubelet-client is.
+	KubeletClientUser = "kube-apiserver-kubelet-client"
 )
 
 // PKI names the files in <state>/pki.
@@ -58,21 +68,27 @@ type PKI struct{ Dir string }
 // PKIDir is the directory of a lab's certificates and keys.
 func PKIDir(stateDir string) string { return filepath.Join(stateDir, "pki") }
 
-func (p PKI) path(n string) string      { return filepath.Join(p.Dir, n) }
-func (p PKI) CACert() string            { return p.path("ca.crt") }
-func (p PKI) CAKey() string             { return p.path("ca.key") }
-func (p PKI) APIServerCert() string     { return p.path("apiserver.crt") }
-func (p PKI) APIServerKey() string      { return p.path("apiserver.key") }
-func (p PKI) AdminCert() string         { return p.path("admin.crt") }
-func (p PKI) AdminKey() string          { return p.path("admin.key") }
-func (p PKI) ServiceAccountKey() string { return p.path("sa.key") }
-func (p PKI) ServiceAccountPub() string { return p.path("sa.pub") }
-func (p PKI) EtcdCACert() string        { return p.path("etcd-ca.crt") }
-func (p PKI) EtcdCAKey() string         { return p.path("etcd-ca.key") }
-func (p PKI) EtcdServerCert() string    { return p.path("etcd-server.crt") }
-func (p PKI) EtcdServerKey() string     { return p.path("etcd-server.key") }
-func (p PKI) EtcdClientCert() string    { return p.path("apiserver-etcd-client.crt") }
-func (p PKI) EtcdClientKey() string     { return p.path("apiserver-etcd-client.key") }
+func (p PKI) path(n string) string          { return filepath.Join(p.Dir, n) }
+func (p PKI) CACert() string                { return p.path("ca.crt") }
+func (p PKI) CAKey() string                 { return p.path("ca.key") }
+func (p PKI) APIServerCert() string         { return p.path("apiserver.crt") }
+func (p PKI) APIServerKey() string          { return p.path("apiserver.key") }
+func (p PKI) AdminCert() string             { return p.path("admin.crt") }
+func (p PKI) AdminKey() string              { return p.path("admin.key") }
+func (p PKI) ServiceAccountKey() string     { return p.path("sa.key") }
+func (p PKI) ServiceAccountPub() string     { return p.path("sa.pub") }
+func (p PKI) EtcdCACert() string            { return p.path("etcd-ca.crt") }
+func (p PKI) EtcdCAKey() string             { return p.path("etcd-ca.key") }
+func (p PKI) EtcdServerCert() string        { return p.path("etcd-server.crt") }
+func (p PKI) EtcdServerKey() string         { return p.path("etcd-server.key") }
+func (p PKI) EtcdClientCert() string        { return p.path("apiserver-etcd-client.crt") }
+func (p PKI) EtcdClientKey() string         { return p.path("apiserver-etcd-client.key") }
+func (p PKI) ControllerManagerCert() string { return p.path("controller-manager.crt") }
+func (p PKI) ControllerManagerKey() string  { return p.path("controller-manager.key") }
+func (p PKI) SchedulerCert() string         { return p.path("scheduler.crt") }
+func (p PKI) SchedulerKey() string          { return p.path("scheduler.key") }
+func (p PKI) KubeletClientCert() string     { return p.path("apiserver-kubelet-client.crt") }
+func (p PKI) KubeletClientKey() string      { return p.path("apiserver-kubelet-client.key") }
 
 // etcdFiles are the files etcd reads: when one changes, etcd restarts.
 func (p PKI) etcdFiles() []string {
@@ -122,6 +138,9 @@ func (p PKI) authorities(apiserver servingNames) []authority {
 		{cert: p.CACert(), key: p.CAKey(), cn: "flatnet-lab-ca", leaves: []leaf{
 			{p.APIServerCert(), p.APIServerKey(), pkix.Name{CommonName: "kube-apiserver"}, server, apiserver},
 			{p.AdminCert(), p.AdminKey(), pkix.Name{CommonName: AdminUser, Organization: []string{AdminGroup}}, client, servingNames{}},
+			{p.ControllerManagerCert(), p.ControllerManagerKey(), pkix.Name{CommonName: ControllerManagerUser}, client, servingNames{}},
+			{p.SchedulerCert(), p.SchedulerKey(), pkix.Name{CommonName: SchedulerUser}, client, servingNames{}},
+			{p.KubeletClientCert(), p.KubeletClientKey(), pkix.Name{CommonName: KubeletClientUser, Organization: []string{AdminGroup}}, client, servingNames{}},
 		}},
 		{cert: p.EtcdCACert(), key: p.EtcdCAKey(), cn: "flatnet-lab-etcd-ca", leaves: []leaf{
 			// Also the peer certificate: a peer is both server and client.

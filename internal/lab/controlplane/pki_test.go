@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,8 +64,8 @@ func TestPKIFresh(t *testing.T) {
 	}
 	now := time.Now()
 	changed, err := ensurePKI(p, testNames, now)
-	if err != nil || len(changed) != 14 {
-		t.Fatalf("ensurePKI = %v, %v; want all 14 files", changed, err)
+	if err != nil || len(changed) != 20 {
+		t.Fatalf("ensurePKI = %v, %v; want all 20 files", changed, err)
 	}
 	ca := readCert(t, p.CACert())
 	pool := x509.NewCertPool()
@@ -88,7 +89,23 @@ func TestPKIFresh(t *testing.T) {
 	if adm.Subject.CommonName != "flatnet-admin" || len(adm.Subject.Organization) != 1 || adm.Subject.Organization[0] != "system:masters" {
 		t.Errorf("admin subject %s", adm.Subject)
 	}
-	for _, f := range []string{p.CAKey(), p.APIServerKey(), p.AdminKey(), p.ServiceAccountKey(), p.EtcdCAKey(), p.EtcdServerKey(), p.EtcdClientKey()} {
+	for _, c := range []struct {
+		cert, cn, org string
+	}{
+		{p.ControllerManagerCert(), "system:kube-controller-manager", ""},
+		{p.SchedulerCert(), "system:kube-scheduler", ""},
+		{p.KubeletClientCert(), "kube-apiserver-kubelet-client", "system:masters"},
+	} {
+		cert := readCert(t, c.cert)
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("%s: %v", c.cert, err)
+		}
+		if cert.Subject.CommonName != c.cn || strings.Join(cert.Subject.Organization, ",") != c.org {
+			t.Errorf("%s: subject %s, want CN=%s O=%s", c.cert, cert.Subject, c.cn, c.org)
+		}
+	}
+	for _, f := range []string{p.CAKey(), p.APIServerKey(), p.AdminKey(), p.ControllerManagerKey(), p.SchedulerKey(), p.KubeletClientKey(),
+		p.ServiceAccountKey(), p.EtcdCAKey(), p.EtcdServerKey(), p.EtcdClientKey()} {
 		st, err := os.Stat(f)
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v (%v), want 0600", f, st.Mode().Perm(), err)

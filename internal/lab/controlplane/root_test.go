@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -359,8 +360,8 @@ func TestEtcdRefusesUnauthenticated(t *testing.T) {
 func checkPrivate(t *testing.T, state string) {
 	t.Helper()
 	keys, _ := filepath.Glob(filepath.Join(PKIDir(state), "*.key"))
-	if len(keys) != 7 {
-		t.Errorf("keys %v, want 7", keys)
+	if len(keys) != 10 {
+		t.Errorf("keys %v, want 10", keys)
 	}
 	want := map[string]os.FileMode{state: 0o700, PKIDir(state): 0o700, KubeconfigPath(state): 0o600}
 	for _, k := range keys {
@@ -401,7 +402,7 @@ func TestUpgradesPlainHTTPEtcd(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flatnet-upgrade-test"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if !Current(state) {
+	if !Current(Config{StateDir: state}) {
 		t.Fatal("a control plane just brought up is not Current")
 	}
 
@@ -446,10 +447,10 @@ func TestUpgradesPlainHTTPEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if Current(state) {
+	if Current(Config{StateDir: state}) {
 		t.Fatal("a plain-HTTP etcd counts as Current: `lab up` would leave it open")
 	}
-	if why := Outdated(state); !strings.Contains(why, "plain HTTP") {
+	if why := Outdated(Config{StateDir: state}); !strings.Contains(why, "plain HTTP") {
 		t.Errorf("Outdated = %q, want it to name plain HTTP", why)
 	}
 
@@ -471,7 +472,146 @@ func TestUpgradesPlainHTTPEtcd(t *testing.T) {
 		t.Errorf("namespace lost across the upgrade: %v", err)
 	}
 	checkPrivate(t, state)
-	if !Current(state) || Outdated(state) != "" {
-		t.Errorf("not Current after the upgrade: %q", Outdated(state))
+	if !Current(Config{StateDir: state}) || Outdated(Config{StateDir: state}) != "" {
+		t.Errorf("not Current after the upgrade: %q", Outdated(Config{StateDir: state}))
+	}
+}
+
+// TestControllers runs the whole control plane: kube-controller-manager
+// makes the default service account (ServiceAccount admission is on, so a
+// pod needs it) and a Deployment's ReplicaSet and pod, kube-scheduler
+// reports the pod unschedulable (there is no node), a second Up reuses
+// everything, Up without Controllers stops both, and Down leaves nothing.
+func TestControllers(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := requireBinaries(t)
+	if err := checkBins(bin, ControllerManagerName, SchedulerName); err != nil {
+		testutil.Skip(t, "%v", err)
+	}
+	state := t.TempDir()
+	t.Cleanup(func() {
+		if err := Down(state); err != nil {
+			t.Errorf("cleanup Down: %v", err)
+		}
+	})
+	cfg := Config{StateDir: state, BinDir: bin, Addr: netip.MustParseAddr("127.0.0.1"), Controllers: true,
+		DisabledControllers: []string{"endpointslice-controller"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	t0 := time.Now()
+	info, err := Up(ctx, cfg, &log)
+	if err != nil {
+		t.Fatalf("Up: %v\n%s", err, log.String())
+	}
+	t.Logf("cold Up in %v:\n%s", time.Since(t0), log.String())
+	pids := map[string]int{}
+	for _, c := range components {
+		pid, ok := proc.Running(state, c.name)
+		if !ok {
+			t.Fatalf("%s not running after Up", c.name)
+		}
+		pids[c.name] = pid
+	}
+	if !Current(cfg) {
+		t.Errorf("not Current after Up: %q", Outdated(cfg))
+	}
+	if Current(Config{StateDir: state}) {
+		t.Error("Current without Controllers while they run")
+	}
+	cs, err := Client(info.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := func(what string, f func() (bool, error)) {
+		t.Helper()
+		var last error
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			ok, err := f()
+			if ok {
+				return
+			}
+			last = err
+		}
+		t.Fatalf("%s: not within 60s (last error %v)\nkube-controller-manager log:\n%s", what, last, proc.Tail(proc.LogFile(state, ControllerManagerName), 20))
+	}
+	poll("default service account", func() (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+	one := int32(1)
+	labels := map[string]string{"app": "cp-test"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-test", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10.2"}}}}},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the Deployment's pod, reported unschedulable by the scheduler", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=cp-test"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Errorf("pods: %v (%d)", err, len(pods.Items))
+		}
+		for _, c := range pods.Items[0].Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("pod conditions %v", pods.Items[0].Status.Conditions)
+	})
+	poll("the service-account token volume on the pod", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=cp-test"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, err
+		}
+		return pods.Items[0].Spec.ServiceAccountName == "default" && len(pods.Items[0].Spec.Volumes) == 1, fmt.Errorf("volumes %v", pods.Items[0].Spec.Volumes)
+	})
+
+	log.Reset()
+	again, err := Up(ctx, cfg, &log)
+	if err != nil || !again.Reused {
+		t.Fatalf("second Up: %+v %v\n%s", again, err, log.String())
+	}
+	for _, c := range components {
+		if pid, _ := proc.Running(state, c.name); pid != pids[c.name] {
+			t.Errorf("second Up restarted %s: pid %d -> %d", c.name, pids[c.name], pid)
+		}
+	}
+
+	// Without Controllers, Up stops them and turns ServiceAccount
+	// admission off again (the apiserver restarts).
+	noCtl := cfg
+	noCtl.Controllers, noCtl.DisabledControllers = false, nil
+	if why := Outdated(noCtl); !strings.Contains(why, "flags changed") {
+		t.Errorf("Outdated without Controllers = %q", why)
+	}
+	if _, err := Up(ctx, noCtl, &log); err != nil {
+		t.Fatalf("Up without Controllers: %v", err)
+	}
+	for _, c := range components {
+		if _, ok := proc.Running(state, c.name); ok || !gone(pids[c.name]) {
+			t.Errorf("%s still runs after Up without Controllers", c.name)
+		}
+	}
+	if !Current(noCtl) {
+		t.Errorf("not Current without Controllers: %q", Outdated(noCtl))
+	}
+	// And back: Down stops all four.
+	if _, err := Up(ctx, cfg, &log); err != nil {
+		t.Fatalf("Up with Controllers again: %v", err)
+	}
+	for _, c := range components {
+		pids[c.name], _ = proc.Running(state, c.name)
+	}
+	if err := Down(state); err != nil {
+		t.Fatal(err)
+	}
+	for name, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("%s (pid %d) still running after Down", name, pid)
+		}
 	}
 }
