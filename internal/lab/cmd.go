@@ -76,6 +76,8 @@ func newUp(root, name *string) *cobra.Command {
 	f.BoolVar(&o.External, "external", false, "add an external host on the underlay (.250, outside every cluster range) serving netexec on :8080 (HTTP, /clientip) and :8081 (UDP), to see egress masquerade")
 	f.StringVar(&o.LBPool, "lb-pool", DefaultLBPool, "load-balancer range, routed from the external host to the nodes (ECMP): its lower half is the controller's pool for "+
 		"Services of type LoadBalancer, its upper half is left for spec.externalIPs; \"\" for none (a running lab keeps its range; one from before this flag gets it)")
+	f.StringVar(&o.Runtime, "runtime", RuntimeProcess, "what runs the nodes' pods: "+RuntimeProcess+" (flatnet's lab runtime in each agent: pods are processes of this machine, no images) or "+
+		RuntimeContainerd+" (upstream containerd, runc and kubelet per node, images imported offline; needs make node and hack/build-k8s.sh kubelet agnhost); a running lab keeps its runtime")
 	f.StringVar(&cfg.K8sBinDir, "k8s-bin-dir", "", "directory with kube-apiserver, etcd and kubectl (default: where make k8s builds them)")
 	f.DurationVar(&cfg.ReadyTimeout, "timeout", 2*time.Minute, "how long to wait for the nodes to be Ready")
 	return cmd

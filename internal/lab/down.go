@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +83,12 @@ func Down(root, name string, out io.Writer) error {
 		fmt.Fprintf(out, " done%s (%s)\n", detail, roundDur(time.Since(t0)))
 	}
 
+	step("real nodes", func() (string, error) {
+		// containerd and the kubelet first: removing pods through the CRI
+		// runs CNI DEL, which frees their addresses and veths.
+		n, err := downKubelets(context.Background(), s, nodes)
+		return fmt.Sprintf("%d", n), err
+	})
 	step("agents", func() (string, error) {
 		var errs []error
 		n := 0

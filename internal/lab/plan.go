@@ -20,6 +20,8 @@ const (
 	StepControlPlane StepKind = "control plane"
 	StepController   StepKind = "controller"
 	StepAgent        StepKind = "agent"
+	StepImages       StepKind = "images"
+	StepKubelet      StepKind = "kubelet"
 	StepReady        StepKind = "ready"
 )
 
@@ -55,6 +57,9 @@ type Observed struct {
 	ControlPlane bool
 	Controller   bool
 	Agents       map[string]bool // node name -> agent process running
+	// Kubelets: node name -> its containerd and kubelet run
+	// (--runtime containerd).
+	Kubelets map[string]bool
 	// AgentBackends: node name -> the --backend a running agent was
 	// started with.
 	AgentBackends map[string]string
@@ -146,11 +151,15 @@ func Plan(s *Spec, o Observed) []Step {
 			Present: o.Controller && !controllerOutdated,
 			Restart: o.Controller && controllerOutdated},
 	)
+	role := "lab runtime"
+	if s.Containerd() {
+		role = "CNI config"
+	}
 	for _, n := range s.Nodes {
-		what := fmt.Sprintf("flatnet agent on %s (lab runtime, %s)", n.Name, s.Backend)
+		what := fmt.Sprintf("flatnet agent on %s (%s, %s)", n.Name, role, s.Backend)
 		other := o.Agents[n.Name] && o.AgentBackends[n.Name] != "" && o.AgentBackends[n.Name] != s.Backend
 		if other {
-			what = fmt.Sprintf("flatnet agent on %s (lab runtime, %s; was %s)", n.Name, s.Backend, o.AgentBackends[n.Name])
+			what = fmt.Sprintf("flatnet agent on %s (%s, %s; was %s)", n.Name, role, s.Backend, o.AgentBackends[n.Name])
 		}
 		if o.Agents[n.Name] && o.AgentsWithoutProxy[n.Name] {
 			other = true
@@ -164,6 +173,20 @@ func Plan(s *Spec, o Observed) []Step {
 			What:    what,
 			Present: o.Agents[n.Name] && !o.Rewired[n.Name] && !other,
 			Restart: o.Agents[n.Name] && (o.Rewired[n.Name] || other)})
+	}
+	if s.Containerd() {
+		// The images are needed only by a node whose kubelet starts.
+		all := true
+		for _, n := range s.Nodes {
+			all = all && o.Kubelets[n.Name] && !o.Rewired[n.Name]
+		}
+		steps = append(steps, Step{Kind: StepImages, What: "pause, agnhost, glibc-dns-testing, busybox, nginx, flatnet:dev (built once, cached)", Present: all})
+		for _, n := range s.Nodes {
+			steps = append(steps, Step{Kind: StepKubelet, Node: n.Name,
+				What:    fmt.Sprintf("containerd, runc and kubelet on %s", n.Name),
+				Present: o.Kubelets[n.Name] && !o.Rewired[n.Name],
+				Restart: o.Kubelets[n.Name] && o.Rewired[n.Name]})
+		}
 	}
 	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s", len(s.Nodes), s.KubeDNSIP())})
 	return steps

@@ -58,6 +58,15 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 				}
 			}
 		}
+		if req.Changed["runtime"] {
+			want, err := specRuntime(o.Runtime)
+			if err != nil {
+				return nil, err
+			}
+			if want != recorded.Runtime {
+				return nil, mismatch("runtime", o.Runtime, recorded.RuntimeName())
+			}
+		}
 		if req.Changed["subnets"] && o.Subnets != recorded.Subnets() {
 			return nil, mismatch("subnets", strconv.Itoa(o.Subnets), strconv.Itoa(recorded.Subnets()))
 		}

@@ -63,6 +63,16 @@ var underlayBase = netip.MustParsePrefix("10.250.0.0/16")
 // Backends are the cross-node backends the agent implements.
 var Backends = []string{"host-gw", "vxlan", "vxlan-direct"}
 
+// Pod runtimes of lab nodes: the agent's own process runtime (the
+// default), or upstream containerd + kubelet per node.
+const (
+	RuntimeProcess    = "process"
+	RuntimeContainerd = "containerd"
+)
+
+// Runtimes are the values of --runtime.
+var Runtimes = []string{RuntimeProcess, RuntimeContainerd}
+
 // Host numbers on the first underlay: the host is .1, node i is .10+i
 // (up to .210), the external host .250 and the router .254. On the second
 // underlay the router is .1 and node i is .10+i.
@@ -97,6 +107,8 @@ type Options struct {
 	Underlay string
 	Subnets  int  // 1 (default) or 2: nodes on two underlay subnets joined by a router
 	External bool // an external host on the first underlay
+	// Runtime is RuntimeProcess ("" too) or RuntimeContainerd.
+	Runtime string
 	// LBPool is the load-balancer range (see Spec.LBPool); "" for none.
 	LBPool string
 }
@@ -114,6 +126,9 @@ type Spec struct {
 	Bridge           string       `json:"bridge"`   // underlay bridge in the root namespace
 	PodNetnsPrefix   string       `json:"podNetnsPrefix"`
 	Nodes            []Node       `json:"nodes"`
+	// Runtime runs the nodes' pods: "" (the agent's process runtime) or
+	// RuntimeContainerd (containerd, runc and the kubelet per node).
+	Runtime string `json:"runtime,omitempty"`
 	// Underlay2 is the second subnet (--subnets 2), behind Router.
 	Underlay2 netip.Prefix `json:"underlay2,omitzero"`
 	Router    *Router      `json:"router,omitempty"`
@@ -328,6 +343,10 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if !validBackend(opts.Backend) {
 		return nil, fmt.Errorf("--backend %q: this flatnet supports %v", opts.Backend, Backends)
 	}
+	runtime, err := specRuntime(opts.Runtime)
+	if err != nil {
+		return nil, err
+	}
 	subnets := opts.Subnets
 	if subnets == 0 {
 		subnets = 1
@@ -407,6 +426,7 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		Bridge:           BridgeName(opts.Name),
 		PodNetnsPrefix:   PodNetnsPrefix(opts.Name),
 		LBPool:           lbPool,
+		Runtime:          runtime,
 	}
 	if subnets == 2 {
 		s.Underlay2 = underlay2
@@ -504,9 +524,31 @@ func (s *Spec) Options() Options {
 		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend,
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
-		LBPool: s.lbPoolOption(),
+		LBPool: s.lbPoolOption(), Runtime: s.RuntimeName(),
 	}
 }
+
+// specRuntime is Spec.Runtime for --runtime v.
+func specRuntime(v string) (string, error) {
+	switch v {
+	case "", RuntimeProcess:
+		return "", nil
+	case RuntimeContainerd:
+		return v, nil
+	}
+	return "", fmt.Errorf("--runtime %q: want %s", v, strings.Join(Runtimes, " or "))
+}
+
+// RuntimeName is the lab's --runtime: RuntimeProcess or RuntimeContainerd.
+func (s *Spec) RuntimeName() string {
+	if s.Runtime == "" {
+		return RuntimeProcess
+	}
+	return s.Runtime
+}
+
+// Containerd reports whether the nodes run containerd and the kubelet.
+func (s *Spec) Containerd() bool { return s.Runtime == RuntimeContainerd }
 
 func (s *Spec) lbPoolOption() string {
 	if !s.LBPool.IsValid() {
@@ -572,6 +614,14 @@ func (s *Spec) CNIDataDir(n Node) string { return filepath.Join(s.NodeDir(n), "c
 
 // CNICacheDir is libcni's cache on the node.
 func (s *Spec) CNICacheDir(n Node) string { return filepath.Join(s.NodeDir(n), "cni", "cache") }
+
+// ContainerdDir is the containerd runtime's directory for node n.
+func (s *Spec) ContainerdDir(n Node) string { return filepath.Join(s.NodeDir(n), "containerd") }
+
+// KubeletKubeconfig is node n's kubelet kubeconfig (containerd runtime).
+func (s *Spec) KubeletKubeconfig(n Node) string {
+	return filepath.Join(s.NodeDir(n), "kubelet.kubeconfig")
+}
 
 // RuntimeDir is the node runtime's state dir (pods/<ns>_<name>/...).
 func (s *Spec) RuntimeDir(n Node) string { return filepath.Join(s.NodeDir(n), "runtime") }

@@ -191,6 +191,53 @@ func TestResolve(t *testing.T) {
 	if _, err = resolve(r, rec, nil, nil); err != nil {
 		t.Fatalf("same cidr given explicitly: %v", err)
 	}
+	// The runtime is kept; another one is refused, a bad one named.
+	r = req(3, "runtime")
+	r.Runtime = RuntimeContainerd
+	if _, err = resolve(r, rec, nil, nil); err == nil || !strings.Contains(err.Error(), "runs with --runtime process, not containerd") {
+		t.Fatalf("changed runtime: %v", err)
+	}
+	r.Runtime = "docker"
+	if _, err = resolve(r, rec, nil, nil); err == nil || !strings.Contains(err.Error(), `--runtime "docker"`) {
+		t.Fatalf("bad runtime: %v", err)
+	}
+	r = req(3)
+	r.Runtime = RuntimeContainerd
+	if s, err = resolve(r, nil, nil, nil); err != nil || !s.Containerd() || s.Options().Runtime != RuntimeContainerd {
+		t.Fatalf("new containerd lab: %v %v", s, err)
+	}
+}
+
+func TestPlanContainerd(t *testing.T) {
+	o := opts("flatnet", 2)
+	o.Runtime = RuntimeContainerd
+	s, err := NewSpec(o, DefaultUnderlay("flatnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := func(steps []Step) string {
+		var ks []string
+		for _, st := range steps {
+			k := string(st.Kind)
+			if st.Present {
+				k = "=" + k
+			}
+			ks = append(ks, k)
+		}
+		return strings.Join(ks, ",")
+	}
+	all := Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
+		Nodes:    map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true},
+		Agents:   map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true},
+		Kubelets: map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true}}
+	if got := kinds(Plan(s, all)); got != "=state dir,=binaries,=underlay,=node,=node,=control plane,=controller,=agent,=agent,=images,=kubelet,=kubelet,ready" {
+		t.Errorf("running containerd lab: %s", got)
+	}
+	// One kubelet gone: the images (to import) and that node's kubelet.
+	all.Kubelets = map[string]bool{s.Nodes[0].Name: true}
+	if got := kinds(Plan(s, all)); got != "=state dir,=binaries,=underlay,=node,=node,=control plane,=controller,=agent,=agent,images,=kubelet,kubelet,ready" {
+		t.Errorf("one kubelet down: %s", got)
+	}
 }
 
 func TestPlan(t *testing.T) {
@@ -284,6 +331,16 @@ func TestArgv(t *testing.T) {
 		" --dns --cluster-dns 10.96.0.10 --dns-addresses 169.254.20.10,10.96.0.10 --dns-upstreams none --dns-reverse-cidrs 10.96.0.0/16,10.244.0.0/16"
 	if got != want {
 		t.Errorf("agent argv:\n got %s\nwant %s", got, want)
+	}
+	// Real nodes: the kubelet runs pods; the agent only writes the conflist.
+	o := opts("flatnet", 1)
+	o.Runtime = RuntimeContainerd
+	rs, err := NewSpec(o, DefaultUnderlay("flatnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := strings.Join(agentArgv(rs, rs.Nodes[0]), " "); strings.Contains(a, "--lab-runtime") || strings.Contains(a, "--pod-path") || !strings.Contains(a, "--cni-conf-dir") {
+		t.Errorf("agent argv on a containerd node: %s", a)
 	}
 	got = strings.Join(controllerArgv(s), " ")
 	want = "/var/lib/flatnet/lab/flatnet/bin/flatnet controller --kubeconfig /var/lib/flatnet/lab/flatnet/admin.kubeconfig" +

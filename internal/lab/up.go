@@ -124,6 +124,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		s.Name, len(s.Nodes), s.Backend, layout, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)
 	start := time.Now()
 	var kubeconfig string
+	var tarballs []string
 	for i, st := range steps {
 		prefix := fmt.Sprintf("[%2d/%d] %-13s", i+1, len(steps), st.Kind)
 		if st.Present {
@@ -184,6 +185,17 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if err = os.MkdirAll(s.NodeDir(n), 0o755); err == nil {
 				_, err = proc.Start(AgentProc(n.Name), agentArgv(s, n), nil, s.StateDir, NetnsPath(n.Netns))
 			}
+		case StepImages:
+			tarballs, err = buildImages(ctx, s, k8sBin, flatnetBin)
+		case StepKubelet:
+			n, _ := s.Node(st.Node)
+			if tarballs == nil {
+				// The images step was present: find the cached tarballs.
+				if tarballs, err = buildImages(ctx, s, k8sBin, flatnetBin); err != nil {
+					break
+				}
+			}
+			err = upKubelet(ctx, s, n, k8sBin, tarballs, st.Restart)
 		case StepReady:
 			if kubeconfig == "" {
 				kubeconfig = s.Kubeconfig()
@@ -231,7 +243,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -248,6 +260,9 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 	for _, n := range s.Nodes {
 		o.Nodes[n.Name] = ready(fixes, nodePart(n.Name))
 		o.Rewired[n.Name] = rewired(fixes, nodePart(n.Name))
+		if s.Containerd() {
+			o.Kubelets[n.Name] = containerdRunning(s, n)
+		}
 		var pid int
 		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
 		if o.Agents[n.Name] {
@@ -402,7 +417,7 @@ func externalArgv(s *Spec) []string {
 
 // agentArgv is the command line of node n's agent (lab mode).
 func agentArgv(s *Spec, n Node) []string {
-	return []string{
+	argv := []string{
 		filepath.Join(s.BinDir(), "flatnet"), "agent",
 		"--kubeconfig", s.Kubeconfig(),
 		"--node-name", n.Name,
@@ -414,20 +429,26 @@ func agentArgv(s *Spec, n Node) []string {
 		"--cni-data-dir", s.CNIDataDir(n),
 		"--cni-cache-dir", s.CNICacheDir(n),
 		"--masquerade=true",
-		"--lab-runtime",
-		"--runtime-state-dir", s.RuntimeDir(n),
-		"--netns-prefix", s.PodNetnsPrefix,
-		"--pod-path", s.BinDir(),
+	}
+	if !s.Containerd() {
+		// The agent is the node's kubelet too.
+		argv = append(argv,
+			"--lab-runtime",
+			"--runtime-state-dir", s.RuntimeDir(n),
+			"--netns-prefix", s.PodNetnsPrefix,
+			"--pod-path", s.BinDir())
+	}
+	return append(argv,
 		// Services: the lab has no kube-proxy.
 		"--proxy",
 		// Cluster DNS: no CoreDNS either. Each agent takes the kube-dns
 		// ClusterIP and the node-local address on its node.
 		"--dns",
 		"--cluster-dns", s.KubeDNSIP().String(),
-		"--dns-addresses", NodeLocalDNS + "," + s.KubeDNSIP().String(),
+		"--dns-addresses", NodeLocalDNS+","+s.KubeDNSIP().String(),
 		"--dns-upstreams", s.dnsUpstreams(),
-		"--dns-reverse-cidrs", s.ServiceCIDR.String() + "," + s.ClusterCIDR.String(),
-	}
+		"--dns-reverse-cidrs", s.ServiceCIDR.String()+","+s.ClusterCIDR.String(),
+	)
 }
 
 // dnsUpstreams is where the lab's cluster DNS forwards other names: the

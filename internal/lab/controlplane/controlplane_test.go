@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"bufio"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"net/netip"
 	"os"
@@ -238,5 +240,53 @@ func TestKubeconfigDeterministic(t *testing.T) {
 	}
 	if rc.Host != "https://10.250.0.1:6443" || len(rc.TLSClientConfig.CAData) == 0 || len(rc.TLSClientConfig.CertData) == 0 || len(rc.TLSClientConfig.KeyData) == 0 {
 		t.Errorf("rest config %+v", rc)
+	}
+}
+
+func TestNodeKubeconfig(t *testing.T) {
+	state := t.TempDir()
+	path := filepath.Join(state, "nodes", "n1", "kubelet.kubeconfig")
+	if err := NodeKubeconfig(state, "lab", "n1", path); err == nil || !strings.Contains(err.Error(), "control plane up first") {
+		t.Fatalf("without a control plane: %v", err)
+	}
+	p := PKI{Dir: PKIDir(state)}
+	if _, err := ensurePKI(p, testNames, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(recordPath(state), record{Addr: "10.250.0.1", ServiceCIDR: DefaultServiceCIDR, APIServerPort: 6443, EtcdClientPort: 1, EtcdPeerPort: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := NodeKubeconfig(state, "lab", "n1", path); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai := cfg.AuthInfos["system:node:n1"]
+	if ai == nil || cfg.Clusters["lab"] == nil || cfg.Clusters["lab"].Server != "https://10.250.0.1:6443" {
+		t.Fatalf("kubeconfig %+v", cfg)
+	}
+	block, _ := pem.Decode(ai.ClientCertificateData)
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(readCert(t, p.CACert()))
+	if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil ||
+		c.Subject.CommonName != "system:node:n1" || strings.Join(c.Subject.Organization, ",") != "system:nodes" {
+		t.Errorf("node cert %s: %v", c.Subject, err)
+	}
+	// A second call keeps the certificate.
+	before, _ := os.ReadFile(path)
+	if err := NodeKubeconfig(state, "lab", "n1", path); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("second call re-issued the node certificate")
 	}
 }

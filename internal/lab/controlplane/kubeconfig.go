@@ -1,8 +1,11 @@
 package controlplane
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -60,4 +63,43 @@ func Client(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("client for %s: %w", kubeconfig, err)
 	}
 	return cs, nil
+}
+
+// NodeKubeconfig writes, at path, the kubeconfig of node's kubelet: a
+// client certificate of the lab CA for system:node:<node> in
+// system:nodes (what the Node authorizer and NodeRestriction admission
+// expect), kept beside it (<path>.crt, .key) and re-issued only when
+// missing, expiring or signed by another CA. The control plane must have
+// been brought up (its record names the server).
+func NodeKubeconfig(stateDir, clusterName, node, path string) error {
+	rec, err := loadRecord(stateDir)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return fmt.Errorf("control plane: no %s: bring the control plane up first", recordPath(stateDir))
+	}
+	p := PKI{Dir: PKIDir(stateDir)}
+	now := time.Now()
+	ca, caKey, err := loadCA(p.CACert(), p.CAKey(), now)
+	if err != nil {
+		return fmt.Errorf("control plane: lab CA: %w", err)
+	}
+	user := "system:node:" + node
+	l := leaf{cert: path + ".crt", key: path + ".key", subject: pkix.Name{CommonName: user, Organization: []string{"system:nodes"}},
+		usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if c, _, err := loadCertKey(l.cert, l.key); err != nil || l.check(c, ca, now) != nil {
+		c, k, err := issue(l.template(now), ca, caKey)
+		if err != nil {
+			return err
+		}
+		if err := writeCertKey(l.cert, l.key, c, k); err != nil {
+			return err
+		}
+	}
+	data, err := kubeconfigFor(clusterName, rec.server(), p, user, l.cert, l.key)
+	if err != nil {
+		return err
+	}
+	return writeFile(path, data, 0o600)
 }
