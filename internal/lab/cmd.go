@@ -78,6 +78,8 @@ func newUp(root, name *string) *cobra.Command {
 		"Services of type LoadBalancer, its upper half is left for spec.externalIPs; \"\" for none (a running lab keeps its range; one from before this flag gets it)")
 	f.StringVar(&o.Runtime, "runtime", RuntimeProcess, "what runs the nodes' pods: "+RuntimeProcess+" (flatnet's lab runtime in each agent: pods are processes of this machine, no images) or "+
 		RuntimeContainerd+" (upstream containerd, runc and kubelet per node, images imported offline; needs make node and hack/build-k8s.sh kubelet agnhost); a running lab keeps its runtime")
+	f.StringVar(&o.Install, "install", InstallProcess, "how flatnet gets onto the nodes: "+InstallProcess+" (the lab runs flatnet's controller and agents) or "+
+		InstallManifest+" (with --runtime containerd: the nodes come up without a pod network, NotReady, and the lab applies deploy/flatnet.yaml with this lab's settings, as a user would); a running lab keeps it")
 	f.StringVar(&cfg.K8sBinDir, "k8s-bin-dir", "", "directory with kube-apiserver, etcd and kubectl (default: where make k8s builds them)")
 	f.DurationVar(&cfg.ReadyTimeout, "timeout", 2*time.Minute, "how long to wait for the nodes to be Ready")
 	return cmd

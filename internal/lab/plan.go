@@ -22,6 +22,7 @@ const (
 	StepAgent        StepKind = "agent"
 	StepImages       StepKind = "images"
 	StepKubelet      StepKind = "kubelet"
+	StepManifest     StepKind = "manifest"
 	StepReady        StepKind = "ready"
 )
 
@@ -146,16 +147,20 @@ func Plan(s *Spec, o Observed) []Step {
 		controllerWhat += fmt.Sprintf("; LoadBalancer IPs %s, was %s", orNone(s.LoadBalancerPool()), orNone(o.ControllerLBPool))
 	}
 	steps = append(steps,
-		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler", s.HostAddr), Present: o.ControlPlane},
-		Step{Kind: StepController, What: controllerWhat,
+		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler", s.HostAddr), Present: o.ControlPlane})
+	if !s.Manifest() {
+		steps = append(steps, Step{Kind: StepController, What: controllerWhat,
 			Present: o.Controller && !controllerOutdated,
-			Restart: o.Controller && controllerOutdated},
-	)
+			Restart: o.Controller && controllerOutdated})
+	}
 	role := "lab runtime"
 	if s.Containerd() {
 		role = "CNI config"
 	}
 	for _, n := range s.Nodes {
+		if s.Manifest() {
+			break
+		}
 		what := fmt.Sprintf("flatnet agent on %s (%s, %s)", n.Name, role, s.Backend)
 		other := o.Agents[n.Name] && o.AgentBackends[n.Name] != "" && o.AgentBackends[n.Name] != s.Backend
 		if other {
@@ -186,6 +191,11 @@ func Plan(s *Spec, o Observed) []Step {
 				What:    fmt.Sprintf("containerd, runc and kubelet on %s", n.Name),
 				Present: o.Kubelets[n.Name] && !o.Rewired[n.Name],
 				Restart: o.Kubelets[n.Name] && o.Rewired[n.Name]})
+		}
+		if s.Manifest() {
+			// Applied on every up: server-side apply of the same objects
+			// changes nothing.
+			steps = append(steps, Step{Kind: StepManifest, What: fmt.Sprintf("deploy/flatnet.yaml: DaemonSet flatnet-agent (%s, Services, DNS), Deployment flatnet-controller", s.Backend)})
 		}
 	}
 	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s", len(s.Nodes), s.KubeDNSIP())})

@@ -67,6 +67,15 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 				return nil, mismatch("runtime", o.Runtime, recorded.RuntimeName())
 			}
 		}
+		if req.Changed["install"] {
+			want, err := specInstall(o.Install, recorded.Runtime)
+			if err != nil {
+				return nil, err
+			}
+			if want != recorded.Install {
+				return nil, mismatch("install", o.Install, recorded.InstallName())
+			}
+		}
 		if req.Changed["subnets"] && o.Subnets != recorded.Subnets() {
 			return nil, mismatch("subnets", strconv.Itoa(o.Subnets), strconv.Itoa(recorded.Subnets()))
 		}

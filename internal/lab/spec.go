@@ -73,6 +73,13 @@ const (
 // Runtimes are the values of --runtime.
 var Runtimes = []string{RuntimeProcess, RuntimeContainerd}
 
+// How flatnet gets onto the nodes: the lab starts its processes, or
+// applies deploy/flatnet.yaml as a user would (--runtime containerd).
+const (
+	InstallProcess  = "process"
+	InstallManifest = "manifest"
+)
+
 // Host numbers on the first underlay: the host is .1, node i is .10+i
 // (up to .210), the external host .250 and the router .254. On the second
 // underlay the router is .1 and node i is .10+i.
@@ -109,6 +116,9 @@ type Options struct {
 	External bool // an external host on the first underlay
 	// Runtime is RuntimeProcess ("" too) or RuntimeContainerd.
 	Runtime string
+	// Install is InstallProcess ("" too) or InstallManifest (containerd
+	// only).
+	Install string
 	// LBPool is the load-balancer range (see Spec.LBPool); "" for none.
 	LBPool string
 }
@@ -129,6 +139,11 @@ type Spec struct {
 	// Runtime runs the nodes' pods: "" (the agent's process runtime) or
 	// RuntimeContainerd (containerd, runc and the kubelet per node).
 	Runtime string `json:"runtime,omitempty"`
+	// Install: "" (the lab runs flatnet's controller and agents as
+	// processes) or InstallManifest (deploy/flatnet.yaml applied to the
+	// cluster: the agents run as a DaemonSet, the controller as a
+	// Deployment, on the real nodes).
+	Install string `json:"install,omitempty"`
 	// Underlay2 is the second subnet (--subnets 2), behind Router.
 	Underlay2 netip.Prefix `json:"underlay2,omitzero"`
 	Router    *Router      `json:"router,omitempty"`
@@ -347,6 +362,10 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	install, err := specInstall(opts.Install, runtime)
+	if err != nil {
+		return nil, err
+	}
 	subnets := opts.Subnets
 	if subnets == 0 {
 		subnets = 1
@@ -427,6 +446,7 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		PodNetnsPrefix:   PodNetnsPrefix(opts.Name),
 		LBPool:           lbPool,
 		Runtime:          runtime,
+		Install:          install,
 	}
 	if subnets == 2 {
 		s.Underlay2 = underlay2
@@ -524,7 +544,7 @@ func (s *Spec) Options() Options {
 		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend,
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
-		LBPool: s.lbPoolOption(), Runtime: s.RuntimeName(),
+		LBPool: s.lbPoolOption(), Runtime: s.RuntimeName(), Install: s.InstallName(),
 	}
 }
 
@@ -538,6 +558,31 @@ func specRuntime(v string) (string, error) {
 	}
 	return "", fmt.Errorf("--runtime %q: want %s", v, strings.Join(Runtimes, " or "))
 }
+
+// specInstall is Spec.Install for --install v on runtime.
+func specInstall(v, runtime string) (string, error) {
+	switch v {
+	case "", InstallProcess:
+		return "", nil
+	case InstallManifest:
+		if runtime != RuntimeContainerd {
+			return "", fmt.Errorf("--install manifest needs --runtime containerd (the manifest's DaemonSet and Deployment need real kubelets)")
+		}
+		return v, nil
+	}
+	return "", fmt.Errorf("--install %q: want %s or %s", v, InstallProcess, InstallManifest)
+}
+
+// InstallName is the lab's --install.
+func (s *Spec) InstallName() string {
+	if s.Install == "" {
+		return InstallProcess
+	}
+	return s.Install
+}
+
+// Manifest reports whether flatnet runs from deploy/flatnet.yaml.
+func (s *Spec) Manifest() bool { return s.Install == InstallManifest }
 
 // RuntimeName is the lab's --runtime: RuntimeProcess or RuntimeContainerd.
 func (s *Spec) RuntimeName() string {

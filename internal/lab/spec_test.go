@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flatnet/flatnet/deploy"
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 func opts(name string, nodes int) Options {
@@ -807,5 +810,46 @@ func TestRecordRoundTripTwoSubnets(t *testing.T) {
 	}
 	if _, err := loadRecord(dir, "rt2"); err == nil || !strings.Contains(err.Error(), "do not follow") {
 		t.Errorf("edited record: %v", err)
+	}
+}
+
+func TestRenderManifest(t *testing.T) {
+	o := opts("flatnet", 2)
+	o.Runtime, o.Install, o.External = RuntimeContainerd, InstallManifest, true
+	s, err := NewSpec(o, DefaultUnderlay("flatnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := renderManifest(deploy.Manifest, manifestSettings(s, "10.250.0.1", "6443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := splitYAML(b)
+	orig := splitYAML(deploy.Manifest)
+	if len(docs) != len(orig) {
+		t.Fatalf("%d documents rendered from %d", len(docs), len(orig))
+	}
+	var cm corev1.ConfigMap
+	for _, d := range docs {
+		var c corev1.ConfigMap
+		if err := yaml.Unmarshal(d, &c); err == nil && c.Kind == "ConfigMap" && c.Name == "flatnet-config" {
+			cm = c
+		}
+	}
+	want := map[string]string{"cluster-cidr": "10.244.0.0/16", "proxy": "true", "dns": "true", "dns-addresses": "169.254.20.10,10.96.0.10",
+		"dns-upstreams": s.External.IP.String(), "kube-apiserver-host": "10.250.0.1", "kube-apiserver-port": "6443", "backend": "host-gw"}
+	for k, v := range want {
+		if cm.Data[k] != v {
+			t.Errorf("flatnet-config %s = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+	// A manifest without the ConfigMap is refused, not applied half set.
+	if _, err := renderManifest([]byte("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n"), manifestSettings(s, "h", "1")); err == nil {
+		t.Error("rendered a manifest without flatnet-config")
+	}
+	// --install manifest needs real kubelets.
+	o.Runtime = RuntimeProcess
+	if _, err := NewSpec(o, DefaultUnderlay("flatnet")); err == nil || !strings.Contains(err.Error(), "--runtime containerd") {
+		t.Errorf("manifest on the process runtime: %v", err)
 	}
 }

@@ -70,7 +70,11 @@ func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Dur
 	}
 	var missing []string
 	for {
-		for _, name := range append([]string{ProcController}, agentProcs(s)...) {
+		var procs []string
+		if !s.Manifest() {
+			procs = append([]string{ProcController}, agentProcs(s)...)
+		}
+		for _, name := range procs {
 			if _, ok := proc.Running(s.StateDir, name); !ok {
 				log := proc.LogFile(s.StateDir, name)
 				return nil, fmt.Errorf("%s exited; end of %s:\n%s", name, log, proc.Tail(log, 15))

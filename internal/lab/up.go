@@ -196,6 +196,11 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 				}
 			}
 			err = upKubelet(ctx, s, n, k8sBin, tarballs, st.Restart)
+		case StepManifest:
+			if kubeconfig == "" {
+				kubeconfig = s.Kubeconfig()
+			}
+			err = applyManifest(ctx, s, kubeconfig, k8sBin)
 		case StepReady:
 			if kubeconfig == "" {
 				kubeconfig = s.Kubeconfig()
@@ -317,6 +322,11 @@ func routePodCIDRs(k kernel, s *Spec, k8sBin string, cidrs map[string]netip.Pref
 // underlay's host address, the controller manager and the scheduler, with
 // one EndpointSlice controller (flatnet's: the lab's controller runs it).
 func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
+	disabled := []string{"endpointslice-controller"}
+	if s.Manifest() {
+		// deploy/'s controller leaves EndpointSlices to the cluster's.
+		disabled = nil
+	}
 	return controlplane.Config{
 		StateDir:            s.StateDir,
 		BinDir:              k8sBin,
@@ -324,7 +334,7 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 		ServiceCIDR:         s.ServiceCIDR.String(),
 		Name:                s.Name,
 		Controllers:         true,
-		DisabledControllers: []string{"endpointslice-controller"},
+		DisabledControllers: disabled,
 	}
 }
 

@@ -187,7 +187,14 @@ func MakePlan(n Node) (*Plan, error) {
 		p.Binds = append(p.Binds, Bind{Source: p.path(h.dir), Target: h.target})
 		p.Dirs = append(p.Dirs, p.path(h.dir))
 	}
-	p.Dirs = append(p.Dirs, p.RunDir, p.ContainerdRoot(), p.KubeletRoot(), p.PodLogs(), p.ImageStamps())
+	// The node's CNI dirs also sit where CNI installers write, so that a
+	// DaemonSet installing a network (deploy/flatnet.yaml's hostPaths)
+	// fills this node's, not the machine's.
+	for _, b := range []Bind{{Source: n.CNIConfDir, Target: "/etc/cni/net.d"}, {Source: n.CNIBinDir, Target: "/opt/cni/bin"}} {
+		p.MountPoints = append(p.MountPoints, b.Target)
+		p.Binds = append(p.Binds, b)
+	}
+	p.Dirs = append(p.Dirs, p.RunDir, p.ContainerdRoot(), p.KubeletRoot(), p.PodLogs(), p.ImageStamps(), n.CNIConfDir, n.CNIBinDir)
 
 	kubelet, err := kubeletConfig(p)
 	if err != nil {
