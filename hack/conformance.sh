@@ -21,6 +21,10 @@
 #               lab up` has --runtime) or process (the lab's own; pods run
 #               host binaries, so specs that need images or kubectl exec
 #               fail: not an official run)
+#   INSTALL     with containerd: manifest (default: flatnet installed from
+#               deploy/flatnet.yaml, as users install it, so the suite judges
+#               the DaemonSet, Deployment, RBAC and image) or process (the
+#               lab starts flatnet's controller and agents itself)
 #   NODES       lab nodes (default 2; the suite wants at least 2)
 #   PROCS       parallel ginkgo processes (default 4; [Serial] specs run
 #               after the others on one process, as ginkgo does)
@@ -89,6 +93,7 @@ fi
 if [ "$runtime" = containerd ]; then
   hack/build-k8s.sh kubelet
   make -s node images
+  runtime_flags+=(--install "${INSTALL:-manifest}")
 fi
 reports=${REPORT_DIR:-}
 if [ -z "$reports" ]; then
