@@ -63,6 +63,16 @@ func nodeResolvConf(s *Spec, n Node) string {
 	return filepath.Join(s.NodeDir(n), "host-resolv.conf")
 }
 
+// kubeletPID is node n's kubelet's pid, 0 when it does not run.
+func kubeletPID(s *Spec, n Node) int {
+	p, err := containerd.MakePlan(containerdNode(s, n, "", "", nil))
+	if err != nil {
+		return 0
+	}
+	pid, _ := proc.Running(p.Node.Dir, p.Kubelet.Name)
+	return pid
+}
+
 // containerdRunning reports whether node n's containerd and kubelet run.
 func containerdRunning(s *Spec, n Node) bool {
 	p, err := containerd.MakePlan(containerdNode(s, n, "", "", nil))

@@ -160,6 +160,9 @@ type NodeStatus struct {
 	Node
 	Wired   bool
 	Agent   int // pid; 0 when not running
+	// Kubelet is the kubelet's pid (--runtime containerd); 0 when not
+	// running.
+	Kubelet int
 	PodCIDR string
 	Ready   string // "True", "False", "Unknown", or "-" when not registered
 }
@@ -201,6 +204,9 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 		ns := NodeStatus{Node: n, Ready: "-", Wired: ready(fixes, nodePart(n.Name))}
 		if pid, ok := proc.Running(s.StateDir, AgentProc(n.Name)); ok {
 			ns.Agent = pid
+		}
+		if s.Containerd() {
+			ns.Kubelet = kubeletPID(s, n)
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
@@ -306,7 +312,17 @@ func (st *Status) Print(w io.Writer) {
 		cp = st.Server + ", " + cp
 	}
 	fmt.Fprintf(w, "control plane: %s\n", cp)
-	fmt.Fprintf(w, "controller:    %s\n", pidOrDown(st.Controller))
+	controller, agent := pidOrDown(st.Controller), func(n NodeStatus) string { return pidOrDown(n.Agent) }
+	if s.Manifest() {
+		controller = "Deployment kube-system/flatnet-controller (deploy/flatnet.yaml)"
+		agent = func(NodeStatus) string { return "DaemonSet" }
+	}
+	fmt.Fprintf(w, "controller:    %s\n", controller)
+	runtime := "process (flatnet's lab runtime in each agent: pods are processes of this machine)"
+	if s.Containerd() {
+		runtime = "containerd (containerd, runc and the kubelet on every node)"
+	}
+	fmt.Fprintf(w, "runtime:       %s\n", runtime)
 	fmt.Fprintf(w, "networks:      cluster %s (/%d per node), services %s, backend %s\n", s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR, s.Backend)
 	if s.LBPool.IsValid() {
 		reach := "routed to the nodes from the external host"
@@ -317,13 +333,21 @@ func (st *Status) Print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tINTERNAL-IP\tPOD-CIDR\tREADY\tNETNS\tAGENT")
+	header := "NODE\tINTERNAL-IP\tPOD-CIDR\tREADY\tNETNS\tAGENT"
+	if s.Containerd() {
+		header += "\tKUBELET"
+	}
+	fmt.Fprintln(tw, header)
 	for _, n := range st.Nodes {
 		netns := n.Netns
 		if !n.Wired {
 			netns += " (MISSING)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.IP, orDash(n.PodCIDR), n.Ready, netns, pidOrDown(n.Agent))
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", n.Name, n.IP, orDash(n.PodCIDR), n.Ready, netns, agent(n))
+		if s.Containerd() {
+			row += "\t" + pidOrDown(n.Kubelet)
+		}
+		fmt.Fprintln(tw, row)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -29,6 +29,7 @@ func TestStatusPrint(t *testing.T) {
 underlay:      10.250.0.0/24 on bridge fl-flatnet, host 10.250.0.1 (up)
 control plane: https://10.250.0.1:6443, kube-apiserver pid 20, etcd pid 10
 controller:    pid 30
+runtime:       process (flatnet's lab runtime in each agent: pods are processes of this machine)
 networks:      cluster 10.244.0.0/16 (/24 per node), services 10.96.0.0/16, backend host-gw
 
 NODE           INTERNAL-IP  POD-CIDR       READY    NETNS                    AGENT
