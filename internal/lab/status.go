@@ -158,8 +158,8 @@ type Status struct {
 // NodeStatus is one node.
 type NodeStatus struct {
 	Node
-	Wired   bool
-	Agent   int // pid; 0 when not running
+	Wired bool
+	Agent int // pid; 0 when not running
 	// Kubelet is the kubelet's pid (--runtime containerd); 0 when not
 	// running.
 	Kubelet int
