@@ -12,8 +12,9 @@
 //     turns on IP forwarding;
 //   - with --proxy, serves Services on nftables (internal/proxy/proxier),
 //     one proxier per cluster-CIDR family;
-//   - in lab mode (--lab-runtime), also runs the lab's kubelet
-//     (runtime/), which registers the Node and runs its pods.
+//   - in lab mode (--lab-runtime), also runs the lab's process runtime
+//     (internal/lab/runtime/process, a kubelet of its own), which
+//     registers the Node and runs its pods.
 //
 // Design. Everything the agent programs is a function of the Node list, so
 // there is one reconcile: read the cached Nodes, compute, apply what
@@ -52,9 +53,9 @@ import (
 	"github.com/flatnet/flatnet/internal/agent/backend"
 	"github.com/flatnet/flatnet/internal/agent/masq"
 	"github.com/flatnet/flatnet/internal/agent/routes"
-	"github.com/flatnet/flatnet/internal/agent/runtime"
 	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/kube"
+	"github.com/flatnet/flatnet/internal/lab/runtime/process"
 	"github.com/flatnet/flatnet/internal/proxy/proxier"
 )
 
@@ -318,14 +319,14 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	if o.LabRuntime {
 		clusterDNS, _ := parseIPs(o.ClusterDNS) // validated
-		cfg := runtime.Config{
+		cfg := process.Config{
 			NodeName: o.NodeName, NodeIP: o.NodeIP, Client: client,
 			StateDir: o.RuntimeStateDir, NetnsPrefix: o.NetnsPrefix, PodPath: o.PodPath,
 			CNIConfDir: o.CNIConfDir, CNIBinDir: o.CNIBinDir, CNICacheDir: o.CNICacheDir,
 			ClusterDNS: clusterDNS, ClusterDomain: o.ClusterDomain,
 		}
 		wg.Go(func() {
-			err := runtime.Run(klog.NewContext(ctx, logger.WithName("runtime")), cfg)
+			err := process.Run(klog.NewContext(ctx, logger.WithName("runtime")), cfg)
 			if ctx.Err() == nil {
 				if err == nil {
 					err = errors.New("stopped")

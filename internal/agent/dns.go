@@ -25,12 +25,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/flatnet/flatnet/internal/agent/runtime"
 	"github.com/flatnet/flatnet/internal/dns/forward"
 	"github.com/flatnet/flatnet/internal/dns/local"
 	"github.com/flatnet/flatnet/internal/dns/records"
 	"github.com/flatnet/flatnet/internal/dns/server"
 	"github.com/flatnet/flatnet/internal/kube"
+	"github.com/flatnet/flatnet/internal/lab/runtime/process"
 )
 
 // Defaults of the DNS flags.
@@ -159,7 +159,7 @@ func resolveDNS(o Options, readFile func(string) ([]byte, error)) (dnsSettings, 
 		}
 	}
 	if confErr == nil {
-		s.Search = runtime.NodeSearches(conf)
+		s.Search = process.NodeSearches(conf)
 	}
 	switch o.DNSMetricsBindAddress {
 	case "", "0":

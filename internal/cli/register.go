@@ -2,15 +2,15 @@ package cli
 
 import (
 	"github.com/flatnet/flatnet/internal/agent"
-	"github.com/flatnet/flatnet/internal/agent/runtime/containerinit"
 	"github.com/flatnet/flatnet/internal/controller"
 	"github.com/flatnet/flatnet/internal/lab"
+	"github.com/flatnet/flatnet/internal/lab/runtime/process/containerinit"
 	"github.com/flatnet/flatnet/internal/netexec"
 )
 
 // Subcommands, one line each. Packages: internal/lab (lab), internal/agent
 // (agent), internal/controller (controller), internal/netexec (netexec),
-// internal/agent/runtime (the hidden container-init helper).
+// internal/lab/runtime/process (the hidden container-init helper).
 func init() {
 	subcommands = append(subcommands, netexec.NewCommand)
 	subcommands = append(subcommands, containerinit.NewCommand)

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/flatnet/flatnet/internal/agent/runtime"
+	"github.com/flatnet/flatnet/internal/lab/runtime/process"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
@@ -128,7 +128,7 @@ func FindContainer(ctx context.Context, root, name, namespace, pod, container st
 		if !fileExists(dir) {
 			continue
 		}
-		pid, err := runtime.ContainerPID(s.RuntimeDir(n), namespace, pod, container)
+		pid, err := process.ContainerPID(s.RuntimeDir(n), namespace, pod, container)
 		if err != nil {
 			return nil, err
 		}

@@ -37,8 +37,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/flatnet/flatnet/internal/agent/runtime"
 	"github.com/flatnet/flatnet/internal/lab"
+	"github.com/flatnet/flatnet/internal/lab/runtime/process"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/proc"
 )
@@ -598,7 +598,7 @@ func checkResolvConf(t *testing.T, l *testLab, client labPod, tag string, newPod
 			t.Errorf("%s: cat /etc/resolv.conf: exit %d: %s", what, code, got)
 			continue
 		}
-		want := string(runtime.PodResolvConf(pod, []netip.Addr{dnsIP}, clusterDomain, nodeFile))
+		want := string(process.PodResolvConf(pod, []netip.Addr{dnsIP}, clusterDomain, nodeFile))
 		if got != want {
 			t.Errorf("%s: /etc/resolv.conf:\n%s\nwant (the runtime's pure function, node file %q):\n%s", what, got, nodeFile, want)
 		}

@@ -1,4 +1,4 @@
-package runtime
+package process
 
 // A pod's containers: starting one (environment, command line, process),
 // watching it (its exit and its probes, in goroutines that only post events
@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/flatnet/flatnet/internal/agent/runtime/containerinit"
+	"github.com/flatnet/flatnet/internal/lab/runtime/process/containerinit"
 )
 
 func (w *worker) containerSpec(pod *v1.Pod, name string) *v1.Container {

@@ -1,11 +1,11 @@
-package runtime
+package process
 
 import (
 	"bufio"
 	"context"
 	"fmt"
 	"os"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -89,10 +89,10 @@ func errString(err error) string {
 func (c *core) nodeLabels() map[string]string {
 	return map[string]string{
 		"kubernetes.io/hostname":  c.cfg.NodeName,
-		"kubernetes.io/os":        goruntime.GOOS,
-		"kubernetes.io/arch":      goruntime.GOARCH,
-		"beta.kubernetes.io/os":   goruntime.GOOS,
-		"beta.kubernetes.io/arch": goruntime.GOARCH,
+		"kubernetes.io/os":        runtime.GOOS,
+		"kubernetes.io/arch":      runtime.GOARCH,
+		"beta.kubernetes.io/os":   runtime.GOOS,
+		"beta.kubernetes.io/arch": runtime.GOARCH,
 	}
 }
 
@@ -201,7 +201,7 @@ func (c *core) fillNodeStatus(n *v1.Node, netErr error) {
 	}
 	capacity := v1.ResourceList{
 		v1.ResourcePods:   *resource.NewQuantity(maxPods, resource.DecimalSI),
-		v1.ResourceCPU:    *resource.NewQuantity(int64(goruntime.NumCPU()), resource.DecimalSI),
+		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),
 	}
 	n.Status.Capacity = capacity
@@ -209,8 +209,8 @@ func (c *core) fillNodeStatus(n *v1.Node, netErr error) {
 	n.Status.NodeInfo = v1.NodeSystemInfo{
 		KubeletVersion:          "v1.37.2-flatnet-lab",
 		ContainerRuntimeVersion: "flatnet://" + plugin.Version,
-		OperatingSystem:         goruntime.GOOS,
-		Architecture:            goruntime.GOARCH,
+		OperatingSystem:         runtime.GOOS,
+		Architecture:            runtime.GOARCH,
 		KernelVersion:           kernelVersion(),
 		OSImage:                 "flatnet lab node",
 	}

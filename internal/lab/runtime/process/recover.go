@@ -1,4 +1,4 @@
-package runtime
+package process
 
 // Recovery of a pod whose state file is unreadable (empty, truncated or
 // missing after a crash or a power cut; atomicfile makes this rare, a full

@@ -1,4 +1,4 @@
-package runtime
+package process
 
 // A pod's sandbox: its network namespace, the CNI attachment and the
 // resolv.conf and hosts files the containers see. createSandbox records the

@@ -1,4 +1,4 @@
-package runtime
+package process
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,8 +38,8 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 func buildFlatnet(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	_, file, _, _ := goruntime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "flatnet"), "./cmd/flatnet")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -1,4 +1,4 @@
-package runtime
+package process
 
 // The worker's side of probing: one goroutine per probe posts results;
 // the run goroutine turns them into Started, Ready or a kill through the

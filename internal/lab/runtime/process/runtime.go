@@ -1,6 +1,8 @@
-// Package runtime is the lab's kubelet: it registers its Node and keeps it
-// Ready, and runs the Pods bound to that node as real processes in network
-// namespaces set up through CNI.
+// Package process is the lab's process runtime, a kubelet inside the agent
+// (`flatnet agent --lab-runtime`): it registers its Node and keeps it Ready,
+// and runs the Pods bound to that node as real processes in network
+// namespaces set up through CNI. The lab's other runtime is
+// ../containerd (upstream containerd, runc and kubelet per node).
 //
 // Design. A pod here is
 //
@@ -27,7 +29,7 @@
 // Deletion: SIGTERM, up to the grace period, SIGKILL, then every process
 // left in the pod's namespace is killed, CNI DEL, the namespace removed,
 // and the Pod object deleted with grace 0 (the kubelet's last step).
-package runtime
+package process
 
 import (
 	"context"

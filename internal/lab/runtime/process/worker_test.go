@@ -1,4 +1,4 @@
-package runtime
+package process
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -489,7 +489,7 @@ func (r realAdopter) adopt(ctx context.Context, p procID) (<-chan exitInfo, bool
 func goroutinesIn(fn string) []string {
 	buf := make([]byte, 1<<20)
 	for {
-		n := goruntime.Stack(buf, true)
+		n := runtime.Stack(buf, true)
 		if n < len(buf) {
 			buf = buf[:n]
 			break
@@ -543,11 +543,11 @@ func TestAdoptedWatchersStopWithTheRuntime(t *testing.T) {
 		return p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
 			p.Status.ContainerStatuses[0].ContainerID == "flatnet://kept-side"
 	})
-	if n := len(goroutinesIn("runtime.waitGone(")); n != 1 {
+	if n := len(goroutinesIn("process.waitGone(")); n != 1 {
 		t.Fatalf("%d goroutines watch the adopted process, want 1", n)
 	}
 	h.stop()
-	for _, fn := range []string{"runtime.waitGone(", "runtime.(*worker)."} {
+	for _, fn := range []string{"process.waitGone(", "process.(*worker)."} {
 		if g := goroutinesIn(fn); len(g) > 0 {
 			t.Errorf("%d goroutines in %s outlived the runtime:\n%s", len(g), fn, strings.Join(g, "\n\n"))
 		}

@@ -1,4 +1,4 @@
-package runtime
+package process
 
 // The pod worker's loop: take Pod updates and events, plan, apply, save the
 // record, write the status. What the actions do lives by concern in
