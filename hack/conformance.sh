@@ -111,11 +111,15 @@ cleanup() {
   local rc=$?
   set +e
   if [ -n "$current" ]; then
-    # TERM to ginkgo and the e2e.test processes it started (a background
-    # job ignores INT); ginkgo reports and ends them itself, else KILL.
+    # TERM to ginkgo's process group (see setsid below; a background job
+    # ignores INT): the e2e.test processes interrupt their specs and clean
+    # up, the ginkgo CLI waits for them; what is left after a minute is
+    # KILLed. The phase is then summarized if a JUnit report was written.
     kill -TERM -- "-$current" 2>/dev/null || kill -TERM "$current" 2>/dev/null
-    for _ in $(seq 300); do kill -0 -- "-$current" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 600); do kill -0 -- "-$current" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$current" 2>/dev/null
+    current=
+    report_phase 130 || true
   fi
   if [ -n "$labup" ]; then
     say "lab down ($name)"
@@ -142,6 +146,27 @@ kubeconfig=$(lab kubeconfig)
 
 versions="e2e.test $("$k8sbin/e2e.test" --version 2>/dev/null | head -1 | awk '{print $NF}'), $("$k8sbin/ginkgo" version),"
 versions+=" flatnet $(git describe --tags --always --dirty 2>/dev/null || echo dev), kernel $(uname -r)"
+
+# report_phase GINKGO_EXIT: the running phase's summary.md and junit.xml;
+# fails when a spec or ginkgo did.
+report_phase() {
+  local grc=$1 took=$((SECONDS - t0))
+  echo "conformance: phase $phase: ginkgo exited $grc after $((took / 60))m$((took % 60))s"
+  if [ ! -f "$raw/junit_01.xml" ]; then
+    echo "conformance: phase $phase wrote no $raw/junit_01.xml (the suite did not start; see $log)" >&2
+    return 1
+  fi
+  local a=(-junit "$raw/junit_01.xml" -skip-file "$skipfile" -focus "$f" -o "$out/summary.md" -junit-out "$out/junit.xml"
+    -title "make conformance: $phase"
+    -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (ginkgo exit $grc)"
+    -info "Lab: $nodes nodes, runtime $runtime, $procs ginkgo processes"
+    -info "Versions: $versions"
+    -info "Command: \`KUBERNETES_CONFORMANCE_TEST=y ginkgo -p --procs=$procs --timeout=$timeout e2e.test -- ${args[*]:0:7} --ginkgo.focus='$f' --ginkgo.skip=<$skipfile>${x:+|$x}\`")
+  [ -z "$x" ] || a+=(-skip "$x")
+  "$tmp/conformance-report" summary "${a[@]}" || return 1
+  # ginkgo's own verdict counts too (a suite that stopped early).
+  [ "$grc" = 0 ]
+}
 
 rc=0
 for phase in $phases; do
@@ -170,23 +195,7 @@ for phase in $phases; do
   grc=$?
   current=
   set -e
-  took=$((SECONDS - t0))
-  echo "conformance: phase $phase: ginkgo exited $grc after $((took / 60))m$((took % 60))s"
-  if [ ! -f "$raw/junit_01.xml" ]; then
-    echo "conformance: phase $phase wrote no $raw/junit_01.xml (the suite did not start; see $log)" >&2
-    rc=1
-    continue
-  fi
-  summary_args=(-junit "$raw/junit_01.xml" -skip-file "$skipfile" -focus "$f" -o "$out/summary.md" -junit-out "$out/junit.xml"
-    -title "make conformance: $phase"
-    -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (ginkgo exit $grc)"
-    -info "Lab: $nodes nodes, runtime $runtime, $procs ginkgo processes"
-    -info "Versions: $versions"
-    -info "Command: \`KUBERNETES_CONFORMANCE_TEST=y ginkgo -p --procs=$procs --timeout=$timeout e2e.test -- ${args[*]:0:7} --ginkgo.focus='$f' --ginkgo.skip=<$skipfile>${x:+|$x}\`")
-  [ -z "$x" ] || summary_args+=(-skip "$x")
-  "$tmp/conformance-report" summary "${summary_args[@]}" || rc=1
-  # ginkgo's own verdict counts too (a suite that stopped early).
-  [ "$grc" = 0 ] || rc=1
+  report_phase "$grc" || rc=1
 done
 say "reports in $reports/{${phases// /,}}/summary.md"
 exit "$rc"
