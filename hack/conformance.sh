@@ -176,7 +176,8 @@ for phase in $phases; do
   [ -z "${SKIP:-}" ] || x=${x:+$x|}$SKIP
   s=$skip${x:+|$x}
   out=$reports/$phase
-  raw=_output/conformance/$phase
+  # Absolute: ginkgo runs e2e.test in the binary's own directory.
+  raw=$PWD/_output/conformance/$phase
   rm -rf "$out" "$raw"
   mkdir -p "$out" "$raw"
   log=$raw/ginkgo.log
