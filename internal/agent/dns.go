@@ -30,7 +30,7 @@ import (
 	"github.com/flatnet/flatnet/internal/dns/records"
 	"github.com/flatnet/flatnet/internal/dns/server"
 	"github.com/flatnet/flatnet/internal/kube"
-	"github.com/flatnet/flatnet/internal/lab/runtime/process"
+	"github.com/flatnet/flatnet/internal/resolvconf"
 )
 
 // Defaults of the DNS flags.
@@ -159,7 +159,7 @@ func resolveDNS(o Options, readFile func(string) ([]byte, error)) (dnsSettings, 
 		}
 	}
 	if confErr == nil {
-		s.Search = process.NodeSearches(conf)
+		s.Search = resolvconf.Parse(conf).Searches
 	}
 	switch o.DNSMetricsBindAddress {
 	case "", "0":

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/flatnet/flatnet/internal/resolvconf"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -103,38 +104,8 @@ type resolvConf struct {
 	Nameservers, Searches, Options []string
 }
 
-// parseResolvConf parses the node's resolv.conf as the kubelet does
-// (parseResolvConf in pkg/kubelet/network/dns): lines starting with '#' are
-// comments; nameservers accumulate; the last search line wins, each entry
-// without its trailing dot; the last options line wins. "domain" and ';'
-// mean nothing to the kubelet, so nothing here either.
-func parseResolvConf(data []byte) resolvConf {
-	var r resolvConf
-	for _, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		switch f[0] {
-		case "nameserver":
-			if len(f) >= 2 {
-				r.Nameservers = append(r.Nameservers, f[1])
-			}
-		case "search":
-			r.Searches = nil
-			for _, s := range f[1:] {
-				r.Searches = append(r.Searches, strings.TrimSuffix(s, "."))
-			}
-		case "options":
-			r.Options = slices.Clone(f[1:])
-		}
-	}
-	return r
-}
+// parseResolvConf parses the node's resolv.conf as the kubelet does.
+func parseResolvConf(data []byte) resolvConf { return resolvConf(resolvconf.Parse(data)) }
 
 // dnsSettings are the node's inputs to a pod's DNS config: the kubelet's
 // --cluster-dns and --cluster-domain, and its --resolv-conf file parsed.
@@ -301,11 +272,6 @@ func omitDuplicates(list []string) []string {
 	}
 	return out
 }
-
-// NodeSearches are the search domains of a node's resolv.conf as the
-// kubelet reads them: what ClusterFirst pods get after the cluster ones
-// (the cluster DNS's autopath follows the same list).
-func NodeSearches(resolvConf []byte) []string { return parseResolvConf(resolvConf).Searches }
 
 // PodResolvConf is the resolv.conf this runtime writes for pod on a node
 // whose own file is node, given the agent's --cluster-dns and
