@@ -83,6 +83,7 @@ if [ -z "$runtime" ]; then
   if [ -n "$has_runtime_flag" ]; then runtime=containerd; else runtime=process; fi
 fi
 runtime_flags=()
+install=
 if [ -n "$has_runtime_flag" ]; then
   runtime_flags=(--runtime "$runtime")
 elif [ "$runtime" != process ]; then
@@ -93,7 +94,8 @@ fi
 if [ "$runtime" = containerd ]; then
   hack/build-k8s.sh kubelet
   make -s node images
-  runtime_flags+=(--install "${INSTALL:-manifest}")
+  install=${INSTALL:-manifest}
+  runtime_flags+=(--install "$install")
 fi
 reports=${REPORT_DIR:-}
 if [ -z "$reports" ]; then
@@ -159,7 +161,7 @@ report_phase() {
   local a=(-junit "$raw/junit_01.xml" -skip-file "$skipfile" -focus "$f" -o "$out/summary.md" -junit-out "$out/junit.xml"
     -title "make conformance: $phase"
     -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (ginkgo exit $grc)"
-    -info "Lab: $nodes nodes, runtime $runtime, $procs ginkgo processes"
+    -info "Lab: $nodes nodes, runtime $runtime${install:+, flatnet installed by $install}, $procs ginkgo processes"
     -info "Versions: $versions"
     -info "Command: \`KUBERNETES_CONFORMANCE_TEST=y ginkgo -p --procs=$procs --timeout=$timeout e2e.test -- ${args[*]:0:7} --ginkgo.focus='$f' --ginkgo.skip=<$skipfile>${x:+|$x}\`")
   [ -z "$x" ] || a+=(-skip "$x")
