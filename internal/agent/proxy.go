@@ -89,6 +89,8 @@ func newProxyServers(client kubernetes.Interface, cfg proxyServersConfig) (*prox
 		return nil, err
 	}
 	m := metrics.New()
+	// The only mode this proxy has; kube-proxy answers its own here.
+	m.ProxyMode = "nftables"
 	health := healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{
 		NodeName: cfg.NodeName,
 		// kube-proxy's healthzTimeout.

@@ -37,6 +37,9 @@ const (
 // Metrics is the registry and every proxy metric. Create it with New.
 type Metrics struct {
 	registry *prometheus.Registry
+	// ProxyMode is what /proxyMode answers, as kube-proxy's metrics
+	// server does ("nftables"); empty: no /proxyMode.
+	ProxyMode string
 
 	syncDuration        *prometheus.HistogramVec
 	syncFullDuration    *prometheus.HistogramVec
@@ -127,12 +130,24 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
 }
 
-// Serve serves /metrics on addr (host:port) until ctx ends. It returns
-// the listen error at once, nil when ctx ends.
+// Serve serves /metrics (and /proxyMode) on addr (host:port) until ctx
+// ends. It returns the listen error at once, nil when ctx ends.
 func (m *Metrics) Serve(ctx context.Context, addr string) error {
+	return httpserver.Serve(ctx, addr, m.Mux())
+}
+
+// Mux is what Serve serves: /metrics, and /proxyMode as kube-proxy's
+// metrics port has it (tools and the e2e suite read the mode there).
+func (m *Metrics) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
-	return httpserver.Serve(ctx, addr, mux)
+	if m.ProxyMode != "" {
+		mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte(m.ProxyMode))
+		})
+	}
+	return mux
 }
 
 // Served counts a /healthz or /livez answer (the health server's hook).

@@ -142,3 +142,22 @@ func TestServe(t *testing.T) {
 		t.Error("Serve on a busy address succeeded")
 	}
 }
+
+// /proxyMode answers the mode, as kube-proxy's metrics port does (the
+// e2e suite's "should check kube-proxy urls" wants 200 there); without a
+// mode there is no such path.
+func TestProxyMode(t *testing.T) {
+	m := New()
+	get := func() (int, string) {
+		rec := httptest.NewRecorder()
+		m.Mux().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/proxyMode", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := get(); code != http.StatusNotFound {
+		t.Errorf("/proxyMode without a mode: %d", code)
+	}
+	m.ProxyMode = "nftables"
+	if code, body := get(); code != http.StatusOK || body != "nftables" {
+		t.Errorf("/proxyMode: %d %q", code, body)
+	}
+}
