@@ -79,7 +79,10 @@ type Endpoint struct {
 
 // Usable returns the endpoints traffic may go to, restricted to node when
 // node != "": the ready ones, or when none is ready the serving terminating
-// ones (so connections drain instead of failing during a rollout).
+// ones (so connections drain instead of failing during a rollout). Ready
+// alone decides, as in kube-proxy: a terminating pod is not ready, except
+// behind a Service with publishNotReadyAddresses, whose endpoints are all
+// ready by the EndpointSlice API's definition, terminating or not.
 func Usable(eps []Endpoint, node string) []Endpoint {
 	var ready, term []Endpoint
 	for _, ep := range eps {
@@ -87,7 +90,7 @@ func Usable(eps []Endpoint, node string) []Endpoint {
 			continue
 		}
 		switch {
-		case ep.Ready && !ep.Terminating:
+		case ep.Ready:
 			ready = append(ready, ep)
 		case ep.Serving && ep.Terminating:
 			term = append(term, ep)

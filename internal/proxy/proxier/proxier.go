@@ -335,7 +335,7 @@ func healthChecks(services []*proxy.Service, node string) map[types.NamespacedNa
 		local := map[netip.Addr]bool{}
 		for i := range svc.Ports {
 			for _, ep := range svc.Ports[i].Endpoints {
-				if ep.Ready && !ep.Terminating && node != "" && ep.NodeName == node {
+				if ep.Ready && node != "" && ep.NodeName == node {
 					local[ep.IP] = true
 				}
 			}

@@ -1,0 +1,42 @@
+package proxy
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+// Usable follows kube-proxy: Ready decides, so the terminating endpoints
+// of a publishNotReadyAddresses Service (ready by definition) take
+// traffic; serving terminating ones only when nothing is ready.
+func TestUsable(t *testing.T) {
+	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	ready := Endpoint{IP: ip("10.0.0.1"), Ready: true, Serving: true, NodeName: "a"}
+	// publishNotReadyAddresses: ready, serving and terminating at once.
+	readyTerm := Endpoint{IP: ip("10.0.0.2"), Ready: true, Serving: true, Terminating: true, NodeName: "b"}
+	servingTerm := Endpoint{IP: ip("10.0.0.3"), Serving: true, Terminating: true, NodeName: "a"}
+	notReady := Endpoint{IP: ip("10.0.0.4"), NodeName: "a"}
+	ips := func(eps []Endpoint) []string {
+		var out []string
+		for _, ep := range eps {
+			out = append(out, ep.IP.String())
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		eps  []Endpoint
+		node string
+		want []string
+	}{
+		{"ready ones, terminating or not", []Endpoint{ready, readyTerm, servingTerm, notReady}, "", []string{"10.0.0.1", "10.0.0.2"}},
+		{"only a ready terminating one", []Endpoint{readyTerm, servingTerm}, "", []string{"10.0.0.2"}},
+		{"none ready: the serving terminating ones", []Endpoint{servingTerm, notReady}, "", []string{"10.0.0.3"}},
+		{"node-local", []Endpoint{ready, readyTerm, servingTerm}, "b", []string{"10.0.0.2"}},
+		{"nothing", []Endpoint{notReady}, "", nil},
+	} {
+		if got := ips(Usable(c.eps, c.node)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
