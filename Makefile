@@ -38,10 +38,12 @@ node:
 # agnhost, glibc-dns-testing, busybox, nginx under their upstream names, and
 # flatnet:dev) as docker-archive tarballs in
 # ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images, rebuilt only when their
-# inputs change. The Debian root under them is made once with debootstrap
+# inputs change. agnhost carries CoreDNS (hack/build-coredns.sh) as
+# upstream's does. The Debian root under them is made once with debootstrap
 # (root, the Debian mirror, about a minute). Prints name, size, time, cached.
 images: build
 	hack/build-k8s.sh agnhost
+	hack/build-coredns.sh
 	bin/flatnet lab images
 
 # install-cni: the multi-call binary under every plugin name (a contract).

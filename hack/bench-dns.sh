@@ -5,8 +5,8 @@
 # CoreDNS anchor's, docs/research/coredns-anchor.md in shared/).
 #
 # Installs dnsperf (Debian) if missing; builds CoreDNS from the Go module
-# proxy (the module pinned in test/bench/dns/coredns, into the cache make
-# k8s uses; only here, never in CI); brings up a 1-node lab of its own and
+# proxy if needed (hack/build-coredns.sh: the module pinned in
+# test/bench/dns/coredns, into the cache make k8s uses); brings up a 1-node lab of its own and
 # creates 100 namespaces × 100 ClusterIP Services with test/bench/dns
 # (which also writes the query files, checks each server's answers before
 # measuring it and parses dnsperf's output). Then, one server at a time,
@@ -54,41 +54,8 @@ for b in kube-apiserver etcd; do
   [ -x "$k8sbin/$b" ] || { echo "bench-dns: $k8sbin/$b missing: run make k8s" >&2; exit 1; }
 done
 
-# CoreDNS, built like hack/bench-proxy.sh builds kube-proxy (static,
-# -trimpath, stripped) from a module of its own with only the plugins the
-# Corefiles below use; rebuilt only when the pin or the Go version changes.
-build_coredns() {
-  local mod=test/bench/dns/coredns cache want stamp cv
-  cache=$(dirname "$k8sbin")
-  cv=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" { print $3; exit }' "$mod/go.mod")
-  [ -n "$cv" ] || { echo "bench-dns: $mod/go.mod does not require github.com/coredns/coredns" >&2; exit 1; }
-  want=$(printf 'binary=coredns\ncoredns=%s\ngo=%s\nmodsum=%s\n' "$cv" "$(go env GOVERSION)" \
-    "$(cat "$mod/go.mod" "$mod/go.sum" "$mod/main.go" | sha256sum | cut -d' ' -f1)")
-  stamp=$cache/stamps/coredns
-  mkdir -p "$cache/stamps" "$cache/logs"
-  exec 9>"$cache/.lock"
-  flock 9 # one build at a time per cache (build-k8s.sh takes the same lock)
-  if [ -x "$k8sbin/coredns" ] && [ -f "$stamp" ] && [ "$want" = "$(cat "$stamp")" ]; then
-    exec 9>&-
-    return
-  fi
-  echo "bench-dns: building CoreDNS $cv (static, -trimpath; a minute or two the first time); log $cache/logs/coredns.log"
-  local t0=$SECONDS
-  if ! (cd "$mod" && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w" -o "$k8sbin/coredns.tmp" .) \
-    >"$cache/logs/coredns.log" 2>&1; then
-    tail -n 30 "$cache/logs/coredns.log" >&2
-    rm -f "$k8sbin/coredns.tmp"
-    exit 1
-  fi
-  local got
-  got=$("$k8sbin/coredns.tmp" -version | head -1)
-  [ "$got" = "CoreDNS-${cv#v}" ] || { echo "bench-dns: the coredns built says $got, not $cv" >&2; rm -f "$k8sbin/coredns.tmp"; exit 1; }
-  mv -f "$k8sbin/coredns.tmp" "$k8sbin/coredns"
-  echo "$want" >"$stamp"
-  exec 9>&-
-  echo "bench-dns: CoreDNS built in $((SECONDS - t0))s"
-}
-build_coredns
+# CoreDNS from the module test/bench/dns/coredns pins (cached).
+hack/build-coredns.sh
 coredns=$k8sbin/coredns
 
 root=$(mktemp -d /tmp/flatnet-bench-dns.XXXXXX)

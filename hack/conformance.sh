@@ -90,7 +90,7 @@ elif [ "$runtime" != process ]; then
   die "RUNTIME=$runtime: this flatnet lab has no --runtime flag yet (only the process runtime)"
 fi
 # Real nodes: the kubelet, containerd and runc (make node), the offline
-# images (make images).
+# images (make images; it builds agnhost and CoreDNS first).
 if [ "$runtime" = containerd ]; then
   hack/build-k8s.sh kubelet
   make -s node images

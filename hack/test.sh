@@ -25,11 +25,12 @@ else
   echo "== k8s binaries for the lab tests (make k8s)"
   make -s k8s
   # Real lab nodes (internal/lab/runtime/containerd's root test): containerd,
-  # its shim, ctr, runc and crictl (make node), the kubelet, and agnhost for
-  # the e2e images (internal/lab/images' root test).
-  echo "== real-node binaries (make node, hack/build-k8s.sh kubelet agnhost)"
+  # its shim, ctr, runc and crictl (make node), the kubelet, and agnhost and
+  # CoreDNS for the e2e images (internal/lab/images' root test).
+  echo "== real-node binaries (make node, hack/build-k8s.sh kubelet agnhost, hack/build-coredns.sh)"
   make -s node
   hack/build-k8s.sh kubelet agnhost
+  hack/build-coredns.sh
 fi
 echo "== fuzz (short pass over every config parser)"
 # A count, not a time: with a short time limit, gathering the baseline

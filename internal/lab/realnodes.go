@@ -95,6 +95,7 @@ func buildImages(ctx context.Context, s *Spec, k8sBin, flatnetBin string) ([]str
 	ts, err := images.E2E(ctx, images.Config{
 		CacheDir:   cache,
 		Agnhost:    filepath.Join(k8sBin, "agnhost"),
+		CoreDNS:    filepath.Join(k8sBin, "coredns"),
 		FlatnetBin: filepath.Dir(flatnetBin),
 		Log:        io.Discard,
 	})

@@ -24,7 +24,7 @@ func NewCommand() *cobra.Command {
 		Short: "Build the images of a lab with real nodes (pause, agnhost, glibc-dns-testing, busybox, nginx, flatnet:dev) as tarballs for `ctr images import`",
 		Long: "Builds the images without a registry or a container engine: a Debian root made once with\n" +
 			"debootstrap (needs root and the Debian mirror the first time), agnhost from\n" +
-			"`hack/build-k8s.sh agnhost`, flatnet's binaries from `make build`. Each image is one\n" +
+			"`hack/build-k8s.sh agnhost`, CoreDNS from `hack/build-coredns.sh`, flatnet's binaries from `make build`. Each image is one\n" +
 			"docker-archive tarball under its upstream name, rebuilt only when its inputs change. See docs/lab.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,6 +48,7 @@ func NewCommand() *cobra.Command {
 	f.StringVar(&cfg.CacheDir, "cache-dir", "", "where the Debian root and the tarballs are kept (default ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images)")
 	f.StringVar(&cfg.FlatnetBin, "bin-dir", "", "directory with flatnet, flatnet-cni and flatnet-pause (default: this flatnet's directory)")
 	f.StringVar(&cfg.Agnhost, "agnhost", "", "the agnhost binary (default: where hack/build-k8s.sh agnhost puts it)")
+	f.StringVar(&cfg.CoreDNS, "coredns", "", "the coredns binary for agnhost's /coredns (default: where hack/build-coredns.sh puts it)")
 	f.StringVar(&cfg.Mirror, "mirror", DefaultMirror, "Debian archive for debootstrap")
 	return cmd
 }
@@ -66,12 +67,17 @@ func defaults(cfg *Config) error {
 		}
 		cfg.FlatnetBin = filepath.Dir(exe)
 	}
-	if cfg.Agnhost == "" {
+	if cfg.Agnhost == "" || cfg.CoreDNS == "" {
 		dir, err := controlplane.CacheBinDir()
 		if err != nil {
 			return err
 		}
-		cfg.Agnhost = filepath.Join(dir, "agnhost")
+		if cfg.Agnhost == "" {
+			cfg.Agnhost = filepath.Join(dir, "agnhost")
+		}
+		if cfg.CoreDNS == "" {
+			cfg.CoreDNS = filepath.Join(dir, "coredns")
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -50,11 +51,18 @@ type Inputs struct {
 	Root Root
 	// Agnhost is the agnhost binary (hack/build-k8s.sh agnhost).
 	Agnhost string
+	// CoreDNS is the coredns binary (hack/build-coredns.sh): agnhost's
+	// /coredns, which the DNS spec "should support configurable pod
+	// resolv.conf" runs.
+	CoreDNS string
 	// FlatnetBin holds flatnet, flatnet-cni and flatnet-pause (bin/
 	// after make build).
 	FlatnetBin string
 	// BusyboxApplets are the names `busybox --list` prints.
 	BusyboxApplets []string
+	// RootLacks are the busybox applets the root has no command of that
+	// name for, as image paths (/usr/bin/wget): see rootLacks.
+	RootLacks []string
 }
 
 // E2ESpecs are the images a lab with real nodes imports: the sandbox, the
@@ -77,18 +85,26 @@ func E2ESpecs(in Inputs) []Spec {
 			bb = append(bb, File{Path: "/bin/" + a, Link: "busybox", Mode: 0o777})
 		}
 	}
+	agnhost := []File{
+		{Path: "/agnhost", Mode: 0o755, Source: in.Agnhost},
+		{Path: "/agnhost-2", Link: "agnhost", Mode: 0o777},
+		{Path: "/coredns", Mode: 0o755, Source: in.CoreDNS},
+		{Path: "/localhost.crt", Data: porterCrt},
+		{Path: "/localhost.key", Data: porterKey, Mode: 0o600},
+		{Path: "/uploads", Dir: true},
+	}
+	// Upstream's agnhost is Alpine: every busybox applet that no package
+	// replaced is there, and specs run some (the Services specs' `wget -q
+	// -O - -T 1`). Debian's tools stay where the root has them.
+	for _, p := range in.RootLacks {
+		agnhost = append(agnhost, File{Path: p, Link: "/bin/busybox", Mode: 0o777})
+	}
 	return []Spec{
 		Pause(filepath.Join(in.FlatnetBin, "flatnet-pause")),
 		{
-			Ref:  AgnhostRef,
-			Base: in.Root.Layer,
-			Files: []File{
-				{Path: "/agnhost", Mode: 0o755, Source: in.Agnhost},
-				{Path: "/agnhost-2", Link: "agnhost", Mode: 0o777},
-				{Path: "/localhost.crt", Data: porterCrt},
-				{Path: "/localhost.key", Data: porterKey, Mode: 0o600},
-				{Path: "/uploads", Dir: true},
-			},
+			Ref:        AgnhostRef,
+			Base:       in.Root.Layer,
+			Files:      agnhost,
 			Entrypoint: []string{"/agnhost"},
 			Cmd:        []string{"pause"},
 			Env:        []string{defaultPATH},
@@ -139,8 +155,9 @@ const nginxSite = `server {
 type Config struct {
 	// CacheDir holds the Debian root and the tarballs (DefaultCacheDir).
 	CacheDir string
-	// Agnhost and FlatnetBin: see Inputs.
+	// Agnhost, CoreDNS and FlatnetBin: see Inputs.
 	Agnhost    string
+	CoreDNS    string
 	FlatnetBin string
 	// Mirror is the Debian archive (DefaultMirror when empty).
 	Mirror string
@@ -181,6 +198,7 @@ func E2E(ctx context.Context, cfg Config) ([]Tarball, error) {
 	}
 	for _, p := range []struct{ path, hint string }{
 		{cfg.Agnhost, "run `hack/build-k8s.sh agnhost`"},
+		{cfg.CoreDNS, "run `hack/build-coredns.sh`"},
 		{filepath.Join(cfg.FlatnetBin, "flatnet"), "run `make build`"},
 		{filepath.Join(cfg.FlatnetBin, "flatnet-cni"), "run `make build`"},
 		{filepath.Join(cfg.FlatnetBin, "flatnet-pause"), "run `make build`"},
@@ -206,7 +224,14 @@ func E2E(ctx context.Context, cfg Config) ([]Tarball, error) {
 	if err != nil {
 		return nil, err
 	}
-	specs := E2ESpecs(Inputs{Root: root, Agnhost: cfg.Agnhost, FlatnetBin: cfg.FlatnetBin, BusyboxApplets: applets})
+	var names []string
+	for _, a := range applets {
+		names = append(names, path.Base(a))
+	}
+	specs := E2ESpecs(Inputs{
+		Root: root, Agnhost: cfg.Agnhost, CoreDNS: cfg.CoreDNS, FlatnetBin: cfg.FlatnetBin,
+		BusyboxApplets: names, RootLacks: rootLacks(root.Dir, applets),
+	})
 	h := hasher{}
 	var out []Tarball
 	for _, s := range specs {
@@ -325,21 +350,59 @@ func (h hasher) key(s Spec) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// busyboxApplets runs the root's static busybox for the names it answers
-// to (the image links each to it, as upstream's busybox image does).
+// busyboxApplets runs the root's static busybox for the applets it has,
+// each where busybox would install it (usr/bin/wget, sbin/ifconfig). The
+// busybox image links each name to it, as upstream's does.
 func busyboxApplets(ctx context.Context, bin string) ([]string, error) {
-	out, err := exec.CommandContext(ctx, bin, "--list").Output()
+	out, err := exec.CommandContext(ctx, bin, "--list-full").Output()
 	if err != nil {
 		return nil, fmt.Errorf("listing busybox applets (%s): %w", bin, err)
 	}
-	var applets []string
-	for _, a := range strings.Fields(string(out)) {
-		if !strings.Contains(a, "/") {
-			applets = append(applets, a)
-		}
-	}
+	applets := strings.Fields(string(out))
 	if len(applets) == 0 {
-		return nil, fmt.Errorf("%s --list printed no applet", bin)
+		return nil, fmt.Errorf("%s --list-full printed no applet", bin)
 	}
 	return applets, nil
+}
+
+// pathDirs are defaultPATH's directories.
+var pathDirs = strings.Split(strings.TrimPrefix(defaultPATH, "PATH="), ":")
+
+// rootLacks returns the applets (busyboxApplets' paths) that rootDir has
+// no command of the same name for in any PATH directory, as absolute image
+// paths with the root's merged /usr applied (bin/ping is /usr/bin/ping
+// when /bin links to usr/bin, so no layer entry lies below a link).
+// Applets outside a directory (linuxrc) are left out.
+func rootLacks(rootDir string, applets []string) []string {
+	var lacks []string
+	for _, a := range applets {
+		dir, name := path.Split(a)
+		if dir == "" {
+			continue
+		}
+		have := false
+		for _, d := range append([]string{dir}, pathDirs...) {
+			if _, err := os.Lstat(filepath.Join(rootDir, merged(rootDir, d), name)); err == nil {
+				have = true
+				break
+			}
+		}
+		if !have {
+			lacks = append(lacks, "/"+path.Join(merged(rootDir, dir), name))
+		}
+	}
+	return lacks
+}
+
+// merged is dir (relative or absolute, inside rootDir) with its first
+// element replaced by what it links to in rootDir (bin -> usr/bin), as a
+// path relative to rootDir. Only a link inside the root is followed.
+func merged(rootDir, dir string) string {
+	dir = strings.Trim(path.Clean("/"+dir), "/")
+	first, rest, _ := strings.Cut(dir, "/")
+	target, err := os.Readlink(filepath.Join(rootDir, first))
+	if err != nil {
+		return dir
+	}
+	return strings.TrimPrefix(path.Join("/", target, rest), "/")
 }

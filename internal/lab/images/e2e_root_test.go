@@ -37,9 +37,12 @@ func TestE2EImagesRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agnhost := filepath.Join(k8sBin, "agnhost")
+	agnhost, coredns := filepath.Join(k8sBin, "agnhost"), filepath.Join(k8sBin, "coredns")
 	if _, err := os.Stat(agnhost); err != nil {
 		testutil.Skip(t, "%s not built: run `hack/build-k8s.sh agnhost`", agnhost)
+	}
+	if _, err := os.Stat(coredns); err != nil {
+		testutil.Skip(t, "%s not built: run `hack/build-coredns.sh`", coredns)
 	}
 	bin, _ := filepath.Abs("../../../bin")
 	for _, b := range []string{"flatnet", "flatnet-cni", "flatnet-pause"} {
@@ -51,7 +54,7 @@ func TestE2EImagesRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{CacheDir: cache, Agnhost: agnhost, FlatnetBin: bin, Log: testLog{t}}
+	cfg := Config{CacheDir: cache, Agnhost: agnhost, CoreDNS: coredns, FlatnetBin: bin, Log: testLog{t}}
 	ts, err := E2E(t.Context(), cfg)
 	if errors.Is(err, ErrMirror) {
 		testutil.Skip(t, "the Debian root is not cached and debootstrap cannot reach the mirror: %v", err)
@@ -87,9 +90,13 @@ func TestE2EImagesRoot(t *testing.T) {
 		PauseRef: {config: "[/pause] [] ", files: []string{"pause"}},
 		AgnhostRef: {
 			config: "[/agnhost] [pause] " + defaultPATH,
-			files:  []string{"agnhost", "agnhost-2", "localhost.crt", "localhost.key", "uploads/", "usr/bin/dig", "usr/bin/curl", "usr/bin/nc.openbsd", "usr/bin/getent"},
+			files: []string{"agnhost", "agnhost-2", "coredns", "localhost.crt", "localhost.key", "uploads/", "usr/bin/dig", "usr/bin/curl",
+				"usr/bin/nc.openbsd", "usr/bin/getent", "usr/bin/wget", "usr/bin/ping"},
+			// wget and ping are busybox's (as on upstream's Alpine), nc
+			// and ip Debian's.
 			run: "/agnhost --help >/dev/null && /agnhost-2 --help >/dev/null && dig -v && getent hosts localhost && curl --version >/dev/null && " +
-				"command -v nc socat ip ss ps seq hostname bash && id user-defined-in-image && getent group group-defined-in-image",
+				"command -v nc socat ip ss ps seq hostname bash && id user-defined-in-image && getent group group-defined-in-image && " +
+				"/coredns -plugins | grep -qx hosts && wget --help 2>&1 | grep -q BusyBox && [ \"$(readlink -f $(command -v nc))\" = /usr/bin/nc.openbsd ]",
 		},
 		GlibcDNSRef: {config: "[] [bash] " + defaultPATH, files: []string{"usr/bin/dig", "usr/bin/getent"}, run: "dig -v && getent hosts localhost"},
 		BusyboxRef: {

@@ -17,10 +17,12 @@ func fakeInputs(t *testing.T) Inputs {
 	in := Inputs{
 		Root:           Root{Dir: filepath.Join(dir, "root"), Layer: filepath.Join(dir, "layer.tar.gz")},
 		Agnhost:        filepath.Join(dir, "agnhost"),
+		CoreDNS:        filepath.Join(dir, "coredns"),
 		FlatnetBin:     filepath.Join(dir, "bin"),
 		BusyboxApplets: []string{"[", "sh", "wget", "nc"},
+		RootLacks:      []string{"/usr/bin/wget"},
 	}
-	for _, f := range []string{"root/usr/bin/busybox", "agnhost", "bin/flatnet", "bin/flatnet-cni", "bin/flatnet-pause"} {
+	for _, f := range []string{"root/usr/bin/busybox", "agnhost", "coredns", "bin/flatnet", "bin/flatnet-cni", "bin/flatnet-pause"} {
 		p := filepath.Join(dir, f)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -69,6 +71,16 @@ func TestE2ESpecsMatchUpstream(t *testing.T) {
 	}
 	if len(specs) != 6 {
 		t.Errorf("%d images, want 6", len(specs))
+	}
+	var agnhost []string
+	for _, f := range byRef[AgnhostRef].Files {
+		agnhost = append(agnhost, fmt.Sprintf("%s %o %s", f.Path, f.Mode, f.Link))
+	}
+	if want := []string{
+		"/agnhost 755 ", "/agnhost-2 777 agnhost", "/coredns 755 ", "/localhost.crt 0 ", "/localhost.key 600 ",
+		"/uploads 0 ", "/usr/bin/wget 777 /bin/busybox",
+	}; !slices.Equal(agnhost, want) {
+		t.Errorf("agnhost's files:\n%q\nwant\n%q", agnhost, want)
 	}
 
 	manifest := moduleFile(t, "k8s.io/kubernetes@v1.37.2", "test/utils/image/manifest.go")
@@ -170,9 +182,41 @@ func TestE2EMissingInputs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "hack/build-k8s.sh agnhost") {
 		t.Errorf("missing agnhost: %v", err)
 	}
-	_, err = E2E(t.Context(), Config{CacheDir: t.TempDir(), Agnhost: in.Agnhost, FlatnetBin: t.TempDir()})
+	_, err = E2E(t.Context(), Config{CacheDir: t.TempDir(), Agnhost: in.Agnhost, CoreDNS: filepath.Join(t.TempDir(), "coredns"), FlatnetBin: in.FlatnetBin})
+	if err == nil || !strings.Contains(err.Error(), "hack/build-coredns.sh") {
+		t.Errorf("missing coredns: %v", err)
+	}
+	_, err = E2E(t.Context(), Config{CacheDir: t.TempDir(), Agnhost: in.Agnhost, CoreDNS: in.CoreDNS, FlatnetBin: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Errorf("missing flatnet: %v", err)
+	}
+}
+
+// TestRootLacks: an applet is linked only when no PATH directory of the
+// root has its name (Debian's nc, ip and sh stay), at its own path with
+// the root's merged /usr applied; linuxrc (no directory) is left out.
+func TestRootLacks(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []string{"usr/bin/nc", "usr/sbin/ip", "usr/bin/sh", "usr/local/bin/ping6"} {
+		p := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"bin": "usr/bin", "sbin": "/usr/sbin"} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rootLacks(root, []string{
+		"usr/bin/wget", "bin/nc", "sbin/ip", "bin/sh", "bin/ping", "bin/ping6", "sbin/ifconfig", "usr/sbin/arping", "linuxrc",
+	})
+	want := []string{"/usr/bin/wget", "/usr/bin/ping", "/usr/sbin/ifconfig", "/usr/sbin/arping"}
+	if !slices.Equal(got, want) {
+		t.Errorf("rootLacks: %q, want %q", got, want)
 	}
 }
 
