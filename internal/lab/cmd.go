@@ -148,11 +148,18 @@ func newExec(root, name *string) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := FindContainer(cmd.Context(), *root, *name, namespace, args[0], container)
-			if err != nil {
-				return err
+			var err error
+			if s, lerr := LoadSpec(*root, *name); lerr == nil && s.Containerd() {
+				// Real nodes: through the apiserver and the kubelet, as
+				// any cluster execs.
+				err = ExecKubectl(*root, *name, namespace, args[0], container, args[1:])
+			} else {
+				var t *ExecTarget
+				if t, err = FindContainer(cmd.Context(), *root, *name, namespace, args[0], container); err != nil {
+					return err
+				}
+				err = Exec(t, args[1:])
 			}
-			err = Exec(t, args[1:])
 			if _, ok := err.(*ExitError); ok {
 				cmd.SilenceErrors = true
 			}

@@ -62,6 +62,20 @@ func Kubectl(root, name string, args []string) error {
 	return runPassthrough(cmd)
 }
 
+// ExecKubectl runs argv in a container of a pod on a real node (the
+// containerd runtime) with `kubectl exec -i`; its exit code passes
+// through.
+func ExecKubectl(root, name, namespace, pod, container string, argv []string) error {
+	if err := ValidatePodRef(namespace, pod, container); err != nil {
+		return err
+	}
+	args := []string{"exec", "-i", "-n", namespace, pod}
+	if container != "" {
+		args = append(args, "-c", container)
+	}
+	return Kubectl(root, name, append(append(args, "--"), argv...))
+}
+
 // Kubeconfig returns lab name's admin kubeconfig path.
 func Kubeconfig(root, name string) (string, error) {
 	rec, err := loadRecord(root, name)
