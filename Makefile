@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node images install-cni test test-unit lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns conformance clean
+.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns conformance clean
 
 all: build
 
@@ -61,6 +61,14 @@ test: deps
 test-unit:
 	go test -count=1 ./...
 
+# test-e2e-containerd: the lab end-to-end tests (test/e2e) with every lab on
+# real nodes (FLATNET_E2E_RUNTIME=containerd: lab up --runtime containerd);
+# needs root, make k8s, make node and hack/build-k8s.sh kubelet agnhost.
+# Without the variable they run on the process runtime.
+test-e2e-containerd: node images
+	hack/build-k8s.sh kubelet
+	FLATNET_E2E_RUNTIME=containerd go test -count=1 -timeout 60m $(GO_TEST_FLAGS) ./test/e2e/
+
 lint:
 	@bad=$$(gofmt -l cmd internal test 2>/dev/null); if [ -n "$$bad" ]; then echo "gofmt: $$bad"; exit 1; fi
 	go vet ./...
@@ -75,7 +83,7 @@ bench-cni: deps
 # traffic across nodes; the lab keeps running (hack/demo.sh says how to
 # explore it and take it down). Needs root.
 demo:
-	hack/demo.sh
+	RUNTIME=$(RUNTIME) hack/demo.sh
 
 # bench-lab: time `flatnet lab up` for 3 nodes until a pod on each node
 # answers the others (docs/benchmarks.md, Lab). Needs root and make k8s.

@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -547,7 +548,12 @@ func checkResolvConf(t *testing.T, l *testLab, client labPod, tag string, newPod
 	if !ok {
 		t.Fatalf("the agent of %s is not running", n.Name)
 	}
-	nodeFile, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/resolv.conf", agent))
+	nodeResolv := fmt.Sprintf("/proc/%d/root/etc/resolv.conf", agent)
+	if s.Containerd() {
+		// A real node's kubelet forms pods' files from its resolvConf.
+		nodeResolv = filepath.Join(s.ContainerdDir(n), "resolv.conf")
+	}
+	nodeFile, err := os.ReadFile(nodeResolv)
 	if err != nil {
 		t.Fatalf("the node's resolv.conf, as %s's agent sees it: %v", n.Name, err)
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,7 +24,8 @@ import (
 // namespace's links, addresses, routes and nft tables (compared whole:
 // nothing else should change them while the tests run, except other test
 // labs, whose interfaces are left out by name), and the lab's namespaces,
-// mounts and processes (picked out by its name and state dir).
+// mounts and processes (picked out by its name and state dir), and the
+// host sysctls a kubelet changes.
 type hostSnapshot map[string][]string
 
 // labIf matches the names of lab interfaces in the root namespace: every
@@ -101,6 +101,7 @@ func snapshotHost(t *testing.T, name, root string) hostSnapshot {
 	s["route4"] = lines(testutil.Run(t, "ip", "-4", "route", "show", "table", "all"))
 	s["route6"] = lines(testutil.Run(t, "ip", "-6", "route", "show", "table", "all"))
 	s["nft"] = lines(testutil.Run(t, "nft", "list", "tables"))
+	s["sysctl"] = sysctlValues()
 	ents, _ := os.ReadDir(netns.RunDir)
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "fl-"+name+"-") {
@@ -157,14 +158,13 @@ func stopAgent(s *lab.Spec, n lab.Node) error {
 // agent wrote, the attachment libcni cached at ADD, and the plugins the
 // lab installed: from inside the node's namespace, as the runtime runs
 // CNI.
-func cniCheck(s *lab.Spec, n lab.Node, ns, pod string) error {
-	b, err := os.ReadFile(filepath.Join(s.RuntimeDir(n), "pods", ns+"_"+pod, "state.json"))
-	if err != nil {
-		return err
-	}
-	var st runtimeState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return err
+func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
+	sb := podSandbox(t, s, n, ns, pod)
+	// containerd's CNI library caches in its default /var/lib/cni, which
+	// the node's mount namespace covers with a directory of the node.
+	cache := s.CNICacheDir(n)
+	if s.Containerd() {
+		cache = filepath.Join(s.ContainerdDir(n), "var-lib-cni")
 	}
 	files, err := libcni.ConfFiles(s.CNIConfDir(n), []string{".conflist"})
 	if err != nil || len(files) == 0 {
@@ -175,20 +175,20 @@ func cniCheck(s *lab.Spec, n lab.Node, ns, pod string) error {
 	if err != nil {
 		return err
 	}
-	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.BinDir()}, s.CNICacheDir(n), nil)
-	atts, err := cfg.GetCachedAttachments(st.SandboxID)
+	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.BinDir()}, cache, nil)
+	atts, err := cfg.GetCachedAttachments(sb.ID)
 	if err != nil {
 		return err
 	}
 	var rt *libcni.RuntimeConf
 	for _, a := range atts {
 		if a.Network == list.Name {
-			rt = &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: lab.NetnsPath(st.Netns), IfName: a.IfName,
+			rt = &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: sb.Netns, IfName: a.IfName,
 				Args: a.CniArgs, CapabilityArgs: a.CapabilityArgs}
 		}
 	}
 	if rt == nil {
-		return fmt.Errorf("no cached attachment of network %q for sandbox %s in %s", list.Name, st.SandboxID, s.CNICacheDir(n))
+		return fmt.Errorf("no cached attachment of network %q for sandbox %s in %s", list.Name, sb.ID, cache)
 	}
 	return netns.Do(lab.NetnsPath(n.Netns), func() error {
 		return cfg.CheckNetworkList(context.Background(), list, rt)

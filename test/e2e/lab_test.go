@@ -188,10 +188,14 @@ func checkNoProcessLeft(t *testing.T, root string) {
 // up brings the lab up and returns how long that took.
 func (l *testLab) up(t *testing.T, nodes int, extra ...string) time.Duration {
 	t.Helper()
+	args := []string{"up", "--nodes", strconv.Itoa(nodes)}
+	if rt := e2eRuntime(t); rt != lab.RuntimeProcess {
+		args = append(args, "--runtime", rt)
+	}
 	t0 := time.Now()
-	out := l.mustCLI(t, append([]string{"up", "--nodes", strconv.Itoa(nodes)}, extra...)...)
+	out := l.mustCLI(t, append(args, extra...)...)
 	took := time.Since(t0)
-	t.Logf("lab up %s (%d nodes) took %s:\n%s", l.name, nodes, took.Round(time.Millisecond), out)
+	t.Logf("lab up %s (%d nodes, runtime %s) took %s:\n%s", l.name, nodes, e2eRuntime(t), took.Round(time.Millisecond), out)
 	var err error
 	if l.spec, err = lab.LoadSpec(l.root, l.name); err != nil {
 		t.Fatal(err)
@@ -218,7 +222,7 @@ func netexecPod(name, node string) *corev1.Pod {
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr(int64(5)),
 			Containers: []corev1.Container{{
-				Name: "netexec", Image: "flatnet",
+				Name: "netexec", Image: podImage,
 				Command: []string{"flatnet", "netexec", "--http-port=8080", "--udp-port=8081"},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
@@ -235,7 +239,7 @@ func sleepPod(name, node, marker string) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr(int64(2)),
-			Containers:                    []corev1.Container{{Name: "sleep", Image: "flatnet", Command: []string{"sleep", marker}}},
+			Containers:                    []corev1.Container{{Name: "sleep", Image: podImage, Command: []string{"sleep", marker}}},
 		},
 	}
 }
@@ -316,23 +320,23 @@ func (l *testLab) deleteAndWait(t *testing.T, names ...string) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	// The runtime removes a pod's directory after its sandbox is torn down
-	// and the Pod is gone from the API: wait for that too, so that the next
-	// check does not see this pod's teardown still in flight.
+	// The runtime removes a pod's directory (stops its sandbox) after its
+	// network is torn down and the Pod is gone from the API: wait for that
+	// too, so that the next check does not see this pod's teardown still
+	// in flight.
 	for _, n := range names {
 		for {
 			var left []string
 			for _, node := range l.spec.Nodes {
-				dir := filepath.Join(l.spec.RuntimeDir(node), "pods", "default_"+n)
-				if _, err := os.Stat(dir); err == nil {
-					left = append(left, dir)
+				if !podGone(t, l.spec, node, n) {
+					left = append(left, node.Name)
 				}
 			}
 			if len(left) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("pod %s deleted, but the runtime still has %v 90s later", n, left)
+				t.Fatalf("pod %s deleted, but the runtime of %v still has it 90s later", n, left)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -660,7 +664,7 @@ func TestLab(t *testing.T) {
 		p.Spec.Containers[0].Name = "a"
 		p.Spec.Containers[0].Command = []string{"flatnet", "netexec", "--http-port=8080", "--udp-port=-1"}
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
-			Name: "b", Image: "flatnet", Command: []string{"flatnet", "netexec", "--http-port=8090", "--udp-port=-1"},
+			Name: "b", Image: podImage, Command: []string{"flatnet", "netexec", "--http-port=8090", "--udp-port=-1"},
 		})
 		l.create(t, p)
 		ip := l.waitReady(t, "duo").Status.PodIP
@@ -701,6 +705,7 @@ func TestLab(t *testing.T) {
 		dir := t.TempDir()
 		flag, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "runs")
 		p := netexecPod("probe", s.Nodes[1].Name)
+		shareDir(s, p, dir)
 		// Each run of the probe leaves a line in runs: the positive signal
 		// that it ran and failed, before the check that the pod stayed
 		// unready (a fixed sleep could end before the first run).
@@ -825,14 +830,19 @@ func TestLab(t *testing.T) {
 			t.Errorf("with the agent stopped: %q, %v", got, err)
 		}
 		out := l.mustCLI(t, "up")
-		if !strings.Contains(out, "agent on "+n.Name+" (lab runtime, host-gw) ... done") {
+		if !strings.Contains(out, "agent on "+n.Name+" ("+agentRole(s)+", host-gw) ... done") {
 			t.Errorf("up did not restart the agent:\n%s", out)
 		}
 		// The restarted agent logs each container it adopts: the positive
 		// signal that it decided to keep them, before the check that the
 		// container was kept (one it cannot adopt is killed, not logged).
+		// On real nodes the kubelet runs the containers and the agent
+		// adopts none: there the check is that the PID stays the same.
 		logFile := proc.LogFile(s.StateDir, lab.AgentProc(n.Name))
 		if err := retry(60*time.Second, func() error {
+			if s.Containerd() {
+				return nil
+			}
 			b, err := os.ReadFile(logFile)
 			if err != nil {
 				return err
@@ -877,15 +887,15 @@ func TestLab(t *testing.T) {
 
 	t.Run("ConflistPassesCheck", func(t *testing.T) {
 		n := s.Nodes[0]
-		if err := cniCheck(s, n, "default", pods[0].name); err != nil {
+		if err := cniCheck(t, s, n, "default", pods[0].name); err != nil {
 			t.Errorf("CHECK of a healthy pod: %v", err)
 		}
 		// CHECK can fail: a pod whose address was removed does not pass.
 		l.create(t, netexecPod("broken", n.Name))
 		ip := l.waitRunning(t, "broken").Status.PodIP
 		nsPath := podNetns(t, s, n, "default", "broken")
-		testutil.RunIn(t, nsPath, "ip", "addr", "del", ip+"/27", "dev", "eth0")
-		if err := cniCheck(s, n, "default", "broken"); err == nil {
+		runInNS(t, nsPath, "ip", "addr", "del", ip+"/27", "dev", "eth0")
+		if err := cniCheck(t, s, n, "default", "broken"); err == nil {
 			t.Error("CHECK passed for a pod whose eth0 lost its address")
 		}
 		l.deleteAndWait(t, "broken")
@@ -965,7 +975,7 @@ func TestLab(t *testing.T) {
 		// made from now on get the overlay's MTU; the old ones keep
 		// theirs (and still talk: small packets).
 		out := l.mustCLI(t, "up", "--backend", "vxlan")
-		if n := strings.Count(out, "(lab runtime, vxlan; was host-gw) ... done"); n != 3 {
+		if n := strings.Count(out, "("+agentRole(s)+", vxlan; was host-gw) ... done"); n != 3 {
 			t.Errorf("up --backend vxlan restarted %d agents, want 3:\n%s", n, out)
 		}
 		l.waitBackend(t, "vxlan")
@@ -1035,12 +1045,16 @@ func TestLab(t *testing.T) {
 		restarts := sleepPod("restarts", n1.Name, "86403")
 		restarts.Spec.Containers[0].Name = "quick"
 		restarts.Spec.Containers = append(restarts.Spec.Containers, corev1.Container{
-			Name: "stubborn", Image: "flatnet", Command: []string{"sh", "-c", "trap '' TERM; sleep 86404 & wait"},
+			Name: "stubborn", Image: podImage, Command: []string{"sh", "-c", "trap '' TERM; sleep 86404 & wait"},
 		})
 		// A container that left its pod's network namespace (root in a
 		// lab container can): no namespace leads to it, its mark does.
 		escapes := sleepPod("escapes", n1.Name, "")
 		escapes.Spec.Containers[0].Command = []string{"unshare", "--net", "sleep", "86405"}
+		if s.Containerd() {
+			// runc gives a container no CAP_SYS_ADMIN unless privileged.
+			escapes.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+		}
 		for _, p := range []*corev1.Pod{restarts, escapes} {
 			l.create(t, p)
 			l.waitRunning(t, p.Name)
@@ -1058,6 +1072,12 @@ func TestLab(t *testing.T) {
 		}
 		if _, err := os.Stat(s.StateDir); err == nil {
 			t.Errorf("state dir %s still exists", s.StateDir)
+		}
+		// Real nodes: no containerd, shim, runc or kubelet, no cgroup of
+		// the lab; the sysctls the kubelets set are compared by the
+		// snapshot (and the mounts under the state dir).
+		if left := realNodeLeftovers(l.name, l.root); len(left) > 0 {
+			t.Errorf("real nodes left:\n%s", strings.Join(left, "\n"))
 		}
 		if _, err := os.Stat("/proc/" + strconv.Itoa(orphan)); err == nil && strings.Contains(cmdlineOf(orphan), "netexec") {
 			t.Errorf("pod %s of the killed agent still runs (pid %d)", pods[2].name, orphan)
@@ -1092,7 +1112,8 @@ func ipamIPs(t *testing.T, s *lab.Spec, n lab.Node) map[string]bool {
 }
 
 // nodeSnapshot is what pods leave on the nodes: links in each node
-// namespace, host-local allocations, runtime pod dirs, pod namespaces.
+// namespace, host-local allocations, runtime pod dirs (real nodes: ready
+// sandboxes), pod namespaces.
 func nodeSnapshot(t *testing.T, s *lab.Spec) string {
 	t.Helper()
 	var b strings.Builder
@@ -1111,6 +1132,10 @@ func nodeSnapshot(t *testing.T, s *lab.Spec) string {
 		}
 		sort.Strings(ips)
 		podDirs, _ := filepath.Glob(filepath.Join(s.RuntimeDir(n), "pods", "*"))
+		if s.Containerd() {
+			podDirs = readySandboxes(t, s, n, "", "")
+			sort.Strings(podDirs)
+		}
 		fmt.Fprintf(&b, "%s links %v\n%s ips %v\n%s pods %v\n", n.Name, names, n.Name, ips, n.Name, podDirs)
 	}
 	ents, _ := os.ReadDir(netns.RunDir)
@@ -1166,24 +1191,6 @@ func readRuntimeState(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) run
 		t.Fatal(err)
 	}
 	return st
-}
-
-func containerPID(t *testing.T, s *lab.Spec, n lab.Node, pod string) int {
-	t.Helper()
-	st := readRuntimeState(t, s, n, "default", pod)
-	if len(st.Containers) == 0 || st.Containers[0].Proc == nil {
-		t.Fatalf("pod %s has no running container in the runtime state", pod)
-	}
-	return st.Containers[0].Proc.PID
-}
-
-func podNetns(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) string {
-	t.Helper()
-	st := readRuntimeState(t, s, n, ns, pod)
-	if st.Netns == "" {
-		t.Fatalf("pod %s/%s has no netns in the runtime state", ns, pod)
-	}
-	return lab.NetnsPath(st.Netns)
 }
 
 // hostPrefix is a network the machine's root namespace is on.

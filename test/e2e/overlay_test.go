@@ -209,7 +209,7 @@ func conflistMTU(t *testing.T, s *lab.Spec, n lab.Node) int {
 func raisePodMTU(t *testing.T, s *lab.Spec, n lab.Node, pod string, mtu int) {
 	t.Helper()
 	podNS := podNetns(t, s, n, "default", pod)
-	link := strings.TrimSpace(testutil.RunIn(t, podNS, "ip", "-o", "link", "show", "eth0"))
+	link := strings.TrimSpace(runInNS(t, podNS, "ip", "-o", "link", "show", "eth0"))
 	// "2: eth0@if7: <...>": the peer is interface 7 in the node.
 	_, after, ok := strings.Cut(strings.Fields(link)[1], "@if")
 	if !ok {
@@ -226,7 +226,7 @@ func raisePodMTU(t *testing.T, s *lab.Spec, n lab.Node, pod string, mtu int) {
 		t.Fatalf("no interface %s on %s for %s's eth0", after, n.Name, pod)
 	}
 	testutil.RunIn(t, lab.NetnsPath(n.Netns), "ip", "link", "set", "dev", peer, "mtu", strconv.Itoa(mtu))
-	testutil.RunIn(t, podNS, "ip", "link", "set", "dev", "eth0", "mtu", strconv.Itoa(mtu))
+	runInNS(t, podNS, "ip", "link", "set", "dev", "eth0", "mtu", strconv.Itoa(mtu))
 }
 
 // checkMTU: pods get the underlay MTU less the 50 bytes of VXLAN; a
@@ -402,7 +402,7 @@ func TestOverlay(t *testing.T) {
 	for _, be := range []string{backend.VXLAN, backend.VXLANDirect} {
 		if be != backend.VXLAN {
 			out := l.mustCLI(t, "up", "--backend", be)
-			if n := strings.Count(out, "; was "+backend.VXLAN+") ... done"); n != 3 {
+			if n := strings.Count(out, agentRole(s)+", "+be+"; was "+backend.VXLAN+") ... done"); n != 3 {
 				t.Errorf("up --backend %s restarted %d agents, want 3:\n%s", be, n, out)
 			}
 			if l.spec, _ = lab.LoadSpec(l.root, l.name); l.spec.Backend != be {
