@@ -7,6 +7,10 @@
 #
 #   LAB_NAME   lab name (default flatnet)
 #   NODES      number of nodes (default 3)
+#   RUNTIME    what runs the pods: process (default: flatnet's lab runtime,
+#              pods are processes of this machine) or containerd (upstream
+#              containerd, runc and kubelet per node, images imported
+#              offline: builds them with make node images the first time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -17,6 +21,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 name=${LAB_NAME:-flatnet}
 nodes=${NODES:-3}
+runtime=${RUNTIME:-process}
+case $runtime in
+  process | containerd) ;;
+  *) echo "RUNTIME=$runtime: want process or containerd" >&2; exit 1 ;;
+esac
 flags=()
 [ "$name" = flatnet ] || flags=(--name "$name")
 lab() { bin/flatnet lab "${flags[@]}" "$@"; }
@@ -29,9 +38,14 @@ step "build bin/flatnet and bin/flatnet-cni (make build)"
 make -s build
 step "build kube-apiserver, kubectl and etcd (make k8s: minutes the first time, cached after)"
 make -s k8s
+if [ "$runtime" = containerd ]; then
+  step "build the kubelet, containerd, runc and the pods' images (minutes the first time, cached after)"
+  hack/build-k8s.sh kubelet
+  make -s node images
+fi
 
-step "bring up a $nodes-node lab with an external host: flatnet lab up --nodes $nodes --external"
-lab up --nodes "$nodes" --external
+step "bring up a $nodes-node lab with an external host: flatnet lab up --nodes $nodes --external --runtime $runtime"
+lab up --nodes "$nodes" --external --runtime "$runtime"
 
 step "a netexec pod on every node"
 mapfile -t node_names < <(lab kubectl -- get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')

@@ -78,9 +78,14 @@ func requireLab(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		for _, c := range []struct{ out, pkg string }{{"flatnet", "./cmd/flatnet"}, {"flatnet-cni", "./cmd/flatnet-cni"}} {
+		// flatnet-pause goes into the image real nodes import
+		// (static, as make build makes it).
+		for _, c := range []struct{ out, pkg string }{{"flatnet", "./cmd/flatnet"}, {"flatnet-cni", "./cmd/flatnet-cni"}, {"flatnet-pause", "./cmd/flatnet-pause"}} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, c.out), c.pkg)
 			cmd.Dir = repoRoot()
+			if c.out == "flatnet-pause" {
+				cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			}
 			if out, err := cmd.CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("building %s: %v\n%s", c.pkg, err, out)
 				return
