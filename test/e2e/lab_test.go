@@ -1104,12 +1104,21 @@ func TestLab(t *testing.T) {
 func ipamIPs(t *testing.T, s *lab.Spec, n lab.Node) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	nets, _ := os.ReadDir(s.CNIDataDir(n))
-	for _, d := range nets {
-		ents, _ := os.ReadDir(filepath.Join(s.CNIDataDir(n), d.Name()))
-		for _, e := range ents {
-			if _, err := netip.ParseAddr(e.Name()); err == nil {
-				out[e.Name()] = true
+	dirs := []string{s.CNIDataDir(n)}
+	if s.Containerd() {
+		// Without a dataDir in the conflist host-local uses its default,
+		// /var/lib/cni/networks: in a real node's mount namespace, a
+		// directory of the node.
+		dirs = append(dirs, filepath.Join(s.ContainerdDir(n), "var-lib-cni", "networks"))
+	}
+	for _, dir := range dirs {
+		nets, _ := os.ReadDir(dir)
+		for _, d := range nets {
+			ents, _ := os.ReadDir(filepath.Join(dir, d.Name()))
+			for _, e := range ents {
+				if _, err := netip.ParseAddr(e.Name()); err == nil {
+					out[e.Name()] = true
+				}
 			}
 		}
 	}
