@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -44,6 +45,7 @@ type runningLab struct {
 	serviceCIDR string         // kube-apiserver's --service-cluster-ip-range
 	lbPool      string         // the controller's --load-balancer-ip-pool range
 	k8sBinDir   string         // where the running kube-apiserver is
+	runtime     string         // RuntimeContainerd: real nodes run
 }
 
 func (r runningLab) String() string {
@@ -60,6 +62,7 @@ func (r runningLab) String() string {
 	add("cluster CIDR", r.clusterCIDR)
 	add("service CIDR", r.serviceCIDR)
 	add("load-balancer IPs", r.lbPool)
+	add("runtime", r.runtime)
 	if r.external {
 		parts = append(parts, "external host")
 	}
@@ -90,6 +93,7 @@ func recoverSpec(req Request, r runningLab) (*Spec, error) {
 		}
 	}
 	set(&o.Backend, r.backend)
+	set(&o.Runtime, r.runtime)
 	set(&o.ClusterCIDR, r.clusterCIDR)
 	set(&o.ServiceCIDR, r.serviceCIDR)
 	if r.nodeMask > 0 {
@@ -148,14 +152,19 @@ func readRunningLab(k kernel, root, name string) (runningLab, error) {
 	if len(r.underlays) == 1 && routerUp {
 		network(rt, router2Bridge)
 	}
+	stateDir := filepath.Join(root, name)
 	for _, n := range discoverNodes(&Spec{Name: name}) {
 		r.nodes = max(r.nodes, n.Index)
+		// A real node's runtime dir (as down finds them), even with no
+		// agent running to tell.
+		if fileExists((&Spec{StateDir: stateDir}).ContainerdDir(n)) {
+			r.runtime = RuntimeContainerd
+		}
 	}
 	r.external = fileExists(NetnsPath(ExternalNetns(name)))
 
 	// The daemons are found by their command lines, not their pid files:
 	// those may be what was cut short.
-	stateDir := filepath.Join(root, name)
 	for _, pid := range proc.Scan(func(pid int) bool { return daemonOf(pid, stateDir) != nil }) {
 		if argv := daemonOf(pid, stateDir); argv != nil {
 			r.addDaemon(stateDir, argv)
@@ -171,6 +180,10 @@ func (r *runningLab) addDaemon(stateDir string, argv []string) {
 	switch {
 	case len(argv) > 1 && argv[0] == flatnet && argv[1] == "agent":
 		r.backend = cmp.Or(r.backend, flagIn(argv, "--backend"))
+		// Only the process runtime's agents are their node's kubelet.
+		if !slices.Contains(argv, "--lab-runtime") {
+			r.runtime = RuntimeContainerd
+		}
 		r.clusterCIDR = cmp.Or(r.clusterCIDR, flagIn(argv, "--cluster-cidr"))
 	case len(argv) > 1 && argv[0] == flatnet && argv[1] == "controller":
 		r.clusterCIDR = flagIn(argv, "--cluster-cidr")

@@ -28,9 +28,17 @@ func upRequest(root, name string) Request {
 // named in a warning. With nothing running, up makes the lab from its
 // options.
 func TestUpRecoversLabRecord(t *testing.T) {
+	for _, rt := range Runtimes {
+		t.Run(rt, func(t *testing.T) { testUpRecoversLabRecord(t, rt) })
+	}
+}
+
+// testUpRecoversLabRecord is TestUpRecoversLabRecord for a lab of runtime
+// rt: the agents' command lines tell it (up is run without --runtime).
+func testUpRecoversLabRecord(t *testing.T, rt string) {
 	root := t.TempDir()
 	o := Options{Name: "rec", StateRoot: root, Nodes: 3, Backend: "vxlan", ClusterCIDR: "10.248.0.0/16",
-		ServiceCIDR: "10.97.0.0/16", NodeCIDRMaskSize: 25, Subnets: 2, External: true, LBPool: "10.251.8.0/23"}
+		ServiceCIDR: "10.97.0.0/16", NodeCIDRMaskSize: 25, Subnets: 2, External: true, LBPool: "10.251.8.0/23", Runtime: rt}
 	made, err := NewSpec(o, netip.MustParsePrefix("10.250.40.0/24"), netip.MustParsePrefix("10.250.41.0/24"))
 	if err != nil {
 		t.Fatal(err)
