@@ -155,9 +155,13 @@ func (l *testLab) dfProbe(t *testing.T, pod string, to netip.AddrPort, size int)
 	t.Helper()
 	out, err := l.cli("exec", pod, "--", "flatnet", "netexec", "df-probe", "--to", to.String(), "--size", strconv.Itoa(size))
 	var res netexec.ProbeResult
-	line := strings.TrimSpace(out)
-	if i := strings.LastIndex(line, "\n"); i >= 0 {
-		line = line[i+1:]
+	// The result is the last JSON line (kubectl exec, on real nodes, adds
+	// "command terminated with exit code N" after it).
+	line := ""
+	for _, l := range nonEmptyLines(out) {
+		if strings.HasPrefix(l, "{") {
+			line = l
+		}
 	}
 	if jerr := json.Unmarshal([]byte(line), &res); jerr != nil {
 		t.Fatalf("df-probe in %s to %s, %d bytes: %v (%v)\n%s", pod, to, size, jerr, err, out)
