@@ -53,14 +53,15 @@ const DefaultMirror = "http://deb.debian.org/debian"
 
 // E2EDebian is the root of agnhost, glibc-dns-testing, nginx and
 // flatnet:dev: what the e2e suite's pods shell out to (dig, getent, curl,
-// nc, ip, ss, socat, ps, seq, hostname), nginx, and what flatnet's
-// DaemonSet runs (nft, iptables, sh), plus busybox-static for the busybox
-// image. One root for all keeps one base layer per node.
+// nc, ip, ss, socat, ps, seq, hostname; GNU wget, as bookworm's busybox
+// 1.35 wget dies of SIGSEGV on the -T the Services specs pass), nginx, and
+// what flatnet's DaemonSet runs (nft, iptables, sh), plus busybox-static
+// for the busybox image. One root for all keeps one base layer per node.
 var E2EDebian = Debian{
 	Suite: "bookworm",
 	Packages: []string{
 		"bind9-dnsutils", "busybox-static", "curl", "iproute2", "iptables",
-		"netcat-openbsd", "nftables", "nginx-light", "procps", "socat",
+		"netcat-openbsd", "nftables", "nginx-light", "procps", "socat", "wget",
 	},
 	// agnhost's Dockerfile adds these for the SupplementalGroups spec.
 	Passwd: []string{"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh"},

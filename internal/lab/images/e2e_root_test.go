@@ -92,11 +92,11 @@ func TestE2EImagesRoot(t *testing.T) {
 			config: "[/agnhost] [pause] " + defaultPATH,
 			files: []string{"agnhost", "agnhost-2", "coredns", "localhost.crt", "localhost.key", "uploads/", "usr/bin/dig", "usr/bin/curl",
 				"usr/bin/nc.openbsd", "usr/bin/getent", "usr/bin/wget", "usr/bin/ping"},
-			// wget and ping are busybox's (as on upstream's Alpine), nc
+			// ping is busybox's (as on upstream's Alpine); wget, nc
 			// and ip Debian's.
 			run: "/agnhost --help >/dev/null && /agnhost-2 --help >/dev/null && dig -v && getent hosts localhost && curl --version >/dev/null && " +
 				"command -v nc socat ip ss ps seq hostname bash && id user-defined-in-image && getent group group-defined-in-image && " +
-				"/coredns -plugins | grep -qx hosts && wget --help 2>&1 | grep -q BusyBox && [ \"$(readlink -f $(command -v nc))\" = /usr/bin/nc.openbsd ]",
+				"/coredns -plugins | grep -qx hosts && wget --version | grep -q ^GNU.Wget && [ \"$(readlink -f $(command -v nc))\" = /usr/bin/nc.openbsd ]",
 		},
 		GlibcDNSRef: {config: "[] [bash] " + defaultPATH, files: []string{"usr/bin/dig", "usr/bin/getent"}, run: "dig -v && getent hosts localhost"},
 		BusyboxRef: {
