@@ -930,7 +930,11 @@ func TestLab(t *testing.T) {
 		}
 		// up --nodes grows a running lab.
 		out := l2.mustCLI(t, "up", "--nodes", "2")
-		if strings.Count(out, "... done") != 3 { // node 2, its agent, ready
+		steps := 3 // node 2, its agent, ready
+		if l2.spec.Containerd() {
+			steps += 2 // the images for node 2's kubelet, the kubelet
+		}
+		if strings.Count(out, "... done") != steps {
 			t.Errorf("growing to 2 nodes did more (or less) than node 2's steps:\n%s", out)
 		}
 		if l2.spec, _ = lab.LoadSpec(l2.root, l2.name); len(l2.spec.Nodes) != 2 {
