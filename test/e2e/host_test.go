@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -175,7 +179,13 @@ func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
 	if err != nil {
 		return err
 	}
-	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.BinDir()}, cache, nil)
+	var ex invoke.Exec
+	if s.Containerd() {
+		// containerd's pod netns files are mounts of the node's mount
+		// namespace: the plugins run there, on the path it recorded.
+		ex = mountNSExec{RawExec: &invoke.RawExec{}, PluginDecoder: &version.PluginDecoder{}, mnt: filepath.Join(s.ContainerdDir(n), "run", "mnt")}
+	}
+	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.BinDir()}, cache, ex)
 	atts, err := cfg.GetCachedAttachments(sb.ID)
 	if err != nil {
 		return err
@@ -183,7 +193,11 @@ func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
 	var rt *libcni.RuntimeConf
 	for _, a := range atts {
 		if a.Network == list.Name {
-			rt = &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: sb.Netns, IfName: a.IfName,
+			netnsPath := sb.Netns
+			if s.Containerd() {
+				netnsPath = a.NetNS
+			}
+			rt = &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: netnsPath, IfName: a.IfName,
 				Args: a.CniArgs, CapabilityArgs: a.CapabilityArgs}
 		}
 	}
@@ -193,4 +207,23 @@ func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
 	return netns.Do(lab.NetnsPath(n.Netns), func() error {
 		return cfg.CheckNetworkList(context.Background(), list, rt)
 	})
+}
+
+// mountNSExec runs CNI plugins in the mount namespace at mnt (nsenter).
+type mountNSExec struct {
+	*invoke.RawExec
+	*version.PluginDecoder
+	mnt string
+}
+
+func (e mountNSExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", "--mount="+e.mnt, "--", pluginPath)
+	cmd.Env, cmd.Stdin = environ, bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s in mount namespace %s: %w: %s %s", pluginPath, e.mnt, err, bytes.TrimSpace(out), bytes.TrimSpace(stderr.Bytes()))
+	}
+	return out, nil
 }

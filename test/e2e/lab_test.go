@@ -134,7 +134,15 @@ func (l *testLab) mustCLI(t *testing.T, args ...string) string {
 func newLab(t *testing.T) *testLab {
 	t.Helper()
 	bin := requireLab(t)
-	l := &testLab{name: "e2e" + randHex(3), root: t.TempDir(), flatnet: filepath.Join(bin, "flatnet")}
+	// A short state root: a real node's containerd socket is under it,
+	// and a unix socket path has at most 107 bytes (t.TempDir's names
+	// grow with the subtest's).
+	root, err := os.MkdirTemp("", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	l := &testLab{name: "e2e" + randHex(3), root: root, flatnet: filepath.Join(bin, "flatnet")}
 	t.Cleanup(func() {
 		if !l.down {
 			if out, err := l.cli("down"); err != nil {
