@@ -159,6 +159,7 @@ type result int
 const (
 	resFailed    result = iota // failed, timedout, panicked, interrupted, aborted
 	resPassed                  //
+	resNotRun                  // skipped with no reason: the suite stopped before it (timeout, interrupt)
 	resSuiteSkip               // the suite skipped it at run time (e2eskipper)
 	resSkipList                // the skip list removed it
 )
@@ -227,7 +228,7 @@ func summarize(suite *junitSuite, focus, extraSkip string, entries []skipEntry) 
 			} else {
 				r.Result, r.Detail = resSuiteSkip, c.skipMessage()
 				if r.Detail == "" {
-					r.Detail = "not run (no reason given: did the suite stop early?)"
+					r.Result = resNotRun
 				}
 			}
 		}
@@ -250,11 +251,17 @@ func (s *summary) count(r result) int {
 	return n
 }
 
-func (s *summary) failed() bool { return s.count(resFailed) > 0 || len(s.SuiteFails) > 0 }
+// failed: a focused spec failed or never ran, or a suite node failed.
+func (s *summary) failed() bool {
+	return s.count(resFailed)+s.count(resNotRun) > 0 || len(s.SuiteFails) > 0
+}
 
 func (s *summary) totals() string {
 	t := fmt.Sprintf("%d specs focused: %d passed, %d failed, %d skipped by the skip list, %d skipped by the suite",
 		len(s.Rows), s.count(resPassed), s.count(resFailed), s.count(resSkipList), s.count(resSuiteSkip))
+	if n := s.count(resNotRun); n > 0 {
+		t += fmt.Sprintf("; %d not run (the suite stopped first)", n)
+	}
 	if len(s.SuiteFails) > 0 {
 		t += fmt.Sprintf("; %d suite nodes failed", len(s.SuiteFails))
 	}
@@ -267,6 +274,8 @@ func (r row) label() string {
 		return "passed"
 	case resSuiteSkip:
 		return "skipped (suite)"
+	case resNotRun:
+		return "**not run**"
 	case resSkipList:
 		return "skipped (skip list)"
 	}

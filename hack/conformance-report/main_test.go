@@ -101,7 +101,8 @@ func TestSummaryExitCodes(t *testing.T) {
 		{"all passed", suite(it("[sig-network] a", "passed"), it("[sig-apps] b", "failed")), false},
 		{"one panicked", suite(it("[sig-network] a", "panicked")), true},
 		{"before suite failed", suite(junitCase{Name: "[SynchronizedBeforeSuite]", Status: "failed"}, it("[sig-network] a", "skipped")), true},
-		{"only skips", suite(it("[sig-network] a", "skipped")), false},
+		{"skipped by the suite", suite(junitCase{Name: "[It] [sig-network] a", Status: "skipped", Skipped: &junitMessage{Message: "skipped - Need at least 3 schedulable nodes"}}), false},
+		{"not run (suite timeout)", suite(it("[sig-network] a", "passed"), junitCase{Name: "[It] [sig-network] b", Status: "skipped", Skipped: &junitMessage{Message: "skipped"}}), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := summarize(tc.suite, `\[sig-network\]`, "", nil)
