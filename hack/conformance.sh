@@ -25,7 +25,9 @@
 #               deploy/flatnet.yaml, as users install it, so the suite judges
 #               the DaemonSet, Deployment, RBAC and image) or process (the
 #               lab starts flatnet's controller and agents itself)
-#   NODES       lab nodes (default 2; the suite wants at least 2)
+#   NODES       lab nodes (default 3: the suite wants at least 2, and one
+#               Services spec (externalTrafficPolicy changes) skips itself
+#               below 3)
 #   PROCS       parallel ginkgo processes (default 4; [Serial] specs run
 #               after the others on one process, as ginkgo does)
 #   PHASES      which phases, in order (default "conformance networkpolicy sig-network")
@@ -46,7 +48,7 @@ say() { printf '\n\033[1m== conformance: %s\033[0m\n' "$*"; }
 [ "$(id -u)" = 0 ] || die "needs root (the lab: network namespaces, interfaces): run \`sudo make conformance\`"
 
 name=${LAB_NAME:-conformance}
-nodes=${NODES:-2}
+nodes=${NODES:-3}
 procs=${PROCS:-4}
 phases=${PHASES:-conformance networkpolicy sig-network}
 timeout=${TIMEOUT:-3h}
