@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,9 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/mountinfo"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/proc"
 )
@@ -190,7 +188,7 @@ func Down(root, name string, out io.Writer) error {
 		return s.Bridge, k.removeBridge(s)
 	})
 	step("mounts", func() (string, error) {
-		n, err := unmountUnder(s.StateDir)
+		n, err := mountinfo.UnmountUnder(s.StateDir)
 		return fmt.Sprintf("%d", n), err
 	})
 	if len(errs) == 0 {
@@ -291,54 +289,6 @@ func discoverPodNetns(s *Spec, nodes []Node) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// unmountUnder unmounts every mount point under dir (deepest first).
-func unmountUnder(dir string) (int, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
-		}
-	}
-	return len(points), errors.Join(errs...)
-}
-
-// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // leftovers names what of lab s still exists.

@@ -374,21 +374,6 @@ func TestNetnsPatterns(t *testing.T) {
 	}
 }
 
-func FuzzUnescapeMount(f *testing.F) {
-	f.Add(`/var/lib/a\040b`)
-	f.Add(`\`)
-	f.Add(`\12`)
-	f.Fuzz(func(t *testing.T, s string) {
-		_ = unescapeMount(s)
-	})
-}
-
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/a\040b\134c`); got != `/a b\c` {
-		t.Errorf("got %q", got)
-	}
-}
-
 func TestRecordRoundTrip(t *testing.T) {
 	s, err := NewSpec(opts("rt", 3), netip.MustParsePrefix("10.250.5.0/24"))
 	if err != nil {
