@@ -231,37 +231,34 @@ func controllerManagerArgs(binDir, stateDir string, p PKI, r record) []string {
 	for _, c := range r.DisabledControllers {
 		controllers += ",-" + c
 	}
-	kc := componentKubeconfig(stateDir, ControllerManagerName)
-	return []string{
-		filepath.Join(binDir, ControllerManagerName),
-		"--kubeconfig=" + kc,
-		"--authentication-kubeconfig=" + kc,
-		"--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(r.ControllerManagerPort),
-		"--cert-dir=" + filepath.Join(p.Dir, "controller-manager-generated"),
-		"--leader-elect=false",
-		"--controllers=" + controllers,
+	return append(componentArgs(binDir, stateDir, p, ControllerManagerName, r.ControllerManagerPort),
+		"--controllers="+controllers,
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + p.ServiceAccountKey(),
-		"--root-ca-file=" + p.CACert(),
-		"--cluster-signing-cert-file=" + p.CACert(),
-		"--cluster-signing-key-file=" + p.CAKey(),
-		"--profiling=false",
-	}
+		"--service-account-private-key-file="+p.ServiceAccountKey(),
+		"--root-ca-file="+p.CACert(),
+		"--cluster-signing-cert-file="+p.CACert(),
+		"--cluster-signing-key-file="+p.CAKey(),
+	)
 }
 
 // schedulerArgs is kube-scheduler's command line.
 func schedulerArgs(binDir, stateDir string, p PKI, r record) []string {
-	kc := componentKubeconfig(stateDir, SchedulerName)
+	return componentArgs(binDir, stateDir, p, SchedulerName, r.SchedulerPort)
+}
+
+// componentArgs are the flags kube-controller-manager and kube-scheduler
+// share: their kubeconfig (also to check callers' tokens), /healthz on
+// 127.0.0.1:port, one instance.
+func componentArgs(binDir, stateDir string, p PKI, name string, port int) []string {
+	kc := componentKubeconfig(stateDir, name)
 	return []string{
-		filepath.Join(binDir, SchedulerName),
+		filepath.Join(binDir, name),
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(r.SchedulerPort),
-		"--cert-dir=" + filepath.Join(p.Dir, "scheduler-generated"),
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(p.Dir, strings.TrimPrefix(name, "kube-")+"-generated"),
 		"--leader-elect=false",
 		"--profiling=false",
 	}
