@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -53,5 +54,23 @@ func TestServeListenError(t *testing.T) {
 	err := Serve(context.Background(), "256.0.0.1:1", http.NotFoundHandler())
 	if err == nil || !strings.Contains(err.Error(), "listening on 256.0.0.1:1") {
 		t.Fatalf("err = %v, want a listen error naming the address", err)
+	}
+}
+
+func TestCheckOK(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.Error(w, "not ready yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	if err := CheckOK(context.Background(), srv.Client(), srv.URL+"/healthz"); err != nil {
+		t.Errorf("/healthz: %v", err)
+	}
+	err := CheckOK(context.Background(), srv.Client(), srv.URL+"/readyz")
+	if err == nil || !strings.Contains(err.Error(), "/readyz: 503") || !strings.Contains(err.Error(), "not ready yet") {
+		t.Errorf("/readyz: %v", err)
 	}
 }

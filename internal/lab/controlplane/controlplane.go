@@ -55,6 +55,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flatnet/flatnet/internal/httpserver"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
@@ -896,23 +897,9 @@ func apiserverReady(ctx context.Context, r record, tc *tls.Config) error {
 	return getOK(ctx, tc, r.server()+"/readyz")
 }
 
-// getOK GETs url and wants 200 OK.
+// getOK GETs url over TLS with tc and wants 200 OK.
 func getOK(ctx context.Context, tc *tls.Config, url string) error {
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", req.URL.Path, resp.Status, body)
-	}
-	return nil
+	return httpserver.CheckOK(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}, url)
 }
 
 func loadRecord(stateDir string) (*record, error) {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/atomicfile"
+	"github.com/flatnet/flatnet/internal/httpserver"
 	"github.com/flatnet/flatnet/internal/mountinfo"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/proc"
@@ -291,20 +292,7 @@ func WaitKubelet(ctx context.Context, p *Plan, timeout time.Duration) error {
 		},
 	}}
 	return wait(ctx, p, p.Kubelet.Name, timeout, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+KubeletHealthz+"/healthz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/healthz: %s: %s", resp.Status, bytes.TrimSpace(body))
-		}
-		return nil
+		return httpserver.CheckOK(ctx, client, "http://"+KubeletHealthz+"/healthz")
 	})
 }
 
