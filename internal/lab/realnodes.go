@@ -63,25 +63,22 @@ func nodeResolvConf(s *Spec, n Node) string {
 	return filepath.Join(s.NodeDir(n), "host-resolv.conf")
 }
 
-// kubeletPID is node n's kubelet's pid, 0 when it does not run.
-func kubeletPID(s *Spec, n Node) int {
+// nodeDaemons are the pids of node n's containerd and kubelet (0: not
+// running).
+func nodeDaemons(s *Spec, n Node) (containerdPID, kubeletPID int) {
 	p, err := containerd.MakePlan(containerdNode(s, n, "", "", nil))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	pid, _ := proc.Running(p.Node.Dir, p.Kubelet.Name)
-	return pid
+	containerdPID, _ = proc.Running(p.Node.Dir, p.Containerd.Name)
+	kubeletPID, _ = proc.Running(p.Node.Dir, p.Kubelet.Name)
+	return containerdPID, kubeletPID
 }
 
 // containerdRunning reports whether node n's containerd and kubelet run.
 func containerdRunning(s *Spec, n Node) bool {
-	p, err := containerd.MakePlan(containerdNode(s, n, "", "", nil))
-	if err != nil {
-		return false
-	}
-	_, c := proc.Running(p.Node.Dir, p.Containerd.Name)
-	_, k := proc.Running(p.Node.Dir, p.Kubelet.Name)
-	return c && k
+	c, k := nodeDaemons(s, n)
+	return c != 0 && k != 0
 }
 
 // buildImages builds (or finds cached) the images real nodes import and

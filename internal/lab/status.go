@@ -206,7 +206,7 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 			ns.Agent = pid
 		}
 		if s.Containerd() {
-			ns.Kubelet = kubeletPID(s, n)
+			_, ns.Kubelet = nodeDaemons(s, n)
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
