@@ -6,13 +6,18 @@
 #
 #   RUNS    number of labs brought up and down one after another (default 3)
 #   NODES   nodes per lab (default 3)
+#   RUNTIME the lab's --runtime (default process; containerd needs make node,
+#           hack/build-k8s.sh kubelet agnhost and the images, built by the
+#           first up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-lab needs root" >&2; exit 1; }
 [ -x bin/flatnet ] || { echo "bin/flatnet missing: run make build" >&2; exit 1; }
 runs=${RUNS:-3}
 nodes=${NODES:-3}
-root=$(mktemp -d /tmp/flatnet-bench-lab.XXXXXX)
+runtime=${RUNTIME:-process}
+# Short: real nodes' unix sockets live under it (107 bytes at most).
+root=$(mktemp -d /tmp/fbl.XXXXXX)
 name=
 cleanup() {
   set +e
@@ -24,13 +29,13 @@ trap cleanup EXIT
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
-echo "bench-lab: $runs runs of a $nodes-node lab on $(nproc) cores, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-lab: $runs runs of a $nodes-node lab (runtime $runtime) on $(nproc) cores, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-4s %10s %14s %10s\n' run "up (s)" "pods+traffic" "down (s)"
 for run in $(seq 1 "$runs"); do
-  name=bench$$r$run
+  name=b$$r$run
   lab() { bin/flatnet lab --state-dir "$root" --name "$name" "$@"; }
   t0=$(now)
-  lab up --nodes "$nodes" >"$root/up-$run.log" 2>&1 || { cat "$root/up-$run.log"; exit 1; }
+  lab up --nodes "$nodes" --runtime "$runtime" >"$root/up-$run.log" 2>&1 || { cat "$root/up-$run.log"; exit 1; }
   t1=$(now)
   for i in $(seq 1 "$nodes"); do
     sed -e "s/@NAME@/netexec-$i/" -e "s/@NODE@/$name-node$i/" hack/demo/netexec.yaml

@@ -139,7 +139,8 @@ var hostPaths = []struct{ target, dir string }{
 
 // maxSocket is the longest unix socket path (sun_path is 108 bytes with
 // the terminating NUL). With the lab's default state root the node's and
-// lab's names may take 42 bytes together.
+// lab's names may take 36 bytes together (the kubelet's pod-resources
+// socket is the longest).
 const maxSocket = 107
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
@@ -178,8 +179,14 @@ func MakePlan(n Node) (*Plan, error) {
 	p.RunDir = p.path("run")
 	p.MountNS = filepath.Join(p.RunDir, "mnt")
 	p.Socket = filepath.Join(p.RunDir, "containerd.sock")
-	if len(p.Socket)+len(".ttrpc") > maxSocket {
-		return nil, fmt.Errorf("node %s: containerd's socket path %s is %d bytes, too long for a unix socket; use a shorter state dir", n.Name, p.Socket, len(p.Socket))
+	// The longest sockets: containerd's ttrpc one, and the kubelet's
+	// pod-resources listener (<root-dir>/pod-resources/<9 digits>, a
+	// temporary name it binds before renaming), which otherwise dies with
+	// "bind: invalid argument".
+	for _, sock := range []string{p.Socket + ".ttrpc", filepath.Join(p.KubeletRoot(), "pod-resources", "123456789")} {
+		if len(sock) > maxSocket {
+			return nil, fmt.Errorf("node %s: %s would be %d bytes, too long for a unix socket (%d at most): use a shorter state dir or shorter lab and node names", n.Name, sock, len(sock), maxSocket)
+		}
 	}
 	p.Wrapper = []string{"nsenter", "--mount=" + p.MountNS, "--"}
 	for _, h := range hostPaths {
