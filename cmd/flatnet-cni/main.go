@@ -16,18 +16,20 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/loopback"
 	"github.com/flatnet/flatnet/internal/cni/macvlan"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/cni/policygate"
 	"github.com/flatnet/flatnet/internal/cni/portmap"
 	"github.com/flatnet/flatnet/internal/cni/ptp"
 )
 
 var plugins = map[string]plugin.Plugin{
-	"bandwidth":  bandwidth.Plugin,
-	"bridge":     bridge.Plugin,
-	"host-local": hostlocal.Plugin,
-	"loopback":   loopback.Plugin,
-	"macvlan":    macvlan.Plugin,
-	"portmap":    portmap.Plugin,
-	"ptp":        ptp.Plugin,
+	"bandwidth":      bandwidth.Plugin,
+	"bridge":         bridge.Plugin,
+	"flatnet-policy": policygate.Plugin,
+	"host-local":     hostlocal.Plugin,
+	"loopback":       loopback.Plugin,
+	"macvlan":        macvlan.Plugin,
+	"portmap":        portmap.Plugin,
+	"ptp":            ptp.Plugin,
 }
 
 func names() string {

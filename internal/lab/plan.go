@@ -218,4 +218,4 @@ func orNone(s string) string {
 }
 
 // cniPluginNames are the names flatnet-cni answers to.
-var cniPluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap"}
+var cniPluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet-policy"}
