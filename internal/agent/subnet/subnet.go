@@ -34,6 +34,10 @@ type Config struct {
 	DataDir string
 	// MTU of the bridge and pod interfaces (0: the plugin's default).
 	MTU int
+	// PolicySocket, when set, chains the flatnet-policy plugin last: ADD
+	// returns once the agent listening there has the pod's network policy
+	// in place (internal/cni/policygate).
+	PolicySocket string
 }
 
 type conflist struct {
@@ -57,6 +61,11 @@ type ipam struct {
 	Ranges  [][]map[string]string `json:"ranges"`
 	Routes  []map[string]string   `json:"routes"`
 	DataDir string                `json:"dataDir,omitempty"`
+}
+
+type policyGate struct {
+	Type   string `json:"type"`
+	Socket string `json:"socket"`
 }
 
 type capPlugin struct {
@@ -96,6 +105,9 @@ func Render(cfg Config) ([]byte, error) {
 			capPlugin{Type: "bandwidth", Capabilities: map[string]bool{"bandwidth": true}},
 			capPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 		},
+	}
+	if cfg.PolicySocket != "" {
+		c.Plugins = append(c.Plugins, policyGate{Type: "flatnet-policy", Socket: cfg.PolicySocket})
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {

@@ -32,11 +32,14 @@ func golden(t *testing.T, name string, got []byte) {
 
 func TestRenderGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  Config
+		name  string
+		cfg   Config
+		types []string
 	}{
-		{"ipv4.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, DataDir: "/var/lib/flatnet/lab/x/nodes/n1/cni/networks"}},
-		{"dualstack.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}, MTU: 1450}},
+		{"ipv4.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, DataDir: "/var/lib/flatnet/lab/x/nodes/n1/cni/networks"}, nil},
+		{"dualstack.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}, MTU: 1450}, nil},
+		{"policy.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, PolicySocket: "/run/flatnet/policy.sock"},
+			[]string{"bridge", "bandwidth", "portmap", "flatnet-policy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := Render(tc.cfg)
@@ -53,7 +56,11 @@ func TestRenderGolden(t *testing.T) {
 			for _, p := range cl.Plugins {
 				types = append(types, p.Network.Type)
 			}
-			if d := cmp.Diff([]string{"bridge", "bandwidth", "portmap"}, types); d != "" || cl.Name != "flatnet" {
+			want := tc.types
+			if want == nil {
+				want = []string{"bridge", "bandwidth", "portmap"}
+			}
+			if d := cmp.Diff(want, types); d != "" || cl.Name != "flatnet" {
 				t.Errorf("plugins %v name %s", types, cl.Name)
 			}
 		})
