@@ -6,10 +6,11 @@ import (
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/lab/runtime/process/containerinit"
 	"github.com/flatnet/flatnet/internal/netexec"
+	"github.com/flatnet/flatnet/internal/netpol/explain"
 )
 
 // Subcommands, one line each. Packages: internal/lab (lab), internal/agent
-// (agent), internal/controller (controller), internal/netexec (netexec),
+// (agent), internal/controller (controller), internal/netexec (netexec), internal/netpol/explain (policy),
 // internal/lab/runtime/process (the hidden container-init helper).
 func init() {
 	subcommands = append(subcommands, netexec.NewCommand)
@@ -17,4 +18,5 @@ func init() {
 	subcommands = append(subcommands, controller.NewCommand)
 	subcommands = append(subcommands, agent.NewCommand)
 	subcommands = append(subcommands, lab.NewCommand)
+	subcommands = append(subcommands, explain.NewCommand)
 }
