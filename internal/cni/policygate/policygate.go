@@ -72,8 +72,9 @@ func parseConfig(stdin []byte) (*Config, error) {
 	return c, nil
 }
 
-// podName reads K8S_POD_NAMESPACE and K8S_POD_NAME from CNI_ARGS.
-func podName(args string) (ns, name string) {
+// podName reads K8S_POD_NAMESPACE, K8S_POD_NAME and K8S_POD_UID from
+// CNI_ARGS.
+func podName(args string) (ns, name, uid string) {
 	for kv := range strings.SplitSeq(args, ";") {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
@@ -81,9 +82,11 @@ func podName(args string) (ns, name string) {
 			ns = v
 		case "K8S_POD_NAME":
 			name = v
+		case "K8S_POD_UID":
+			uid = v
 		}
 	}
-	return ns, name
+	return ns, name, uid
 }
 
 func cmdAdd(args *skel.CmdArgs) error {
@@ -99,7 +102,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return cnierr.New(cnierr.InvalidConfig, "%s: no prevResult: chain it after the plugin that gives the pod its addresses (bridge, ptp)", Name)
 	}
 	req := gate.Request{ContainerID: args.ContainerID}
-	req.Namespace, req.Name = podName(args.Args)
+	req.Namespace, req.Name, req.UID = podName(args.Args)
 	for _, ip := range prev.IPs {
 		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
 			req.IPs = append(req.IPs, a.Unmap())

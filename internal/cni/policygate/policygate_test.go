@@ -28,7 +28,7 @@ func TestAddWaitsForTheAgent(t *testing.T) {
 	defer cancel()
 	srv := &gate.Server{Path: sock, Handler: func(_ context.Context, r gate.Request) error { got <- r; return nil }}
 	go srv.Serve(ctx)
-	args := &skel.CmdArgs{ContainerID: "c1", Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=x;K8S_POD_NAME=a", StdinData: conf(sock)}
+	args := &skel.CmdArgs{ContainerID: "c1", Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=x;K8S_POD_NAME=a;K8S_POD_UID=u1", StdinData: conf(sock)}
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if err = cmdAdd(args); err == nil {
@@ -39,7 +39,7 @@ func TestAddWaitsForTheAgent(t *testing.T) {
 		t.Fatalf("ADD: %v", err)
 	}
 	r := <-got
-	if r.String() != "x/a" || len(r.IPs) != 1 || r.IPs[0] != netip.MustParseAddr("10.244.1.7") || r.ContainerID != "c1" {
+	if r.String() != "x/a" || len(r.IPs) != 1 || r.IPs[0] != netip.MustParseAddr("10.244.1.7") || r.ContainerID != "c1" || r.UID != "u1" {
 		t.Errorf("agent got %+v", r)
 	}
 	if err := cmdStatus(args); err != nil {

@@ -32,8 +32,11 @@ import (
 
 // Request asks the agent to enforce a new pod's policy.
 type Request struct {
-	Namespace   string       `json:"namespace"`
-	Name        string       `json:"name"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// UID tells a pod from an earlier one of the same name (a
+	// StatefulSet's); empty when the runtime does not pass K8S_POD_UID.
+	UID         string       `json:"uid,omitempty"`
 	ContainerID string       `json:"containerID,omitempty"`
 	IPs         []netip.Addr `json:"ips"`
 }
