@@ -201,11 +201,11 @@ func (r *Runner) ListCounters(ctx context.Context) ([]*knftables.Counter, error)
 func parseElement(raw json.RawMessage, isMap bool) (*knftables.Element, error) {
 	e := &knftables.Element{}
 	if !isMap {
-		k, err := exprString(raw)
+		k, err := keyFields(raw)
 		if err != nil {
 			return nil, err
 		}
-		e.Key = []string{k}
+		e.Key = k
 		return e, nil
 	}
 	var pair []json.RawMessage
@@ -222,6 +222,40 @@ func parseElement(raw json.RawMessage, isMap bool) (*knftables.Element, error) {
 	}
 	e.Key, e.Value = []string{k}, []string{v}
 	return e, nil
+}
+
+// keyFields renders a set element's key: one field, or one per part of a
+// concatenation (`{"concat": [...]}`, possibly wrapped in `{"elem": ...}`).
+func keyFields(raw json.RawMessage) ([]string, error) {
+	var o map[string]json.RawMessage
+	if json.Unmarshal(raw, &o) == nil {
+		if inner, ok := o["elem"]; ok {
+			var e map[string]json.RawMessage
+			if err := json.Unmarshal(inner, &e); err == nil && e["val"] != nil {
+				return keyFields(e["val"])
+			}
+		}
+		if parts, ok := o["concat"]; ok {
+			var list []json.RawMessage
+			if err := json.Unmarshal(parts, &list); err != nil {
+				return nil, fmt.Errorf("unexpected element %s", raw)
+			}
+			out := make([]string, len(list))
+			for i, p := range list {
+				f, err := exprString(p)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = f
+			}
+			return out, nil
+		}
+	}
+	k, err := exprString(raw)
+	if err != nil {
+		return nil, err
+	}
+	return []string{k}, nil
 }
 
 // exprString renders the simple JSON expressions found in our sets and
@@ -255,6 +289,17 @@ func exprString(raw json.RawMessage) (string, error) {
 			return k + " " + t.Target, nil
 		case "accept", "drop", "continue", "return":
 			return k, nil
+		case "range": // intervals: "lo-hi"
+			var r []json.RawMessage
+			if err := json.Unmarshal(v, &r); err != nil || len(r) != 2 {
+				return "", fmt.Errorf("unexpected element %s", raw)
+			}
+			lo, err1 := exprString(r[0])
+			hi, err2 := exprString(r[1])
+			if err1 != nil || err2 != nil {
+				return "", fmt.Errorf("unexpected element %s", raw)
+			}
+			return lo + "-" + hi, nil
 		case "prefix":
 			var p struct {
 				Addr string `json:"addr"`

@@ -23,6 +23,9 @@ const listOutput = `{"nftables": [{"metainfo": {"version": "1.0.6", "release_nam
 {"map": {"family": "inet", "name": "masq6", "table": "t", "type": "ipv6_addr", "handle": 2, "map": "verdict"}},
 {"set": {"family": "inet", "name": "s", "table": "t", "type": "ipv4_addr", "handle": 7, "flags": ["interval"],
   "elem": [{"prefix": {"addr": "10.0.0.0", "len": 24}}, "10.1.0.1"]}},
+{"set": {"family": "inet", "name": "boxes", "table": "t", "type": ["ipv4_addr", "ipv4_addr", "inet_proto", "inet_service"], "handle": 8, "flags": ["interval"],
+  "elem": [{"concat": ["10.0.1.5", {"prefix": {"addr": "10.0.0.0", "len": 16}}, {"range": [0, 255]}, {"range": [0, 65535]}]},
+    {"concat": ["10.0.1.6", {"range": ["10.1.0.1", "10.1.0.9"]}, "udp", 80]}]}},
 {"chain": {"family": "inet", "table": "t", "name": "postrouting", "handle": 3, "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}},
 {"chain": {"family": "inet", "table": "t", "name": "a1", "handle": 5}},
 {"rule": {"family": "inet", "table": "t", "chain": "postrouting", "handle": 4, "expr": [{"vmap": {"key": {"payload": {"protocol": "ip", "field": "saddr"}}, "data": "@masq4"}}]}},
@@ -63,6 +66,14 @@ func TestRunnerLists(t *testing.T) {
 	must(t, err)
 	if d := cmp.Diff([]*knftables.Element{{Set: "s", Key: []string{"10.0.0.0/24"}}, {Set: "s", Key: []string{"10.1.0.1"}}}, set); d != "" {
 		t.Errorf("ListElements(set s) (-want +got):\n%s", d)
+	}
+	boxes, err := n.ListElements(ctx, "set", "boxes")
+	must(t, err)
+	if d := cmp.Diff([]*knftables.Element{
+		{Set: "boxes", Key: []string{"10.0.1.5", "10.0.0.0/16", "0-255", "0-65535"}},
+		{Set: "boxes", Key: []string{"10.0.1.6", "10.1.0.1-10.1.0.9", "udp", "80"}},
+	}, boxes); d != "" {
+		t.Errorf("ListElements(set boxes) (-want +got):\n%s", d)
 	}
 	if _, err := n.ListElements(ctx, "map", "nope"); !IsNotFound(err) {
 		t.Errorf("ListElements(nope) err = %v, want not found", err)

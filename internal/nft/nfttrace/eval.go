@@ -604,6 +604,14 @@ func keyMatches(elem, pkt []string) bool {
 
 var protoNumbers = map[string]string{"6": "tcp", "17": "udp", "132": "sctp", "1": "icmp", "58": "ipv6-icmp"}
 
+var protoByName = func() map[string]string {
+	m := map[string]string{}
+	for n, name := range protoNumbers {
+		m[name] = n
+	}
+	return m
+}()
+
 // valueMatches compares one written value (address, prefix, range, number,
 // name) with a packet value.
 func valueMatches(written, pkt string) bool {
@@ -629,6 +637,11 @@ func valueMatches(written, pkt string) bool {
 			return err1 == nil && err2 == nil && l.Compare(a) <= 0 && a.Compare(h) <= 0
 		}
 		return false
+	}
+	// A protocol name against a number or a range of numbers
+	// (`meta l4proto` in a concatenated interval set: "0-255").
+	if num, ok := protoByName[pkt]; ok {
+		pkt = num
 	}
 	if n, err := strconv.Atoi(pkt); err == nil {
 		if w, err := strconv.Atoi(written); err == nil {

@@ -199,3 +199,50 @@ func FuzzRule(f *testing.F) {
 		_, _ = New(fake, node).Trace(Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80})
 	})
 }
+
+// TestConcatenatedIntervalSet: a lookup in a set of boxes (address,
+// prefix or range; protocol number or range; port or range), as the
+// network policy renderer writes them.
+func TestConcatenatedIntervalSet(t *testing.T) {
+	fake := build(t, []string{"fwd forward filter 0"}, map[string][]string{"fwd": nil}, nil)
+	tx := fake.NewTransaction()
+	tx.Add(&knftables.Set{Name: "allow", Type: "ipv4_addr . ipv4_addr . inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	for _, e := range [][]string{
+		{"10.2.0.1", "10.1.0.0/16", "6", "80-81"},
+		{"10.2.0.1", "10.3.0.1-10.3.0.9", "0-255", "0-65535"},
+		{"10.2.0.2", "10.1.0.1", "17", "53"},
+	} {
+		tx.Add(&knftables.Element{Set: "allow", Key: e})
+	}
+	tx.Add(&knftables.Rule{Chain: "fwd", Rule: "ip daddr . ip saddr . meta l4proto . th dport @allow return"})
+	tx.Add(&knftables.Rule{Chain: "fwd", Rule: "drop"})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	tr := New(fake, node)
+	for _, tc := range []struct {
+		src, dst, proto string
+		port            uint16
+		want            Verdict
+	}{
+		{"10.1.0.1", "10.2.0.1", "tcp", 80, Accept},
+		{"10.1.200.1", "10.2.0.1", "tcp", 81, Accept},
+		{"10.1.0.1", "10.2.0.1", "tcp", 82, Drop},
+		{"10.1.0.1", "10.2.0.1", "udp", 80, Drop},
+		{"10.4.0.1", "10.2.0.1", "tcp", 80, Drop},
+		{"10.3.0.5", "10.2.0.1", "sctp", 9, Accept},
+		{"10.3.0.5", "10.2.0.1", "icmp", 0, Accept},
+		{"10.3.0.10", "10.2.0.1", "tcp", 80, Drop},
+		{"10.1.0.1", "10.2.0.2", "udp", 53, Accept},
+		{"10.1.0.1", "10.2.0.2", "tcp", 53, Drop},
+	} {
+		p := Packet{Src: netip.MustParseAddr(tc.src), Dst: netip.MustParseAddr(tc.dst), Proto: tc.proto, DPort: tc.port}
+		res, err := tr.Trace(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != tc.want {
+			t.Errorf("%+v: %s, want %s", tc, res.Verdict, tc.want)
+		}
+	}
+}

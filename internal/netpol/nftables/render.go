@@ -1,0 +1,328 @@
+// Package nftables renders the compiled network policy of a node's own pods
+// (netpol.Pod, from netpol/compile) into one nftables table, and keeps the
+// kernel in step with small transactions (sync.go).
+//
+// Design. One inet table, one base chain on the forward hook at priority
+// filter: after the proxy's DNAT (prerouting, dstnat), so policies see the
+// pod addresses and pod ports that NetworkPolicy names, and, with
+// br_netfilter on, bridged traffic between two pods of the same node.
+// Traffic from the node itself (kubelet probes) never crosses forward, so it
+// is always allowed, as NetworkPolicy requires.
+//
+//	forward (filter hook forward priority filter)
+//	  ct state established,related accept           replies of allowed flows
+//	  ip saddr @egress-pods-v4 jump egress           local pods with egress rules
+//	  ip daddr @ingress-pods-v4 jump ingress         ... with ingress rules
+//	ingress                                          Admin tier, in order:
+//	  ip daddr . ip saddr . meta l4proto . th dport @ingress-admin-<rule>-v4 return | counter drop | goto ingress-tiers
+//	  goto ingress-tiers
+//	ingress-tiers
+//	  ip daddr @ingress-isolated-v4 goto ingress-np   NetworkPolicy tier
+//	  ... @ingress-baseline-<rule>-v4 return | counter drop
+//	ingress-np
+//	  ip daddr . ip saddr . meta l4proto . th dport @ingress-allow-v4 return
+//	  counter drop
+//
+// (egress the same with saddr and daddr swapped; every ip rule has an ip6
+// twin on -v6 sets.) Every set is keyed by the local pod's address first,
+// so one set serves all the node's pods, and a packet costs one lookup per
+// tier (one per rule in the Admin and Baseline tiers, which are ordered)
+// however many NetworkPolicies there are. An allow is `return`, never
+// accept, so the other direction's check still runs; a deny is a drop, never
+// a reject (a denied ClusterNetworkPolicy probe must time out).
+//
+// Elements are boxes in (pod, peer, protocol, port) space: `10.0.1.5 .
+// 10.0.0.0/16 . 6 . 80-81`; no port (every protocol) is `0-255 . 0-65535`.
+// The kernel refuses overlapping elements, so each set's boxes are made
+// disjoint first (boxes.go).
+package nftables
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/nft"
+)
+
+// DefaultTable is the table's name (inet family); tests use their own.
+const DefaultTable = "flatnet-policy"
+
+// ChainForward is the base chain.
+const ChainForward = "forward"
+
+// Rule is one rule of a chain and its comment ("": none; made safe for
+// nft by nft.Comment).
+type Rule struct{ Rule, Comment string }
+
+// Set is a set's type; Interval sets hold boxes.
+type Set struct {
+	Type     string
+	Interval bool
+}
+
+// Ruleset is the table's desired content as plain data.
+type Ruleset struct {
+	// Chains maps every chain (ChainForward included) to its rules.
+	Chains map[string][]Rule
+	Sets   map[string]Set
+	// Elements maps each set to its elements, fields joined by " . ".
+	Elements map[string]map[string]bool
+	// Pods counts the pods whose rules are in the table.
+	Pods int
+	// Conflicts lists pod addresses left out because another pod (first by
+	// namespace/name) has them.
+	Conflicts []error
+}
+
+// NumElements counts the elements of every set.
+func (r *Ruleset) NumElements() int {
+	n := 0
+	for _, e := range r.Elements {
+		n += len(e)
+	}
+	return n
+}
+
+type direction struct {
+	d         netpol.Direction
+	pod, peer string // the selectors of the pod's and the peer's address
+}
+
+// egress first, then ingress: a packet between two local pods passes both.
+var directions = []direction{{netpol.Egress, "saddr", "daddr"}, {netpol.Ingress, "daddr", "saddr"}}
+
+type family struct {
+	suffix, kw, addrType string
+}
+
+var families = []family{{"v4", "ip", "ipv4_addr"}, {"v6", "ip6", "ipv6_addr"}}
+
+func familyOf(a netip.Addr) family {
+	if a.Is4() {
+		return families[0]
+	}
+	return families[1]
+}
+
+func (f family) boxType() string {
+	return f.addrType + " . " + f.addrType + " . inet_proto . inet_service"
+}
+
+// key is the lookup key of direction d's sets for family f.
+func (f family) key(d direction) string {
+	return fmt.Sprintf("%s %s . %s %s . meta l4proto . th dport", f.kw, d.pod, f.kw, d.peer)
+}
+
+func setName(d direction, what string, f family) string {
+	return d.d.String() + "-" + what + "-" + f.suffix
+}
+
+// tierRule gathers one Admin or Baseline rule over the node's pods.
+type tierRule struct {
+	ref    netpol.RuleRef
+	action netpol.Action
+	prio   int32
+	boxes  map[netip.Addr][]box // pod address -> its entries
+}
+
+func compareRules(a, b *tierRule) int {
+	return cmp.Or(cmp.Compare(a.prio, b.prio), cmp.Compare(a.ref.Policy.Namespace, b.ref.Policy.Namespace),
+		cmp.Compare(a.ref.Policy.Name, b.ref.Policy.Name), cmp.Compare(a.ref.Index, b.ref.Index), cmp.Compare(a.ref.Kind, b.ref.Kind))
+}
+
+type refKey struct {
+	kind, ns, name string
+	index          int
+}
+
+func keyOf(r netpol.RuleRef) refKey {
+	return refKey{r.Kind, r.Policy.Namespace, r.Policy.Name, r.Index}
+}
+
+// Render computes the table for pods, the node's own pods. A tier's rules
+// are put in one order for all pods, by priority, policy and index (as the
+// compiler sorts them); a pod whose rules disagree with it is an error.
+func Render(pods []netpol.Pod) (*Ruleset, error) {
+	rs := &Ruleset{Chains: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string]map[string]bool{}}
+	sorted := slices.Clone(pods)
+	slices.SortFunc(sorted, func(a, b netpol.Pod) int { return cmp.Compare(a.Pod.String(), b.Pod.String()) })
+	// Each address belongs to one pod.
+	owner := map[netip.Addr]string{}
+	addrs := make([][]netip.Addr, len(sorted))
+	for i, p := range sorted {
+		for _, a := range p.IPs {
+			a = a.Unmap()
+			if !a.IsValid() {
+				continue
+			}
+			if o, taken := owner[a]; taken {
+				if o != p.Pod.String() {
+					rs.Conflicts = append(rs.Conflicts, fmt.Errorf("pod %s: address %s is pod %s's too; left out", p.Pod, a, o))
+				}
+				continue
+			}
+			owner[a] = p.Pod.String()
+			addrs[i] = append(addrs[i], a)
+		}
+	}
+	addElem := func(set string, fields ...string) {
+		if rs.Elements[set] == nil {
+			rs.Elements[set] = map[string]bool{}
+		}
+		rs.Elements[set][elementKey(fields)] = true
+	}
+	for _, d := range directions {
+		tiers := [2]map[refKey]*tierRule{{}, {}} // admin, baseline
+		for i, p := range sorted {
+			r := p.Direction(d.d)
+			if r.Empty() || len(addrs[i]) == 0 {
+				continue
+			}
+			for _, a := range addrs[i] {
+				f := familyOf(a)
+				addElem(setName(d, "pods", f), a.String())
+				if r.Isolated {
+					addElem(setName(d, "isolated", f), a.String())
+					entries := make([]netpol.Entry, len(r.Allowed))
+					for k, al := range r.Allowed {
+						entries[k] = al.Entry
+					}
+					for _, b := range disjoint(boxesOf(entries, a)) {
+						addElem(setName(d, "allow", f), append([]string{a.String()}, b.fields()...)...)
+					}
+				}
+			}
+			for t, list := range [2][]netpol.TierRule{r.Admin, r.Baseline} {
+				for _, tr := range list {
+					g := tiers[t][keyOf(tr.Rule)]
+					if g == nil {
+						g = &tierRule{ref: tr.Rule, action: tr.Action, prio: tr.Priority, boxes: map[netip.Addr][]box{}}
+						tiers[t][keyOf(tr.Rule)] = g
+					}
+					for _, a := range addrs[i] {
+						g.boxes[a] = append(g.boxes[a], boxesOf(tr.Entries, a)...)
+					}
+				}
+			}
+		}
+		ordered := [2][]*tierRule{}
+		for t := range tiers {
+			for _, g := range tiers[t] {
+				ordered[t] = append(ordered[t], g)
+			}
+			slices.SortFunc(ordered[t], compareRules)
+			if err := checkOrder(sorted, d.d, t, ordered[t]); err != nil {
+				return nil, err
+			}
+		}
+
+		tiersChain := d.d.String() + "-tiers"
+		npChain := d.d.String() + "-np"
+		var admin, rest, np []Rule
+		for t, list := range ordered {
+			for _, g := range list {
+				verdict := "return"
+				switch g.action {
+				case netpol.Deny:
+					verdict = "counter drop"
+				case netpol.Pass:
+					if t == 0 {
+						verdict = "goto " + tiersChain
+					}
+				}
+				tier := [2]string{"admin", "baseline"}[t]
+				for _, f := range families {
+					set := fmt.Sprintf("%s-%s-%s-%s", d.d, tier, hash(g.ref), f.suffix)
+					for _, a := range slices.SortedFunc(maps.Keys(g.boxes), netip.Addr.Compare) {
+						if familyOf(a) != f {
+							continue
+						}
+						for _, b := range disjoint(g.boxes[a]) {
+							addElem(set, append([]string{a.String()}, b.fields()...)...)
+						}
+					}
+					if len(rs.Elements[set]) == 0 {
+						continue
+					}
+					rs.Sets[set] = Set{Type: f.boxType(), Interval: true}
+					rule := Rule{Rule: f.key(d) + " @" + set + " " + verdict, Comment: nft.Comment(g.action.String() + ": " + g.ref.String())}
+					if t == 0 {
+						admin = append(admin, rule)
+					} else {
+						rest = append(rest, rule)
+					}
+				}
+			}
+		}
+		var isolated []Rule
+		for _, f := range families {
+			rs.Sets[setName(d, "pods", f)] = Set{Type: f.addrType}
+			rs.Sets[setName(d, "isolated", f)] = Set{Type: f.addrType}
+			rs.Sets[setName(d, "allow", f)] = Set{Type: f.boxType(), Interval: true}
+			isolated = append(isolated, Rule{Rule: fmt.Sprintf("%s %s @%s goto %s", f.kw, d.pod, setName(d, "isolated", f), npChain)})
+			np = append(np, Rule{Rule: f.key(d) + " @" + setName(d, "allow", f) + " return"})
+		}
+		rs.Chains[d.d.String()] = append(admin, Rule{Rule: "goto " + tiersChain})
+		rs.Chains[tiersChain] = append(isolated, rest...)
+		rs.Chains[npChain] = append(np, Rule{Rule: "counter drop", Comment: "NetworkPolicy: no rule allows it"})
+	}
+	fwd := []Rule{{Rule: "ct state established,related accept"}}
+	for _, d := range directions {
+		for _, f := range families {
+			fwd = append(fwd, Rule{Rule: fmt.Sprintf("%s %s @%s jump %s", f.kw, d.pod, setName(d, "pods", f), d.d)})
+		}
+	}
+	rs.Chains[ChainForward] = fwd
+	for i, p := range sorted {
+		if len(addrs[i]) > 0 && (!p.Ingress.Empty() || !p.Egress.Empty()) {
+			rs.Pods++
+		}
+	}
+	return rs, nil
+}
+
+// boxesOf returns the entries of a's address family as boxes.
+func boxesOf(entries []netpol.Entry, a netip.Addr) []box {
+	var out []box
+	for _, e := range entries {
+		b, ok := entryBox(e)
+		if ok && b.lo.Is4() == a.Is4() {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// checkOrder reports a pod whose tier t rules are not in the order of
+// ordered (one order must hold for every pod, as the table has one chain).
+func checkOrder(pods []netpol.Pod, d netpol.Direction, t int, ordered []*tierRule) error {
+	pos := make(map[refKey]int, len(ordered))
+	for i, g := range ordered {
+		pos[keyOf(g.ref)] = i
+	}
+	for _, p := range pods {
+		r := p.Direction(d)
+		list := [2][]netpol.TierRule{r.Admin, r.Baseline}[t]
+		for i := 1; i < len(list); i++ {
+			if pos[keyOf(list[i-1].Rule)] >= pos[keyOf(list[i].Rule)] {
+				return fmt.Errorf("pod %s: %s rules %q and %q are not in priority order (priority, policy name, rule index)",
+					p.Pod, d, list[i-1].Rule, list[i].Rule)
+			}
+		}
+	}
+	return nil
+}
+
+// hash names a policy rule's sets: stable while the rule exists, so a
+// reorder changes the chain, not the elements.
+func hash(r netpol.RuleRef) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%s/%s/%d", r.Kind, r.Policy.Namespace, r.Policy.Name, r.Index)))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:])[:10])
+}
