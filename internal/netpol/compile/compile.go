@@ -28,6 +28,7 @@ package compile
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -82,6 +83,7 @@ type policy struct {
 	// isolates[d]: the policy's policyTypes (or their defaults) include d.
 	isolates [2]bool
 	rules    [2][]*rule
+	ord      int // place in the order of all policies by namespace, name
 }
 
 // rule is one ingress or egress rule with its peers and ports parsed.
@@ -143,8 +145,16 @@ func New(in Input) *Compiler {
 		p := c.newPolicy(np)
 		c.policies[np.Namespace] = append(c.policies[np.Namespace], p)
 	}
+	var ordered []*policy
 	for _, ps := range c.policies {
 		slices.SortFunc(ps, func(a, b *policy) int { return cmp.Compare(a.name.Name, b.name.Name) })
+		ordered = append(ordered, ps...)
+	}
+	slices.SortFunc(ordered, func(a, b *policy) int {
+		return cmp.Or(cmp.Compare(a.name.Namespace, b.name.Namespace), cmp.Compare(a.name.Name, b.name.Name))
+	})
+	for i, p := range ordered {
+		p.ord = i
 	}
 	return c
 }
@@ -409,49 +419,49 @@ func (c *Compiler) Pod(pod *corev1.Pod) netpol.Pod {
 	podLabels := labels.Set(pod.Labels)
 	var ports []containerPort // the subject's, resolved for ingress on first need
 	portsDone := false
-	for _, p := range c.policies[pod.Namespace] {
-		if !p.subject.Matches(podLabels) {
-			continue
-		}
-		for d := netpol.Ingress; d <= netpol.Egress; d++ {
-			if !p.isolates[d] {
+	b := builders.Get().(*builder)
+	defer builders.Put(b)
+	for d := netpol.Ingress; d <= netpol.Egress; d++ {
+		rs := out.Direction(d)
+		b.reset()
+		for _, p := range c.policies[pod.Namespace] {
+			if !p.isolates[d] || !p.subject.Matches(podLabels) {
 				continue
 			}
-			rs := out.Direction(d)
 			rs.Isolated = true
 			rs.Isolators = append(rs.Isolators, netpol.RuleRef{Kind: "NetworkPolicy", Policy: p.name, Direction: d, Index: -1})
 			for _, r := range p.rules[d] {
 				if d == netpol.Ingress && len(r.named) > 0 && !portsDone {
 					ports, portsDone = namedPorts(pod), true
 				}
-				ref := netpol.RuleRef{Kind: "NetworkPolicy", Policy: p.name, Direction: d, Index: r.index}
-				rs.Allowed = c.appendRule(rs.Allowed, r, d, ref, ports)
+				b.ref = netpol.RuleRef{Kind: "NetworkPolicy", Policy: p.name, Direction: d, Index: r.index}
+				b.refKey = uint64(p.ord)<<32 | uint64(r.index)
+				c.appendRule(b, r, d, ports)
 			}
 		}
+		rs.Allowed = b.sorted()
 	}
-	finish(&out.Ingress)
-	finish(&out.Egress)
 	return out
 }
 
-// appendRule appends the boxes rule r allows. subjectPorts are the
+// appendRule adds the boxes rule r allows to b. subjectPorts are the
 // subject's named ports (ingress: the destination is the subject).
-func (c *Compiler) appendRule(out []netpol.Allow, r *rule, d netpol.Direction, ref netpol.RuleRef, subjectPorts []containerPort) []netpol.Allow {
+func (c *Compiler) appendRule(b *builder, r *rule, d netpol.Direction, subjectPorts []containerPort) {
 	// Addresses of the peers, with the ports that do not depend on them.
 	forPrefixes := func(ps []netip.Prefix) {
 		for _, pfx := range ps {
 			if r.anyPort {
-				out = append(out, allow(pfx, netpol.ProtoAny, 0, 65535, ref))
+				b.add(pfx, netpol.ProtoAny, 0, 65535)
 				continue
 			}
 			for _, pr := range r.fixed {
-				out = append(out, allow(pfx, pr.proto, pr.from, pr.to, ref))
+				b.add(pfx, pr.proto, pr.from, pr.to)
 			}
 			if d == netpol.Ingress {
 				for _, np := range r.named {
 					for _, cp := range subjectPorts {
 						if cp.name == np.name && cp.proto == np.proto {
-							out = append(out, allow(pfx, cp.proto, cp.num, cp.num, ref))
+							b.add(pfx, cp.proto, cp.num, cp.num)
 						}
 					}
 				}
@@ -461,8 +471,8 @@ func (c *Compiler) appendRule(out []netpol.Allow, r *rule, d netpol.Direction, r
 	if r.allPeers {
 		forPrefixes(anyAddress)
 	}
-	for _, b := range r.blocks {
-		forPrefixes(b)
+	for _, bl := range r.blocks {
+		forPrefixes(bl)
 	}
 	for _, s := range r.selected {
 		for _, p := range c.resolve(s) {
@@ -470,7 +480,7 @@ func (c *Compiler) appendRule(out []netpol.Allow, r *rule, d netpol.Direction, r
 		}
 	}
 	if d == netpol.Ingress || len(r.named) == 0 {
-		return out
+		return
 	}
 	// Egress named ports: resolved on each destination pod.
 	named := func(p *peerPod, inside func(netip.Prefix) bool) {
@@ -481,7 +491,7 @@ func (c *Compiler) appendRule(out []netpol.Allow, r *rule, d netpol.Direction, r
 				}
 				for _, pfx := range p.prefixes {
 					if inside(pfx) {
-						out = append(out, allow(pfx, cp.proto, cp.num, cp.num, ref))
+						b.add(pfx, cp.proto, cp.num, cp.num)
 					}
 				}
 			}
@@ -493,9 +503,9 @@ func (c *Compiler) appendRule(out []netpol.Allow, r *rule, d netpol.Direction, r
 			named(p, everywhere)
 		}
 	}
-	for _, b := range r.blocks {
+	for _, bl := range r.blocks {
 		in := func(pfx netip.Prefix) bool {
-			for _, bp := range b {
+			for _, bp := range bl {
 				if bp.Contains(pfx.Addr()) {
 					return true
 				}
@@ -511,46 +521,90 @@ func (c *Compiler) appendRule(out []netpol.Allow, r *rule, d netpol.Direction, r
 			named(p, everywhere)
 		}
 	}
+}
+
+// builder collects one direction's boxes. Sorting a big Allow with
+// string fields dominated a recompile, so each box also gets a small
+// integer key in the same order (address family, address, length,
+// protocol, ports, then policy namespace/name and rule index through the
+// policy's ordinal); the keys are sorted and the output built once, at
+// its exact size. Builders are pooled across Pod calls.
+type builder struct {
+	allows []netpol.Allow
+	keys   []boxKey
+	ref    netpol.RuleRef // of the rule being added
+	refKey uint64
+}
+
+type boxKey struct {
+	hi, lo uint64
+	meta   uint64 // family<<63 | bits<<40 | proto<<32 | from<<16 | to
+	rule   uint64
+	i      int32 // index into allows
+}
+
+var builders = sync.Pool{New: func() any { return new(builder) }}
+
+func (b *builder) reset() {
+	b.allows, b.keys = b.allows[:0], b.keys[:0]
+}
+
+func (b *builder) add(peer netip.Prefix, proto netpol.Protocol, from, to uint16) {
+	a16 := peer.Addr().As16()
+	k := boxKey{
+		hi:   binary.BigEndian.Uint64(a16[:8]),
+		lo:   binary.BigEndian.Uint64(a16[8:]),
+		meta: uint64(peer.Bits())<<40 | uint64(proto)<<32 | uint64(from)<<16 | uint64(to),
+		rule: b.refKey,
+		i:    int32(len(b.allows)),
+	}
+	if peer.Addr().Is6() {
+		k.meta |= 1 << 63
+	}
+	b.keys = append(b.keys, k)
+	b.allows = append(b.allows, netpol.Allow{Entry: netpol.Entry{Peer: peer, Proto: proto, From: from, To: to}, Rule: b.ref})
+}
+
+// sorted returns the boxes sorted and de-duplicated, so that Pod's
+// output is deterministic (renderers diff it).
+func (b *builder) sorted() []netpol.Allow {
+	if len(b.keys) == 0 {
+		return nil
+	}
+	slices.SortFunc(b.keys, compareKey)
+	n := 1
+	for j := 1; j < len(b.keys); j++ {
+		if !b.keys[j].same(b.keys[j-1]) {
+			n++
+		}
+	}
+	out := make([]netpol.Allow, 0, n)
+	for j, k := range b.keys {
+		if j == 0 || !k.same(b.keys[j-1]) {
+			out = append(out, b.allows[k.i])
+		}
+	}
 	return out
 }
 
-func allow(peer netip.Prefix, proto netpol.Protocol, from, to uint16, ref netpol.RuleRef) netpol.Allow {
-	return netpol.Allow{Entry: netpol.Entry{Peer: peer, Proto: proto, From: from, To: to}, Rule: ref}
-}
-
-// finish sorts and de-duplicates, so that Pod's output is deterministic.
-func finish(r *netpol.Rules) {
-	slices.SortFunc(r.Isolators, compareRef)
-	r.Isolators = slices.Compact(r.Isolators)
-	slices.SortFunc(r.Allowed, compareAllow)
-	r.Allowed = slices.Compact(r.Allowed)
-}
-
-func compareAllow(a, b netpol.Allow) int {
-	if c := compareEntry(a.Entry, b.Entry); c != 0 {
-		return c
+// compareKey orders keys; written out because cmp.Or evaluates every
+// comparison and this is the compiler's hot loop.
+func compareKey(x, y boxKey) int {
+	if f, g := x.meta>>63, y.meta>>63; f != g {
+		return cmp.Compare(f, g)
 	}
-	return compareRef(a.Rule, b.Rule)
-}
-
-func compareEntry(a, b netpol.Entry) int {
-	if c := a.Peer.Addr().Compare(b.Peer.Addr()); c != 0 {
-		return c
+	if x.hi != y.hi {
+		return cmp.Compare(x.hi, y.hi)
 	}
-	return cmp.Or(
-		cmp.Compare(a.Peer.Bits(), b.Peer.Bits()),
-		cmp.Compare(a.Proto, b.Proto),
-		cmp.Compare(a.From, b.From),
-		cmp.Compare(a.To, b.To),
-	)
+	if x.lo != y.lo {
+		return cmp.Compare(x.lo, y.lo)
+	}
+	if x.meta != y.meta {
+		return cmp.Compare(x.meta, y.meta)
+	}
+	return cmp.Compare(x.rule, y.rule)
 }
 
-func compareRef(a, b netpol.RuleRef) int {
-	return cmp.Or(
-		cmp.Compare(a.Kind, b.Kind),
-		cmp.Compare(a.Policy.Namespace, b.Policy.Namespace),
-		cmp.Compare(a.Policy.Name, b.Policy.Name),
-		cmp.Compare(a.Direction, b.Direction),
-		cmp.Compare(a.Index, b.Index),
-	)
+func (k boxKey) same(o boxKey) bool {
+	return k.hi == o.hi && k.lo == o.lo && k.meta == o.meta && k.rule == o.rule
 }
