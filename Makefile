@@ -35,7 +35,9 @@ node:
 	hack/build-node.sh
 
 # images: what a lab with real nodes imports into containerd (pause,
-# agnhost, glibc-dns-testing, busybox, nginx under their upstream names, and
+# agnhost (also as agnhost:2.45 for the ClusterNetworkPolicy suite, with
+# hack/build-agnhost-cnp.sh's porter), glibc-dns-testing, busybox, nginx under
+# their upstream names, and
 # flatnet:dev) as docker-archive tarballs in
 # ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images, rebuilt only when their
 # inputs change. agnhost carries CoreDNS (hack/build-coredns.sh) as
@@ -43,6 +45,7 @@ node:
 # (root, the Debian mirror, about a minute). Prints name, size, time, cached.
 images: build
 	hack/build-k8s.sh agnhost
+	hack/build-agnhost-cnp.sh
 	hack/build-coredns.sh
 	bin/flatnet lab images
 

@@ -198,7 +198,7 @@ func Plan(s *Spec, o Observed) []Step {
 			steps = append(steps, Step{Kind: StepManifest, What: fmt.Sprintf("deploy/flatnet.yaml: DaemonSet flatnet-agent (%s, Services, DNS), Deployment flatnet-controller", s.Backend)})
 		}
 	}
-	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s", len(s.Nodes), s.KubeDNSIP())})
+	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s; CRD clusternetworkpolicies.policy.networking.k8s.io (network-policy-api v0.3.0) Established", len(s.Nodes), s.KubeDNSIP())})
 	return steps
 }
 

@@ -89,9 +89,16 @@ func buildImages(ctx context.Context, s *Spec, k8sBin, flatnetBin string) ([]str
 	if err != nil {
 		return nil, err
 	}
+	// agnhost-cnp (hack/build-agnhost-cnp.sh) is optional: without it
+	// agnhost:2.45 is the lab's agnhost as is.
+	cnp := filepath.Join(k8sBin, "agnhost-cnp")
+	if _, err := os.Stat(cnp); err != nil {
+		cnp = ""
+	}
 	ts, err := images.E2E(ctx, images.Config{
 		CacheDir:   cache,
 		Agnhost:    filepath.Join(k8sBin, "agnhost"),
+		AgnhostCNP: cnp,
 		CoreDNS:    filepath.Join(k8sBin, "coredns"),
 		FlatnetBin: filepath.Dir(flatnetBin),
 		Log:        io.Discard,

@@ -212,7 +212,10 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if err = routePodCIDRs(k, s, k8sBin, cidrs); err != nil {
 				break
 			}
-			err = ensureKubeDNS(ctx, s, kubeconfig)
+			if err = ensureKubeDNS(ctx, s, kubeconfig); err != nil {
+				break
+			}
+			err = ensureCRDs(ctx, kubeconfig)
 		}
 		if err != nil {
 			fmt.Fprintf(out, " failed\n")

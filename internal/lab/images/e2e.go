@@ -25,10 +25,14 @@ import (
 // manifest.go (registry.k8s.io/e2e-test-images is its promoterE2eRegistry),
 // and deploy/flatnet.yaml's image.
 const (
-	AgnhostRef  = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	GlibcDNSRef = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
-	BusyboxRef  = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
-	NginxRef    = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	AgnhostRef = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	// AgnhostCNPRef is the agnhost the ClusterNetworkPolicy conformance
+	// suite (sigs.k8s.io/network-policy-api v0.3.0, conformance/base)
+	// names: the lab's agnhost under that tag too (see Inputs.AgnhostCNP).
+	AgnhostCNPRef = "registry.k8s.io/e2e-test-images/agnhost:2.45"
+	GlibcDNSRef   = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	BusyboxRef    = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	NginxRef      = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
 	// deploy/flatnet.yaml's "flatnet:dev", as the kubelet normalizes it.
 	FlatnetRef  = "docker.io/library/flatnet:dev"
 	defaultPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -51,6 +55,10 @@ type Inputs struct {
 	Root Root
 	// Agnhost is the agnhost binary (hack/build-k8s.sh agnhost).
 	Agnhost string
+	// AgnhostCNP, when set, is the binary of AgnhostCNPRef instead of
+	// Agnhost: the same agnhost whose porter stays up when the kernel has
+	// no SCTP (hack/build-agnhost-cnp.sh says why and what changes).
+	AgnhostCNP string
 	// CoreDNS is the coredns binary (hack/build-coredns.sh): agnhost's
 	// /coredns, which the DNS spec "should support configurable pod
 	// resolv.conf" runs.
@@ -85,30 +93,39 @@ func E2ESpecs(in Inputs) []Spec {
 			bb = append(bb, File{Path: "/bin/" + a, Link: "busybox", Mode: 0o777})
 		}
 	}
-	agnhost := []File{
-		{Path: "/agnhost", Mode: 0o755, Source: in.Agnhost},
-		{Path: "/agnhost-2", Link: "agnhost", Mode: 0o777},
-		{Path: "/coredns", Mode: 0o755, Source: in.CoreDNS},
-		{Path: "/localhost.crt", Data: porterCrt},
-		{Path: "/localhost.key", Data: porterKey, Mode: 0o600},
-		{Path: "/uploads", Dir: true},
+	agnhost := func(ref, bin string) Spec {
+		files := []File{
+			{Path: "/agnhost", Mode: 0o755, Source: bin},
+			{Path: "/agnhost-2", Link: "agnhost", Mode: 0o777},
+			{Path: "/coredns", Mode: 0o755, Source: in.CoreDNS},
+			{Path: "/localhost.crt", Data: porterCrt},
+			{Path: "/localhost.key", Data: porterKey, Mode: 0o600},
+			{Path: "/uploads", Dir: true},
+		}
+		// Upstream's agnhost is Alpine: every busybox applet that no package
+		// replaced is there, and specs run some (the Services specs' `wget -q
+		// -O - -T 1`). Debian's tools stay where the root has them (bash
+		// too: the CNP suite's containers run `/bin/bash -c "/agnhost ..."`).
+		for _, p := range in.RootLacks {
+			files = append(files, File{Path: p, Link: "/bin/busybox", Mode: 0o777})
+		}
+		return Spec{
+			Ref:        ref,
+			Base:       in.Root.Layer,
+			Files:      files,
+			Entrypoint: []string{"/agnhost"},
+			Cmd:        []string{"pause"}, // a container with no command keeps running
+			Env:        []string{defaultPATH},
+		}
 	}
-	// Upstream's agnhost is Alpine: every busybox applet that no package
-	// replaced is there, and specs run some (the Services specs' `wget -q
-	// -O - -T 1`). Debian's tools stay where the root has them.
-	for _, p := range in.RootLacks {
-		agnhost = append(agnhost, File{Path: p, Link: "/bin/busybox", Mode: 0o777})
+	cnpBin := in.Agnhost
+	if in.AgnhostCNP != "" {
+		cnpBin = in.AgnhostCNP
 	}
 	return []Spec{
 		Pause(filepath.Join(in.FlatnetBin, "flatnet-pause")),
-		{
-			Ref:        AgnhostRef,
-			Base:       in.Root.Layer,
-			Files:      agnhost,
-			Entrypoint: []string{"/agnhost"},
-			Cmd:        []string{"pause"},
-			Env:        []string{defaultPATH},
-		},
+		agnhost(AgnhostRef, in.Agnhost),
+		agnhost(AgnhostCNPRef, cnpBin),
 		// Upstream is debian:bookworm-slim with dnsutils: the root as is.
 		{Ref: GlibcDNSRef, Base: in.Root.Layer, Cmd: []string{"bash"}, Env: []string{defaultPATH}},
 		{Ref: BusyboxRef, Files: bb, Cmd: []string{"sh"}, Env: []string{defaultPATH}},
@@ -155,8 +172,9 @@ const nginxSite = `server {
 type Config struct {
 	// CacheDir holds the Debian root and the tarballs (DefaultCacheDir).
 	CacheDir string
-	// Agnhost, CoreDNS and FlatnetBin: see Inputs.
+	// Agnhost, AgnhostCNP (optional), CoreDNS and FlatnetBin: see Inputs.
 	Agnhost    string
+	AgnhostCNP string
 	CoreDNS    string
 	FlatnetBin string
 	// Mirror is the Debian archive (DefaultMirror when empty).
@@ -196,13 +214,17 @@ func E2E(ctx context.Context, cfg Config) ([]Tarball, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	for _, p := range []struct{ path, hint string }{
+	inputs := []struct{ path, hint string }{
 		{cfg.Agnhost, "run `hack/build-k8s.sh agnhost`"},
 		{cfg.CoreDNS, "run `hack/build-coredns.sh`"},
 		{filepath.Join(cfg.FlatnetBin, "flatnet"), "run `make build`"},
 		{filepath.Join(cfg.FlatnetBin, "flatnet-cni"), "run `make build`"},
 		{filepath.Join(cfg.FlatnetBin, "flatnet-pause"), "run `make build`"},
-	} {
+	}
+	if cfg.AgnhostCNP != "" {
+		inputs = append(inputs, struct{ path, hint string }{cfg.AgnhostCNP, "run `hack/build-agnhost-cnp.sh`"})
+	}
+	for _, p := range inputs {
 		if st, err := os.Stat(p.path); err != nil || !st.Mode().IsRegular() {
 			return nil, fmt.Errorf("image input %s not found: %s", p.path, p.hint)
 		}
@@ -229,7 +251,7 @@ func E2E(ctx context.Context, cfg Config) ([]Tarball, error) {
 		names = append(names, path.Base(a))
 	}
 	specs := E2ESpecs(Inputs{
-		Root: root, Agnhost: cfg.Agnhost, CoreDNS: cfg.CoreDNS, FlatnetBin: cfg.FlatnetBin,
+		Root: root, Agnhost: cfg.Agnhost, AgnhostCNP: cfg.AgnhostCNP, CoreDNS: cfg.CoreDNS, FlatnetBin: cfg.FlatnetBin,
 		BusyboxApplets: names, RootLacks: rootLacks(root.Dir, applets),
 	})
 	h := hasher{}

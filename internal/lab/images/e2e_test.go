@@ -53,12 +53,15 @@ func TestE2ESpecsMatchUpstream(t *testing.T) {
 		}
 	}
 	for ref, want := range map[string]string{
-		PauseRef:    "[/pause] []",
-		AgnhostRef:  "[/agnhost] [pause]",
-		GlibcDNSRef: "[] [bash]",
-		BusyboxRef:  "[] [sh]",
-		NginxRef:    "[] [nginx -g daemon off;]",
-		FlatnetRef:  "[/usr/local/bin/flatnet] []",
+		PauseRef:   "[/pause] []",
+		AgnhostRef: "[/agnhost] [pause]",
+		// The CNP suite's `*-client` containers have no command: agnhost's
+		// default (pause) keeps them running.
+		AgnhostCNPRef: "[/agnhost] [pause]",
+		GlibcDNSRef:   "[] [bash]",
+		BusyboxRef:    "[] [sh]",
+		NginxRef:      "[] [nginx -g daemon off;]",
+		FlatnetRef:    "[/usr/local/bin/flatnet] []",
 	} {
 		s, ok := byRef[ref]
 		if !ok {
@@ -69,8 +72,8 @@ func TestE2ESpecsMatchUpstream(t *testing.T) {
 			t.Errorf("%s: entrypoint and cmd %s, want %s", ref, got, want)
 		}
 	}
-	if len(specs) != 6 {
-		t.Errorf("%d images, want 6", len(specs))
+	if len(specs) != 7 {
+		t.Errorf("%d images, want 7", len(specs))
 	}
 	var agnhost []string
 	for _, f := range byRef[AgnhostRef].Files {
@@ -224,5 +227,45 @@ func TestDefaultCacheDir(t *testing.T) {
 	t.Setenv("FLATNET_CACHE", "/var/cache/fn")
 	if d, err := DefaultCacheDir(); err != nil || d != "/var/cache/fn/images" {
 		t.Errorf("DefaultCacheDir: %q, %v", d, err)
+	}
+}
+
+// TestAgnhostCNP: agnhost:2.45 (the CNP conformance suite's tag) is the
+// lab's agnhost, with AgnhostCNP's binary as /agnhost when given, and
+// nothing else changed.
+func TestAgnhostCNP(t *testing.T) {
+	in := fakeInputs(t)
+	agnhostBin := func(specs []Spec, ref string) (Spec, string) {
+		for _, s := range specs {
+			if s.Ref != ref {
+				continue
+			}
+			for _, f := range s.Files {
+				if f.Path == "/agnhost" {
+					return s, f.Source
+				}
+			}
+		}
+		t.Fatalf("no /agnhost in %s", ref)
+		return Spec{}, ""
+	}
+	specs := E2ESpecs(in)
+	up, upBin := agnhostBin(specs, AgnhostRef)
+	cnp, cnpBin := agnhostBin(specs, AgnhostCNPRef)
+	if cnpBin != in.Agnhost || upBin != in.Agnhost {
+		t.Errorf("without AgnhostCNP: /agnhost from %s and %s, want %s for both", upBin, cnpBin, in.Agnhost)
+	}
+	cnp.Ref = up.Ref
+	if got, want := fmt.Sprintf("%+v", cnp), fmt.Sprintf("%+v", up); got != want {
+		t.Errorf("agnhost:2.45 differs from agnhost:2.66.1 beyond its name:\n%s\n%s", got, want)
+	}
+
+	in.AgnhostCNP = filepath.Join(t.TempDir(), "agnhost-cnp")
+	specs = E2ESpecs(in)
+	if _, b := agnhostBin(specs, AgnhostCNPRef); b != in.AgnhostCNP {
+		t.Errorf("with AgnhostCNP: /agnhost from %s, want %s", b, in.AgnhostCNP)
+	}
+	if _, b := agnhostBin(specs, AgnhostRef); b != in.Agnhost {
+		t.Errorf("with AgnhostCNP: agnhost:2.66.1's /agnhost from %s, want %s", b, in.Agnhost)
 	}
 }

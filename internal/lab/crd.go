@@ -1,0 +1,126 @@
+package lab
+
+// The lab installs the CustomResourceDefinitions that flatnet enforces but
+// Kubernetes does not ship: ClusterNetworkPolicy (sigs.k8s.io/network-policy-api
+// v0.3.0, standard channel; crds/README.md says where the file comes from).
+// Each is applied server-side under the lab's field manager, so a second
+// `up` changes nothing, and `up` waits until the apiserver serves it
+// (Established), so a client may create policies as soon as `up` returns.
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"path"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed crds/*.yaml
+var crdFiles embed.FS
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// crdEstablishTimeout bounds the wait for one CRD to be served; it takes
+// well under a second on an idle apiserver.
+const crdEstablishTimeout = time.Minute
+
+// labCRDs are the embedded CRDs as objects to apply (status dropped: the
+// apiserver owns it).
+func labCRDs() ([]*unstructured.Unstructured, error) {
+	entries, err := crdFiles.ReadDir("crds")
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, e := range entries {
+		b, err := crdFiles.ReadFile(path.Join("crds", e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(b, &obj); err != nil {
+			return nil, fmt.Errorf("crds/%s: %w", e.Name(), err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if u.GetKind() != "CustomResourceDefinition" || u.GetName() == "" {
+			return nil, fmt.Errorf("crds/%s: want a named CustomResourceDefinition, got kind %q name %q", e.Name(), u.GetKind(), u.GetName())
+		}
+		unstructured.RemoveNestedField(u.Object, "status")
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// ensureCRDs applies every embedded CRD and waits until each is Established.
+func ensureCRDs(ctx context.Context, kubeconfig string) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	rc.Timeout = 30 * time.Second
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	crds, err := labCRDs()
+	if err != nil {
+		return err
+	}
+	res := dc.Resource(crdGVR)
+	for _, crd := range crds {
+		body, err := json.Marshal(crd.Object)
+		if err != nil {
+			return err
+		}
+		force := true
+		if _, err := res.Patch(ctx, crd.GetName(), types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: "flatnet-lab", Force: &force}); err != nil {
+			return fmt.Errorf("applying CRD %s: %w", crd.GetName(), err)
+		}
+	}
+	for _, crd := range crds {
+		name := crd.GetName()
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, crdEstablishTimeout, true, func(ctx context.Context) (bool, error) {
+			got, err := res.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			ok, why := crdEstablished(got)
+			last = why
+			return ok, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not Established after %s (%s): see the apiserver's log", name, crdEstablishTimeout, last)
+		}
+	}
+	return nil
+}
+
+// crdEstablished reports whether crd's Established condition is True, and
+// what it says otherwise.
+func crdEstablished(crd *unstructured.Unstructured) (bool, string) {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Established" {
+			continue
+		}
+		if m["status"] == "True" {
+			return true, ""
+		}
+		return false, fmt.Sprintf("Established=%v: %v", m["status"], m["message"])
+	}
+	return false, "no Established condition yet"
+}
