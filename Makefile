@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet-
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns conformance clean
+.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy conformance clean
 
 all: build
 
@@ -112,6 +112,14 @@ bench-proxy: build
 # into make k8s's cache on first use. Needs root and make k8s.
 bench-dns: build
 	hack/bench-dns.sh
+
+# bench-policy: NetworkPolicy enforcement, flatnet's against
+# kube-network-policies v0.8.0 (built from the Go module proxy into a cache
+# outside git by hack/build-knp.sh), on one lab of 500 pods and 1,000
+# policies, same run (docs/benchmarks.md, NetworkPolicy). Needs root and
+# make k8s; run alone (it brings up a lab).
+bench-policy: build
+	hack/bench-policy.sh
 
 # conformance: Kubernetes' sig-network e2e suite (e2e.test v1.37.2) on a
 # lab of its own, in phases (Conformance, NetworkPolicy, the other Services/
