@@ -91,11 +91,12 @@ func readUsage(pid int) (procUsage, error) {
 	return u, nil
 }
 
-// restartAgent restarts the lab agent of n with the flags of its current
-// command line minus drop plus add, as `lab up` starts it (same daemon
+// restartAgent restarts the lab agent of n with its current command line
+// minus flags, plus flags again when on (as `lab up` starts it: same daemon
 // name, pid file and namespace; the pods keep running and the new agent
-// adopts them). It returns the new PID.
-func restartAgent(s *lab.Spec, n node, drop []string, add []string) (int, error) {
+// adopts them), and returns its PID. Unless always, an agent already
+// running as asked is left alone.
+func restartAgent(s *lab.Spec, n lab.Node, flags []string, on, always bool) (int, error) {
 	name := lab.AgentProc(n.Name)
 	pid, ok := proc.Running(s.StateDir, name)
 	if !ok {
@@ -106,13 +107,21 @@ func restartAgent(s *lab.Spec, n node, drop []string, add []string) (int, error)
 		return 0, err
 	}
 	var argv []string
+	had := false
 	for _, a := range strings.Split(strings.TrimRight(string(b), "\x00"), "\x00") {
 		f, _, _ := strings.Cut(a, "=")
-		if !contains(drop, f) {
-			argv = append(argv, a)
+		if contains(flags, f) {
+			had = true
+			continue
 		}
+		argv = append(argv, a)
 	}
-	argv = append(argv, add...)
+	if had == on && !always {
+		return pid, nil
+	}
+	if on {
+		argv = append(argv, flags...)
+	}
 	if err := proc.Stop(s.StateDir, name, 10*time.Second); err != nil {
 		return 0, err
 	}

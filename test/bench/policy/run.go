@@ -29,6 +29,9 @@ const (
 	flatnet = "flatnet"
 )
 
+// flatnetTable is the agent's NetworkPolicy table (family inet).
+const flatnetTable = "flatnet-policy"
+
 // Probing: a new connection every probeEvery, each waiting probeTimeout;
 // a state counts once stableProbes in a row show it.
 const (
@@ -254,17 +257,31 @@ func runCmd(args []string) error {
 func (r *runner) turn(name string) (row, error) {
 	rw := row{Enforcer: name}
 	logf("%s: starting", name)
-	drop := r.flatnetFlags[:1]
-	var add []string
-	if name == flatnet {
-		add = r.flatnetFlags
+	// flatnet's enforcement on every node for its turn (as the lab runs
+	// it), on none for the others; the enforcer node's agent restarted
+	// every turn.
+	var agentPID int
+	for _, n := range r.spec.Nodes {
+		pid, err := restartAgent(r.spec, n, r.flatnetFlags, name == flatnet, n.Name == r.enforcer.Name)
+		if err != nil {
+			return rw, fmt.Errorf("restarting the agent of %s: %w", n.Name, err)
+		}
+		if n.Name == r.enforcer.Name {
+			agentPID = pid
+		}
+		// An agent stopped with policy on may leave its table behind.
+		if name != flatnet {
+			nn := node{n}
+			if _, err := nn.nft("list", "table", "inet", flatnetTable); err == nil {
+				if _, err := nn.nft("delete", "table", "inet", flatnetTable); err != nil {
+					return rw, err
+				}
+				logf("%s: removed table inet %s left in %s", name, flatnetTable, n.Netns)
+			}
+		}
 	}
-	agentPID, err := restartAgent(r.spec, r.enforcer, drop, add)
-	if err != nil {
-		return rw, fmt.Errorf("restarting the agent of %s: %w", r.enforcer.Name, err)
-	}
-	start := time.Now()
-	pid := agentPID
+	start, pid := time.Now(), agentPID
+	var err error
 	rw.Process = "flatnet agent (pid of the node's agent: proxy, DNS, pod runtime and, with --network-policy, policy)"
 	if name == knp {
 		// The agent first: the anchor starts on a node whose pods answer.
