@@ -1,6 +1,6 @@
 module github.com/flatnet/flatnet
 
-go 1.26.0
+go 1.26.6
 
 require (
 	github.com/containernetworking/cni v1.3.1
@@ -20,6 +20,7 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-proxy v0.37.2
 	sigs.k8s.io/knftables v0.0.22
+	sigs.k8s.io/network-policy-api v0.3.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -68,7 +69,7 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
-	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/nftables v0.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

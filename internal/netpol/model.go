@@ -13,7 +13,7 @@
 //  2. NetworkPolicy: when any NetworkPolicy isolates the pod in this
 //     direction, the flow must match one of the Allowed entries (their
 //     union), else it is dropped; a pod no policy isolates goes on.
-//  3. Baseline: ordered rules, first match wins (Accept or Deny); nothing
+//  3. Baseline: ordered rules, first match wins (Accept or Pass allow, Deny drops); nothing
 //     matching allows.
 //
 // Everything is resolved at compile time: selectors become the peer pods'
@@ -253,7 +253,8 @@ admin:
 	}
 	for _, tr := range r.Baseline {
 		if matchesAny(tr.Entries, peer, proto, port) {
-			return Decision{Allowed: tr.Action == Accept, Tier: "baseline", Rules: []RuleRef{tr.Rule}}
+			// Pass skips the rest of the tier; after Baseline comes "allow".
+			return Decision{Allowed: tr.Action != Deny, Tier: "baseline", Rules: []RuleRef{tr.Rule}}
 		}
 	}
 	return Decision{Allowed: true}

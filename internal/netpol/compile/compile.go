@@ -1,6 +1,7 @@
-// Package compile turns NetworkPolicies, Pods and Namespaces into each
-// subject pod's netpol.Pod: the boxes in (peer address, protocol, port)
-// space its ingress and egress allow. It is pure (no kernel, no API
+// Package compile turns NetworkPolicies, ClusterNetworkPolicies (cnp.go),
+// Pods and Namespaces into each subject pod's netpol.Pod: the boxes in
+// (peer address, protocol, port) space its ingress and egress allow, and
+// the ordered Admin and Baseline tier rules. It is pure (no kernel, no API
 // calls) so the agent can recompile on every change and the renderer can
 // diff the result.
 //
@@ -42,6 +43,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/flatnet/flatnet/internal/netpol"
 )
 
@@ -51,6 +54,8 @@ type Input struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	Pods            []*corev1.Pod
 	Namespaces      []*corev1.Namespace
+	// ClusterNetworkPolicies fill the Admin and Baseline tiers (cnp.go).
+	ClusterNetworkPolicies []*cnpv1.ClusterNetworkPolicy
 }
 
 // Compiler answers Pod for one snapshot of Input.
@@ -60,6 +65,7 @@ type Compiler struct {
 	byNS     map[string][]*peerPod // peer-eligible pods, sorted by name
 	nsNames  []string              // keys of byNS, sorted
 	peers    []*peerPod            // all peer-eligible pods, in nsNames order
+	cluster  []*clusterPolicy      // in tier order: priority, then name
 	errs     []error
 }
 
@@ -103,8 +109,12 @@ type portRange struct {
 }
 
 type namedPort struct {
-	proto netpol.Protocol
+	proto netpol.Protocol // ProtoAny: the container port's (CNP names no protocol)
 	name  string
+}
+
+func (np namedPort) matches(cp containerPort) bool {
+	return cp.name == np.name && (np.proto == netpol.ProtoAny || cp.proto == np.proto)
 }
 
 // selector is a pods/namespaces peer; pods are resolved once, on first use.
@@ -156,6 +166,12 @@ func New(in Input) *Compiler {
 	for i, p := range ordered {
 		p.ord = i
 	}
+	for _, p := range in.ClusterNetworkPolicies {
+		if cp := c.newClusterPolicy(p); cp != nil {
+			c.cluster = append(c.cluster, cp)
+		}
+	}
+	sortClusterPolicies(c.cluster)
 	return c
 }
 
@@ -270,11 +286,16 @@ func (c *Compiler) newPolicy(np *networkingv1.NetworkPolicy) *policy {
 	return p
 }
 
-// selector parses s; a selector that does not parse matches nothing.
+// selector parses a NetworkPolicy's selector s.
 func (c *Compiler) selector(s *metav1.LabelSelector, pol types.NamespacedName, what string) labels.Selector {
+	return c.selectorOf("NetworkPolicy", s, pol, what)
+}
+
+// selectorOf parses s; a selector that does not parse matches nothing.
+func (c *Compiler) selectorOf(kind string, s *metav1.LabelSelector, pol types.NamespacedName, what string) labels.Selector {
 	sel, err := metav1.LabelSelectorAsSelector(s)
 	if err != nil {
-		c.errorf("NetworkPolicy %s: %s: %w", pol, what, err)
+		c.errorf("%s %s: %s: %w", kind, pol, what, err)
 		return labels.Nothing()
 	}
 	return sel
@@ -419,6 +440,12 @@ func (c *Compiler) Pod(pod *corev1.Pod) netpol.Pod {
 	podLabels := labels.Set(pod.Labels)
 	var ports []containerPort // the subject's, resolved for ingress on first need
 	portsDone := false
+	subjectPorts := func() []containerPort {
+		if !portsDone {
+			ports, portsDone = namedPorts(pod), true
+		}
+		return ports
+	}
 	b := builders.Get().(*builder)
 	defer builders.Put(b)
 	for d := netpol.Ingress; d <= netpol.Egress; d++ {
@@ -431,8 +458,9 @@ func (c *Compiler) Pod(pod *corev1.Pod) netpol.Pod {
 			rs.Isolated = true
 			rs.Isolators = append(rs.Isolators, netpol.RuleRef{Kind: "NetworkPolicy", Policy: p.name, Direction: d, Index: -1})
 			for _, r := range p.rules[d] {
-				if d == netpol.Ingress && len(r.named) > 0 && !portsDone {
-					ports, portsDone = namedPorts(pod), true
+				var ports []containerPort
+				if d == netpol.Ingress && len(r.named) > 0 {
+					ports = subjectPorts()
 				}
 				b.ref = netpol.RuleRef{Kind: "NetworkPolicy", Policy: p.name, Direction: d, Index: r.index}
 				b.refKey = uint64(p.ord)<<32 | uint64(r.index)
@@ -440,6 +468,10 @@ func (c *Compiler) Pod(pod *corev1.Pod) netpol.Pod {
 			}
 		}
 		rs.Allowed = b.sorted()
+	}
+	if len(c.cluster) > 0 {
+		b.refKey = 0
+		c.clusterRules(&out, b, c.nsLabels[pod.Namespace], podLabels, subjectPorts)
 	}
 	return out
 }
@@ -460,7 +492,7 @@ func (c *Compiler) appendRule(b *builder, r *rule, d netpol.Direction, subjectPo
 			if d == netpol.Ingress {
 				for _, np := range r.named {
 					for _, cp := range subjectPorts {
-						if cp.name == np.name && cp.proto == np.proto {
+						if np.matches(cp) {
 							b.add(pfx, cp.proto, cp.num, cp.num)
 						}
 					}
@@ -486,7 +518,7 @@ func (c *Compiler) appendRule(b *builder, r *rule, d netpol.Direction, subjectPo
 	named := func(p *peerPod, inside func(netip.Prefix) bool) {
 		for _, np := range r.named {
 			for _, cp := range p.ports {
-				if cp.name != np.name || cp.proto != np.proto {
+				if !np.matches(cp) {
 					continue
 				}
 				for _, pfx := range p.prefixes {
