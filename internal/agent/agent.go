@@ -12,6 +12,8 @@
 //     turns on IP forwarding;
 //   - with --proxy, serves Services on nftables (internal/proxy/proxier),
 //     one proxier per cluster-CIDR family;
+//   - with --network-policy, enforces NetworkPolicy on the node's pods in
+//     one nftables table (policy.go, internal/netpol);
 //   - in lab mode (--lab-runtime), also runs the lab's process runtime
 //     (internal/lab/runtime/process, a kubelet of its own), which
 //     registers the Node and runs its pods.
@@ -98,6 +100,7 @@ type Options struct {
 
 	ProxyOnlyOptions // --proxy-only: the Service proxy alone, replacing kube-proxy (proxyonly.go)
 	DNSOptions       // --dns, --dns-only: cluster DNS (dns.go)
+	PolicyOptions    // --network-policy: NetworkPolicy in nftables (policy.go)
 }
 
 // NewCommand returns `flatnet agent`.
@@ -159,6 +162,7 @@ registers the Node and runs the pods bound to it.`,
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, as the kubelet's flag: the zone --dns serves, and in the lab runtime pods' search domains and hostnames")
 	addProxyOnlyFlags(fs, &o)
 	addDNSFlags(fs, &o)
+	addPolicyFlags(fs, &o)
 	kube.AddLogFlags(fs)
 	return cmd
 }
@@ -255,6 +259,9 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 	if o.Resync <= 0 {
 		errs = append(errs, fmt.Errorf("--resync must be positive (got %s)", o.Resync))
 	}
+	if err := o.validatePolicy(); err != nil {
+		errs = append(errs, err)
+	}
 	return cidrs, errors.Join(errs...)
 }
 
@@ -314,9 +321,27 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
+	var policy *policyController
+	if o.NetworkPolicy {
+		if policy, err = newPolicyController(ctx, client, o, cidrs); err != nil {
+			return err
+		}
+	}
+
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
+	if policy != nil {
+		wg.Go(func() {
+			err := policy.Run(klog.NewContext(ctx, logger.WithName("policy")))
+			if ctx.Err() == nil {
+				if err == nil {
+					err = errors.New("stopped")
+				}
+				cancel(fmt.Errorf("network policy: %w", err))
+			}
+		})
+	}
 	if o.LabRuntime {
 		clusterDNS, _ := parseIPs(o.ClusterDNS) // validated
 		cfg := process.Config{

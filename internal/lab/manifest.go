@@ -25,7 +25,7 @@ import (
 )
 
 // manifestSettings are the ConfigMap values the lab sets: its networks,
-// Services and DNS by the agent (no kube-proxy, no CoreDNS), and the
+// Services, DNS and NetworkPolicy by the agent (no kube-proxy, no CoreDNS), and the
 // apiserver's own address (nothing serves the kubernetes Service's
 // ClusterIP before the agents run).
 func manifestSettings(s *Spec, apiHost, apiPort string) map[string]map[string]string {
@@ -37,6 +37,7 @@ func manifestSettings(s *Spec, apiHost, apiPort string) map[string]map[string]st
 			"masquerade":          "true",
 			"proxy":               "true",
 			"dns":                 "true",
+			"network-policy":      "true",
 			"dns-addresses":       NodeLocalDNS + "," + s.KubeDNSIP().String(),
 			"dns-upstreams":       s.dnsUpstreams(),
 			"dns-reverse-cidrs":   s.ServiceCIDR.String() + "," + s.ClusterCIDR.String(),

@@ -454,6 +454,8 @@ func agentArgv(s *Spec, n Node) []string {
 	return append(argv,
 		// Services: the lab has no kube-proxy.
 		"--proxy",
+		// NetworkPolicy, by the agent as in deploy/flatnet.yaml.
+		"--network-policy",
 		// Cluster DNS: no CoreDNS either. Each agent takes the kube-dns
 		// ClusterIP and the node-local address on its node.
 		"--dns",

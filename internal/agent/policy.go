@@ -1,0 +1,255 @@
+package agent
+
+// Network policy (--network-policy): informers on NetworkPolicies, Pods and
+// Namespaces ask a bounded-frequency runner (proxy/runner) for a sync; a
+// sync compiles the node's own pods (netpol/compile), renders them
+// (netpol/nftables) and commits the difference in one transaction. Bursts
+// of events are coalesced, but only for a short MinInterval (50 ms): the
+// target is a change enforced within 250 ms. A full rebuild runs at start,
+// after a failure and every --policy-sync-period.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/compile"
+	"github.com/flatnet/flatnet/internal/netpol/nftables"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/runner"
+	"github.com/flatnet/flatnet/internal/sysctl"
+)
+
+// PolicyOptions are the network policy flags.
+type PolicyOptions struct {
+	// NetworkPolicy enforces NetworkPolicy on this node's pods.
+	NetworkPolicy       bool
+	PolicyMinSyncPeriod time.Duration
+	PolicySyncPeriod    time.Duration
+}
+
+func addPolicyFlags(fs *pflag.FlagSet, o *Options) {
+	fs.BoolVar(&o.NetworkPolicy, "network-policy", false, "enforce NetworkPolicy on this node's pods with nftables (table inet "+nftables.DefaultTable+"; needs nft, and br_netfilter for traffic between pods of one node)")
+	fs.DurationVar(&o.PolicyMinSyncPeriod, "policy-min-sync-period", 50*time.Millisecond, "--network-policy: the least time between two rule syncs (bursts of changes are coalesced)")
+	fs.DurationVar(&o.PolicySyncPeriod, "policy-sync-period", 5*time.Minute, "--network-policy: how often the policy table is rebuilt in full")
+}
+
+func (o *PolicyOptions) validatePolicy() error {
+	if o.NetworkPolicy && (o.PolicyMinSyncPeriod < 0 || o.PolicySyncPeriod <= 0) {
+		return fmt.Errorf("--policy-min-sync-period must be >= 0 and --policy-sync-period > 0 (got %s, %s)", o.PolicyMinSyncPeriod, o.PolicySyncPeriod)
+	}
+	return nil
+}
+
+// bridgeSysctls make bridged frames (pod to pod on one node's bridge) pass
+// the IP hooks, the policy's forward chain among them.
+var bridgeSysctls = map[bool]string{false: "net.bridge.bridge-nf-call-iptables", true: "net.bridge.bridge-nf-call-ip6tables"}
+
+// ensureBridgeNetfilter turns bridge-nf-call-ip(6)tables on in the
+// agent's network namespace for each family of cidrs, or says what to do.
+func ensureBridgeNetfilter(cidrs []netip.Prefix) error {
+	if _, err := os.Stat("/proc/sys/net/bridge"); errors.Is(err, os.ErrNotExist) {
+		return errors.New("--network-policy: traffic between pods of this node would bypass the policy: " +
+			"/proc/sys/net/bridge is missing (the br_netfilter module is not loaded); run `modprobe br_netfilter` " +
+			"(and add it to /etc/modules-load.d/ so it loads at boot), then restart the agent")
+	}
+	for _, v6 := range []bool{false, true} {
+		if !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Addr().Is6() == v6 }) {
+			continue
+		}
+		if err := sysctl.Set(bridgeSysctls[v6], "1"); err != nil {
+			return fmt.Errorf("--network-policy: traffic between pods of this node would bypass the policy unless %s=1: %w (run `sysctl -w %s=1`, or run the agent privileged)",
+				bridgeSysctls[v6], err, bridgeSysctls[v6])
+		}
+	}
+	return nil
+}
+
+// policyController keeps the node's policy table in step with the API.
+type policyController struct {
+	node     string
+	client   kubernetes.Interface
+	syncer   *nftables.Syncer
+	runner   *runner.Runner
+	pods     corelisters.PodLister
+	nss      corelisters.NamespaceLister
+	policies networkinglisters.NetworkPolicyLister
+	// lastErrs is the compiler's and renderer's complaints last logged (only
+	// the runner's goroutine touches it), so each is logged once.
+	lastErrs string
+}
+
+// newPolicyController checks that the node can enforce policy (nft
+// present and working, bridged traffic on the IP hooks) and returns the
+// controller; Run starts it.
+func newPolicyController(ctx context.Context, client kubernetes.Interface, o Options, cidrs []netip.Prefix) (*policyController, error) {
+	r, err := nft.New(knftables.InetFamily, nftables.DefaultTable, nft.StandardPaths...)
+	if err != nil {
+		return nil, fmt.Errorf("--network-policy needs nftables: %w", err)
+	}
+	if err := r.Probe(ctx); err != nil {
+		return nil, fmt.Errorf("--network-policy needs nftables, and nft does not work here: %w", err)
+	}
+	if err := ensureBridgeNetfilter(cidrs); err != nil {
+		return nil, err
+	}
+	c := &policyController{node: o.NodeName, client: client, syncer: nftables.NewSyncer(r)}
+	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: o.PolicyMinSyncPeriod, MaxInterval: o.PolicySyncPeriod})
+	return c, nil
+}
+
+// stripManagedFields is the informers' transform: the policy needs none
+// of it, and it is most of a Pod's size.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Run watches the API and syncs until ctx ends.
+func (c *policyController) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(stripManagedFields))
+	pods := factory.Core().V1().Pods()
+	nss := factory.Core().V1().Namespaces()
+	nps := factory.Networking().V1().NetworkPolicies()
+	c.pods, c.nss, c.policies = pods.Lister(), nss.Lister(), nps.Lister()
+	handler := func(relevant func(old, cur any) bool) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.runner.Run() },
+			DeleteFunc: func(any) { c.runner.Run() },
+			UpdateFunc: func(old, cur any) {
+				if relevant(old, cur) {
+					c.runner.Run()
+				}
+			},
+		}
+	}
+	var synced []cache.InformerSynced
+	for _, w := range []struct {
+		what     string
+		informer cache.SharedIndexInformer
+		relevant func(old, cur any) bool
+	}{
+		{"pods", pods.Informer(), func(old, cur any) bool { return podChanged(old.(*corev1.Pod), cur.(*corev1.Pod)) }},
+		{"namespaces", nss.Informer(), func(old, cur any) bool {
+			return !maps.Equal(old.(*corev1.Namespace).Labels, cur.(*corev1.Namespace).Labels)
+		}},
+		{"networkpolicies", nps.Informer(), func(old, cur any) bool {
+			return !equality.Semantic.DeepEqual(old.(*networkingv1.NetworkPolicy).Spec, cur.(*networkingv1.NetworkPolicy).Spec)
+		}},
+	} {
+		reg, err := w.informer.AddEventHandler(handler(w.relevant))
+		if err != nil {
+			return fmt.Errorf("watching %s: %w", w.what, err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+	// Syncing before the caches are full would drop the rules of every
+	// policy and pod not yet seen.
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Enforcing NetworkPolicy", "table", "inet "+nftables.DefaultTable)
+	c.runner.Loop(ctx)
+	return nil
+}
+
+// podChanged reports whether a Pod update can change any pod's policy
+// (as a subject or as a peer): not a condition or a container status.
+func podChanged(old, cur *corev1.Pod) bool {
+	return !maps.Equal(old.Labels, cur.Labels) || !slices.Equal(old.Status.PodIPs, cur.Status.PodIPs) ||
+		old.Status.PodIP != cur.Status.PodIP || old.Spec.NodeName != cur.Spec.NodeName ||
+		old.Status.Phase != cur.Status.Phase || old.Spec.HostNetwork != cur.Spec.HostNetwork
+}
+
+// localPod reports whether p is a pod of node whose traffic the node's
+// table checks: on the pod network, with addresses, not finished (its
+// addresses may already be another pod's).
+func localPod(p *corev1.Pod, node string) bool {
+	return p.Spec.NodeName == node && !p.Spec.HostNetwork && (p.Status.PodIP != "" || len(p.Status.PodIPs) > 0) &&
+		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+func (c *policyController) syncAndLog(ctx context.Context, full bool) error {
+	err := c.sync(ctx, full)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Network policy rules not synced; retrying with a full sync")
+	}
+	return err
+}
+
+func (c *policyController) sync(ctx context.Context, full bool) error {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	pods, err := c.pods.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	nss, err := c.nss.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	nps, err := c.policies.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	comp := compile.New(compile.Input{NetworkPolicies: nps, Pods: pods, Namespaces: nss})
+	var local []netpol.Pod
+	for _, p := range pods {
+		if localPod(p, c.node) {
+			local = append(local, comp.Pod(p))
+		}
+	}
+	rs, err := nftables.Render(local)
+	if err != nil {
+		return err
+	}
+	c.logErrors(logger, append(comp.Errors(), rs.Conflicts...))
+	res, err := c.syncer.Sync(ctx, rs, full)
+	if err != nil {
+		return err
+	}
+	logger.V(2).Info("Synced network policy rules", "full", res.Full, "pods", len(local), "selected", rs.Pods,
+		"policies", len(nps), "elements", rs.NumElements(), "operations", res.Operations, "took", time.Since(start))
+	return nil
+}
+
+// logErrors logs what the compiler and renderer left out, once per change.
+func (c *policyController) logErrors(logger klog.Logger, errs []error) {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	joined := strings.Join(msgs, "\n")
+	if joined == c.lastErrs {
+		return
+	}
+	c.lastErrs = joined
+	for _, e := range errs {
+		logger.Error(e, "Network policy: part left out")
+	}
+}

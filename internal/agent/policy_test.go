@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/netpol/nftables"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/runner"
+)
+
+func policyPod(name, node, ip string, lbl map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name, Labels: lbl,
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
+	}
+}
+
+// TestPolicyController: a default-deny policy puts the node's selected pod
+// (and no other pod) in the isolated set; deleting it takes it out.
+func TestPolicyController(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+		policyPod("a", "n1", "10.244.1.5", map[string]string{"app": "a"}),
+		policyPod("b", "n1", "10.244.1.6", map[string]string{"app": "b"}),
+		policyPod("c", "n2", "10.244.2.5", map[string]string{"app": "a"}),
+	)
+	f := nft.NewFake(knftables.InetFamily, nftables.DefaultTable)
+	c := &policyController{node: "n1", client: client, syncer: nftables.NewSyncer(f)}
+	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	isolated := func() []string {
+		f.RLock()
+		defer f.RUnlock()
+		if f.Table == nil || f.Table.Sets["ingress-isolated-v4"] == nil {
+			return nil
+		}
+		var out []string
+		for _, e := range f.Table.Sets["ingress-isolated-v4"].Elements {
+			out = append(out, e.Key[0])
+		}
+		return out
+	}
+	waitFor := func(what string, ok func([]string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok(isolated()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: isolated set is %v", what, isolated())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("before any policy", func(s []string) bool { return f.Runs() > 0 && len(s) == 0 })
+	deny := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if _, err := client.NetworkingV1().NetworkPolicies("x").Create(ctx, deny, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after default deny", func(s []string) bool { return len(s) == 1 && s[0] == "10.244.1.5" })
+	if err := client.NetworkingV1().NetworkPolicies("x").Delete(ctx, "deny", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after delete", func(s []string) bool { return len(s) == 0 })
+	if p, err := c.pods.Pods("x").Get("a"); err != nil || p.ManagedFields != nil {
+		t.Errorf("cached pod: %v, managedFields %v (want stripped)", err, p.ManagedFields)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPodChanged(t *testing.T) {
+	a := policyPod("a", "n1", "10.244.1.5", map[string]string{"app": "a"})
+	b := a.DeepCopy()
+	b.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if podChanged(a, b) {
+		t.Error("a condition change triggered a sync")
+	}
+	b.Labels = map[string]string{"app": "b"}
+	if !podChanged(a, b) {
+		t.Error("a label change did not trigger a sync")
+	}
+}
