@@ -27,8 +27,8 @@ func reportCmd(args []string) error {
 // report prints the result as the markdown table of docs/benchmarks.md.
 func report(w io.Writer, res result) {
 	s := res.Setup
-	fmt.Fprintf(w, "%s, %s; lab: %s; %d namespaces, %d pods (%d on the enforcer node %s), %d NetworkPolicies; %d deny+allow cycles, %d x %.0fs connection runs with %d workers\n\n",
-		res.Date, s.Machine, s.Lab, s.Namespaces, s.Pods, s.PodsOnEnforcerNode, s.EnforcerNode, s.Policies, s.Samples, s.RateRuns, s.RateSeconds, s.RateWorkers)
+	fmt.Fprintf(w, "%s, %s, load %s at the start, %s at the end; %s; lab: %s; %d namespaces, %d pods (%d on the enforcer node %s), %d NetworkPolicies; %d deny+allow cycles, %d x %.0fs connection runs with %d workers\n\n",
+		res.Date, s.Machine, s.LoadStart, s.LoadEnd, s.Flatnet, s.Lab, s.Namespaces, s.Pods, s.PodsOnEnforcerNode, s.EnforcerNode, s.Policies, s.Samples, s.RateRuns, s.RateSeconds, s.RateWorkers)
 	fmt.Fprintln(w, "| enforcer | create → enforced p50 / p99 (ms) | deny p50 / p99 | allow p50 / p99 | start → enforcing (s) | ruleset lines on the node | process RSS / peak (MiB) | process CPU (s) | new TCP conn/s (vs none) | process CPU in the conn runs (s) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range res.Rows {

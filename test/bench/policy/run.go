@@ -62,6 +62,10 @@ type setup struct {
 	KNP                string  `json:"kubeNetworkPolicies"`
 	Flatnet            string  `json:"flatnet"`
 	SetupSeconds       float64 `json:"setupSeconds"`
+	// The machine's load average (1, 5, 15 min) before and after: other
+	// work on a shared machine shows in the tails.
+	LoadStart string `json:"loadStart"`
+	LoadEnd   string `json:"loadEnd"`
 }
 
 type row struct {
@@ -230,6 +234,7 @@ func runCmd(args []string) error {
 		}
 		res.Rows = append(res.Rows, rw)
 	}
+	res.Setup.LoadEnd = loadavg()
 	var base float64
 	for i := range res.Rows {
 		if res.Rows[i].Enforcer == none {
@@ -412,6 +417,15 @@ func firstLine(argv ...string) string {
 	out, _ := exec.Command(argv[0], argv[1:]...).Output()
 	l, _, _ := strings.Cut(string(out), "\n")
 	return l
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func machine() string {
