@@ -90,6 +90,7 @@ func ensureBridgeNetfilter(cidrs []netip.Prefix) error {
 type policyController struct {
 	node     string
 	client   kubernetes.Interface
+	renderer *nftables.Renderer
 	syncer   *nftables.Syncer
 	runner   *runner.Runner
 	pods     corelisters.PodLister
@@ -114,7 +115,7 @@ func newPolicyController(ctx context.Context, client kubernetes.Interface, o Opt
 	if err := ensureBridgeNetfilter(cidrs); err != nil {
 		return nil, err
 	}
-	c := &policyController{node: o.NodeName, client: client, syncer: nftables.NewSyncer(r)}
+	c := &policyController{node: o.NodeName, client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(r)}
 	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: o.PolicyMinSyncPeriod, MaxInterval: o.PolicySyncPeriod})
 	return c, nil
 }
@@ -224,7 +225,7 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 			local = append(local, comp.Pod(p))
 		}
 	}
-	rs, err := nftables.Render(local)
+	rs, err := c.renderer.Render(local)
 	if err != nil {
 		return err
 	}

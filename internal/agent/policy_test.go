@@ -37,7 +37,7 @@ func TestPolicyController(t *testing.T) {
 		policyPod("c", "n2", "10.244.2.5", map[string]string{"app": "a"}),
 	)
 	f := nft.NewFake(knftables.InetFamily, nftables.DefaultTable)
-	c := &policyController{node: "n1", client: client, syncer: nftables.NewSyncer(f)}
+	c := &policyController{node: "n1", client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(f)}
 	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -11,7 +11,6 @@ package nftables
 
 import (
 	"cmp"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -33,6 +32,10 @@ type span struct{ lo, hi int }
 type protoPorts struct {
 	plo, phi int
 	ports    []span
+}
+
+func (a protoPorts) equal(b protoPorts) bool {
+	return a.plo == b.plo && a.phi == b.phi && slices.Equal(a.ports, b.ports)
 }
 
 func entryBox(e netpol.Entry) (box, bool) {
@@ -85,7 +88,6 @@ func disjoint(bs []box) []box {
 	type piece struct {
 		lo, hi netip.Addr
 		pp     []protoPorts
-		key    string
 	}
 	var pieces []piece
 	var active []box
@@ -104,12 +106,11 @@ func disjoint(bs []box) []box {
 			continue
 		}
 		pp := union2D(active)
-		key := fmt.Sprint(pp)
-		if n := len(pieces); n > 0 && pieces[n-1].key == key && pieces[n-1].hi.Next() == lo {
+		if n := len(pieces); n > 0 && pieces[n-1].hi.Next() == lo && slices.EqualFunc(pieces[n-1].pp, pp, protoPorts.equal) {
 			pieces[n-1].hi = hi
 			continue
 		}
-		pieces = append(pieces, piece{lo: lo, hi: hi, pp: pp, key: key})
+		pieces = append(pieces, piece{lo: lo, hi: hi, pp: pp})
 	}
 	var out []box
 	for _, p := range pieces {

@@ -214,23 +214,32 @@ func TestDifferential(t *testing.T) {
 	ctx := context.Background()
 	for i := range iterations {
 		a, b := randModel(r), randModel(r)
+		if i%2 == 0 {
+			// A small change: the Renderer's memory serves the rest.
+			b = slices.Clone(a)
+			k := r.IntN(len(b))
+			rules := b[k].Direction([]netpol.Direction{netpol.Ingress, netpol.Egress}[r.IntN(2)])
+			rules.Allowed = append(slices.Clone(rules.Allowed), netpol.Allow{Entry: randEntries(r, 1)[0]})
+			rules.Isolated = true
+		}
 		fake := nft.NewFake(knftables.InetFamily, testTable)
 		s := NewSyncer(fake)
-		sync(t, s, a, false)
+		rd := NewRenderer()
+		syncWith(t, rd, s, a)
 		checkFlows(t, r, fake, a, 50)
-		if res := sync(t, s, b, false); res.Full {
+		if res := syncWith(t, rd, s, b); res.Full {
 			t.Fatalf("iteration %d: the second sync was full", i)
 		}
 		checkFlows(t, r, fake, b, 50)
 		requireDisjoint(t, fake)
 
 		fresh := nft.NewFake(knftables.InetFamily, testTable)
-		sync(t, NewSyncer(fresh), b, false)
+		syncWith(t, NewRenderer(), NewSyncer(fresh), b)
 		if diff := cmp.Diff(tableOf(fresh), tableOf(fake)); diff != "" {
 			t.Fatalf("iteration %d: incremental sync differs from a full one (-full +incremental):\n%s", i, diff)
 		}
 		runs := fake.Runs()
-		rs, _ := Render(b)
+		rs, _ := rd.Render(b)
 		if res, err := s.Sync(ctx, rs, false); err != nil || res.Operations != 0 || fake.Runs() != runs {
 			t.Fatalf("iteration %d: syncing the same model again: %+v, %v, %d transactions (want none)", i, res, err, fake.Runs()-runs)
 		}
@@ -287,4 +296,18 @@ func requireDisjoint(t *testing.T, f *nft.Fake) {
 			}
 		}
 	}
+}
+
+// syncWith renders pods with rd and syncs them.
+func syncWith(t testing.TB, rd *Renderer, s *Syncer, pods []netpol.Pod) Result {
+	t.Helper()
+	rs, err := rd.Render(pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sync(context.Background(), rs, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

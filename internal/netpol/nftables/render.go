@@ -42,7 +42,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -72,8 +71,9 @@ type Ruleset struct {
 	// Chains maps every chain (ChainForward included) to its rules.
 	Chains map[string][]Rule
 	Sets   map[string]Set
-	// Elements maps each set to its elements, fields joined by " . ".
-	Elements map[string]map[string]bool
+	// Elements maps each set to its elements, fields joined by " . ", by
+	// the local pod address they start with (every element does).
+	Elements map[string]map[netip.Addr][]string
 	// Pods counts the pods whose rules are in the table.
 	Pods int
 	// Conflicts lists pod addresses left out because another pod (first by
@@ -84,8 +84,10 @@ type Ruleset struct {
 // NumElements counts the elements of every set.
 func (r *Ruleset) NumElements() int {
 	n := 0
-	for _, e := range r.Elements {
-		n += len(e)
+	for _, byAddr := range r.Elements {
+		for _, keys := range byAddr {
+			n += len(keys)
+		}
 	}
 	return n
 }
@@ -126,10 +128,10 @@ func setName(d direction, what string, f family) string {
 
 // tierRule gathers one Admin or Baseline rule over the node's pods.
 type tierRule struct {
-	ref    netpol.RuleRef
-	action netpol.Action
-	prio   int32
-	boxes  map[netip.Addr][]box // pod address -> its entries
+	ref     netpol.RuleRef
+	action  netpol.Action
+	prio    int32
+	entries map[netip.Addr][]netpol.Entry // pod address -> its entries
 }
 
 func compareRules(a, b *tierRule) int {
@@ -149,8 +151,33 @@ func keyOf(r netpol.RuleRef) refKey {
 // Render computes the table for pods, the node's own pods. A tier's rules
 // are put in one order for all pods, by priority, policy and index (as the
 // compiler sorts them); a pod whose rules disagree with it is an error.
-func Render(pods []netpol.Pod) (*Ruleset, error) {
-	rs := &Ruleset{Chains: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string]map[string]bool{}}
+func Render(pods []netpol.Pod) (*Ruleset, error) { return NewRenderer().Render(pods) }
+
+// Renderer is Render with a memory: each pod address's elements of each
+// set, with the entries they came from, so that a sync after a small
+// change costs comparing entries, not making boxes disjoint again.
+type Renderer struct {
+	cache map[cacheKey]cached
+}
+
+type cacheKey struct {
+	set  string
+	addr netip.Addr
+}
+
+type cached struct {
+	entries []netpol.Entry
+	keys    []string
+}
+
+// NewRenderer returns a Renderer with an empty memory.
+func NewRenderer() *Renderer { return &Renderer{cache: map[cacheKey]cached{}} }
+
+// Render is Render. The Rulesets it returns share element slices, which
+// nothing modifies.
+func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
+	rs := &Ruleset{Chains: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string]map[netip.Addr][]string{}}
+	next := make(map[cacheKey]cached, len(rd.cache))
 	sorted := slices.Clone(pods)
 	slices.SortFunc(sorted, func(a, b netpol.Pod) int { return cmp.Compare(a.Pod.String(), b.Pod.String()) })
 	// Each address belongs to one pod.
@@ -172,11 +199,28 @@ func Render(pods []netpol.Pod) (*Ruleset, error) {
 			addrs[i] = append(addrs[i], a)
 		}
 	}
-	addElem := func(set string, fields ...string) {
-		if rs.Elements[set] == nil {
-			rs.Elements[set] = map[string]bool{}
+	put := func(set string, a netip.Addr, keys []string) {
+		if len(keys) == 0 {
+			return
 		}
-		rs.Elements[set][elementKey(fields)] = true
+		if rs.Elements[set] == nil {
+			rs.Elements[set] = map[netip.Addr][]string{}
+		}
+		rs.Elements[set][a] = keys
+	}
+	// boxes puts a's elements for entries into set: from memory when the
+	// entries are the same as last time.
+	boxes := func(set string, a netip.Addr, entries []netpol.Entry) {
+		k := cacheKey{set, a}
+		c, ok := rd.cache[k]
+		if !ok || !slices.Equal(c.entries, entries) {
+			c = cached{entries: entries}
+			for _, b := range disjoint(boxesOf(entries, a)) {
+				c.keys = append(c.keys, elementKey(append([]string{a.String()}, b.fields()...)))
+			}
+		}
+		next[k] = c
+		put(set, a, c.keys)
 	}
 	for _, d := range directions {
 		tiers := [2]map[refKey]*tierRule{{}, {}} // admin, baseline
@@ -187,27 +231,25 @@ func Render(pods []netpol.Pod) (*Ruleset, error) {
 			}
 			for _, a := range addrs[i] {
 				f := familyOf(a)
-				addElem(setName(d, "pods", f), a.String())
+				put(setName(d, "pods", f), a, []string{a.String()})
 				if r.Isolated {
-					addElem(setName(d, "isolated", f), a.String())
+					put(setName(d, "isolated", f), a, []string{a.String()})
 					entries := make([]netpol.Entry, len(r.Allowed))
 					for k, al := range r.Allowed {
 						entries[k] = al.Entry
 					}
-					for _, b := range disjoint(boxesOf(entries, a)) {
-						addElem(setName(d, "allow", f), append([]string{a.String()}, b.fields()...)...)
-					}
+					boxes(setName(d, "allow", f), a, entries)
 				}
 			}
 			for t, list := range [2][]netpol.TierRule{r.Admin, r.Baseline} {
 				for _, tr := range list {
 					g := tiers[t][keyOf(tr.Rule)]
 					if g == nil {
-						g = &tierRule{ref: tr.Rule, action: tr.Action, prio: tr.Priority, boxes: map[netip.Addr][]box{}}
+						g = &tierRule{ref: tr.Rule, action: tr.Action, prio: tr.Priority, entries: map[netip.Addr][]netpol.Entry{}}
 						tiers[t][keyOf(tr.Rule)] = g
 					}
 					for _, a := range addrs[i] {
-						g.boxes[a] = append(g.boxes[a], boxesOf(tr.Entries, a)...)
+						g.entries[a] = append(g.entries[a], tr.Entries...)
 					}
 				}
 			}
@@ -240,12 +282,9 @@ func Render(pods []netpol.Pod) (*Ruleset, error) {
 				tier := [2]string{"admin", "baseline"}[t]
 				for _, f := range families {
 					set := fmt.Sprintf("%s-%s-%s-%s", d.d, tier, hash(g.ref), f.suffix)
-					for _, a := range slices.SortedFunc(maps.Keys(g.boxes), netip.Addr.Compare) {
-						if familyOf(a) != f {
-							continue
-						}
-						for _, b := range disjoint(g.boxes[a]) {
-							addElem(set, append([]string{a.String()}, b.fields()...)...)
+					for a, entries := range g.entries {
+						if familyOf(a) == f {
+							boxes(set, a, entries)
 						}
 					}
 					if len(rs.Elements[set]) == 0 {
@@ -285,6 +324,7 @@ func Render(pods []netpol.Pod) (*Ruleset, error) {
 			rs.Pods++
 		}
 	}
+	rd.cache = next
 	return rs, nil
 }
 

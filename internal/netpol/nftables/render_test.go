@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -35,20 +34,6 @@ func anyProto(peer string) netpol.Entry {
 	return netpol.Entry{Peer: pfx(peer), Proto: netpol.ProtoAny, From: 0, To: 65535}
 }
 
-// sync renders pods and syncs them into fake.
-func sync(t testing.TB, s *Syncer, pods []netpol.Pod, full bool) Result {
-	t.Helper()
-	rs, err := Render(pods)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.Sync(context.Background(), rs, full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
 func TestRenderLiteral(t *testing.T) {
 	web := netpol.Pod{
 		Pod: types.NamespacedName{Namespace: "x", Name: "web"},
@@ -64,7 +49,7 @@ func TestRenderLiteral(t *testing.T) {
 		},
 	}
 	fake := nft.NewFake(knftables.InetFamily, testTable)
-	sync(t, NewSyncer(fake), []netpol.Pod{web}, false)
+	syncWith(t, NewRenderer(), NewSyncer(fake), []netpol.Pod{web})
 	want := `
 add table inet policy-test { comment "flatnet network policy" ; }
 add chain inet policy-test egress

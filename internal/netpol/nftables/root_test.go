@@ -88,9 +88,10 @@ func readBack(t *testing.T, ctx context.Context, r *nft.Runner) (chains []string
 func wantBack(rs *Ruleset) (chains []string, elems map[string][]string) {
 	elems = map[string][]string{}
 	for set := range rs.Sets {
-		if len(rs.Elements[set]) > 0 {
-			elems[set] = slices.Sorted(maps.Keys(rs.Elements[set]))
+		for _, keys := range rs.Elements[set] {
+			elems[set] = append(elems[set], keys...)
 		}
+		slices.Sort(elems[set])
 	}
 	return slices.Sorted(maps.Keys(rs.Chains)), elems
 }

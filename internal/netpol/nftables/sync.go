@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -82,8 +83,11 @@ func writeFull(tx *knftables.Transaction, want *Ruleset) {
 		addRules(tx, name, want.Chains[name])
 	}
 	for _, name := range slices.Sorted(maps.Keys(want.Elements)) {
-		for _, k := range slices.Sorted(maps.Keys(want.Elements[name])) {
-			tx.Add(element(name, k))
+		byAddr := want.Elements[name]
+		for _, a := range slices.SortedFunc(maps.Keys(byAddr), netip.Addr.Compare) {
+			for _, k := range byAddr[a] {
+				tx.Add(element(name, k))
+			}
 		}
 	}
 }
@@ -101,10 +105,8 @@ func writeDiff(tx *knftables.Transaction, last, want *Ruleset) {
 		if !sameSet(name) {
 			continue
 		}
-		for _, k := range slices.Sorted(maps.Keys(last.Elements[name])) {
-			if !want.Elements[name][k] {
-				tx.Delete(element(name, k))
-			}
+		for _, k := range missing(last.Elements[name], want.Elements[name]) {
+			tx.Delete(element(name, k))
 		}
 	}
 	changed := map[string]bool{}
@@ -136,10 +138,12 @@ func writeDiff(tx *knftables.Transaction, last, want *Ruleset) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(want.Elements)) {
-		for _, k := range slices.Sorted(maps.Keys(want.Elements[name])) {
-			if !sameSet(name) || !last.Elements[name][k] {
-				tx.Add(element(name, k))
-			}
+		var had map[netip.Addr][]string
+		if sameSet(name) {
+			had = last.Elements[name]
+		}
+		for _, k := range missing(want.Elements[name], had) {
+			tx.Add(element(name, k))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(last.Chains)) {
@@ -177,4 +181,28 @@ func addRules(tx *knftables.Transaction, chain string, rules []Rule) {
 
 func element(set, key string) *knftables.Element {
 	return &knftables.Element{Set: set, Key: strings.Split(key, " . ")}
+}
+
+// missing returns the elements of a that b lacks, sorted. Addresses whose
+// elements are the same slice (from the Renderer's memory) or equal are
+// skipped without building a set of them.
+func missing(a, b map[netip.Addr][]string) []string {
+	var out []string
+	for addr, keys := range a {
+		other := b[addr]
+		if len(keys) == len(other) && (len(keys) == 0 || &keys[0] == &other[0] || slices.Equal(keys, other)) {
+			continue
+		}
+		has := make(map[string]bool, len(other))
+		for _, k := range other {
+			has[k] = true
+		}
+		for _, k := range keys {
+			if !has[k] {
+				out = append(out, k)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
