@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,5 +79,32 @@ func TestBenchInputCompiles(t *testing.T) {
 	web := c.Pod(in.Pods[0])
 	if !web.Ingress.Isolated || !web.Egress.Isolated || len(web.Ingress.Allowed) < 34*5 {
 		t.Errorf("ns-000/web: want isolated both ways with the frontend pods allowed, got %d ingress entries", len(web.Ingress.Allowed))
+	}
+}
+
+// TestConcurrentPods: Pod is safe to call from several goroutines (peer
+// selectors resolve once, scratch is pooled); run with -race.
+func TestConcurrentPods(t *testing.T) {
+	in := benchInput()
+	c := New(in)
+	want := make([]int, len(in.Pods))
+	done := make(chan []int)
+	for range 4 {
+		go func() {
+			got := make([]int, len(in.Pods))
+			for i, p := range in.Pods {
+				r := c.Pod(p)
+				got[i] = len(r.Ingress.Allowed) + len(r.Egress.Allowed)
+			}
+			done <- got
+		}()
+	}
+	for g := range 4 {
+		got := <-done
+		if g == 0 {
+			want = got
+		} else if !slices.Equal(got, want) {
+			t.Fatal("concurrent Pod calls disagree")
+		}
 	}
 }
