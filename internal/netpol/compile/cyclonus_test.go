@@ -79,9 +79,10 @@ func diffCase(t *testing.T, rng *rand.Rand, name string, verbose bool, st *stats
 	}
 	bad := 0
 	for range flowsPerCase {
-		src, dst := g.endpoint(ps), g.endpoint(ps)
+		v6 := rng.IntN(4) == 0 // a flow is IPv4 or IPv6 end to end
+		src, dst := g.endpoint(ps, v6), g.endpoint(ps, v6)
 		for src.pod == nil && dst.pod == nil {
-			dst = g.endpoint(ps)
+			dst = g.endpoint(ps, v6)
 		}
 		proto := protocols[rng.IntN(3)]
 		port := []int{53, 80, 81, 8000, 8080, 8081}[rng.IntN(6)]
@@ -204,10 +205,11 @@ type gen struct{ r *rand.Rand }
 func (g gen) pick(s ...string) string { return s[g.r.IntN(len(s))] }
 
 var (
-	protocols  = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
-	portNames  = []string{"http", "alt", "dns"}
-	portNums   = []int32{53, 80, 81, 8080}
-	externalIP = []string{"192.168.1.1", "10.0.1.200", "198.51.100.7", "10.0.2.250"}
+	protocols    = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
+	portNames    = []string{"http", "alt", "dns"}
+	portNums     = []int32{53, 80, 81, 8080}
+	externalIP   = []string{"192.168.1.1", "10.0.1.200", "198.51.100.7", "10.0.2.250"}
+	externalIPv6 = []string{"2001:db8::1", "fd00:0:0:1::c8", "fd00:0:0:2::fa"}
 )
 
 // world: namespaces x, y, z (label ns always; team sometimes) and pods
@@ -244,17 +246,26 @@ func (g gen) world() ([]*corev1.Namespace, []*corev1.Pod) {
 				usedPort[key], usedName[cp.Name] = true, cp.Name != ""
 				cps = append(cps, cp)
 			}
-			ps = append(ps, mkPod(ns+"/"+name, []string{fmt.Sprintf("10.0.%d.%d", i+1, j+1)}, l, cps...))
+			ips := []string{fmt.Sprintf("10.0.%d.%d", i+1, j+1), fmt.Sprintf("fd00:0:0:%d::%d", i+1, j+1)}
+			ps = append(ps, mkPod(ns+"/"+name, ips, l, cps...))
 		}
 	}
 	return nss, ps
 }
 
-func (g gen) endpoint(ps []*corev1.Pod) endpoint {
+// endpoint draws a pod (dual-stack: its address of the flow's family)
+// or an outside address.
+func (g gen) endpoint(ps []*corev1.Pod, v6 bool) endpoint {
 	if g.r.IntN(5) == 0 {
+		if v6 {
+			return endpoint{ip: externalIPv6[g.r.IntN(len(externalIPv6))]}
+		}
 		return endpoint{ip: externalIP[g.r.IntN(len(externalIP))]}
 	}
 	p := ps[g.r.IntN(len(ps))]
+	if v6 {
+		return endpoint{pod: p, ip: p.Status.PodIPs[1].IP}
+	}
 	return endpoint{pod: p, ip: p.Status.PodIP}
 }
 
@@ -298,10 +309,12 @@ func (g gen) nsSelector() *metav1.LabelSelector {
 func (g gen) peer() networkingv1.NetworkPolicyPeer {
 	switch g.r.IntN(5) {
 	case 0:
-		cidr := g.pick("10.0.0.0/16", "10.0.1.0/24", "10.0.2.0/23", "10.0.2.2/32", "0.0.0.0/0", "192.168.0.0/16", "10.0.0.0/8")
+		cidr := g.pick("10.0.0.0/16", "10.0.1.0/24", "10.0.2.0/23", "10.0.2.2/32", "0.0.0.0/0", "192.168.0.0/16", "10.0.0.0/8",
+			"fd00::/16", "fd00:0:0:1::/64", "::/0", "2001:db8::/32")
 		var except []string
 		p := netip.MustParsePrefix(cidr)
-		for _, e := range []string{"10.0.1.0/24", "10.0.2.2/32", "10.0.3.0/25", "10.0.1.1/32", "192.168.1.0/24", "10.0.2.0/24"} {
+		for _, e := range []string{"10.0.1.0/24", "10.0.2.2/32", "10.0.3.0/25", "10.0.1.1/32", "192.168.1.0/24", "10.0.2.0/24",
+			"fd00:0:0:2::/64", "fd00:0:0:1::1/128", "fd00:0:0:1::/120"} {
 			ep := netip.MustParsePrefix(e)
 			if ep.Bits() > p.Bits() && p.Contains(ep.Addr()) && g.r.IntN(3) == 0 {
 				except = append(except, e)
