@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // benchInput is issue 12's scale: 100 namespaces of 5 pods (web, api,
@@ -53,7 +54,13 @@ func BenchmarkCompile(b *testing.B) {
 			New(in)
 		}
 	})
-	b.Run("new+pods", func(b *testing.B) {
+	b.Run("new+pods", func(b *testing.B) { benchPods(b, in) })
+	in.ClusterNetworkPolicies = benchClusterPolicies()
+	b.Run("new+pods+20cnp", func(b *testing.B) { benchPods(b, in) })
+}
+
+func benchPods(b *testing.B, in Input) {
+	{
 		entries := 0
 		for b.Loop() {
 			c := New(in)
@@ -64,8 +71,36 @@ func BenchmarkCompile(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(entries), "entries")
-		b.Logf("%d pods, %d policies, %d namespaces: %d allowed entries", len(in.Pods), len(in.NetworkPolicies), len(in.Namespaces), entries)
-	})
+		b.Logf("%d pods, %d policies, %d cluster policies, %d namespaces: %d allowed entries",
+			len(in.Pods), len(in.NetworkPolicies), len(in.ClusterNetworkPolicies), len(in.Namespaces), entries)
+	}
+}
+
+// benchClusterPolicies: 20 ClusterNetworkPolicies in both tiers, each a
+// few rules over namespace selectors, networks and ports.
+func benchClusterPolicies() []*cnpv1.ClusterNetworkPolicy {
+	var out []*cnpv1.ClusterNetworkPolicy
+	tcp := func(n int32) []cnpv1.ClusterNetworkPolicyProtocol {
+		return []cnpv1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1.Port{Number: n}}}}
+	}
+	for i := range 10 {
+		team := []string{"frontend", "backend", "data"}[i%3]
+		a := mkCNP(fmt.Sprintf("admin-%02d", i), cnpv1.AdminTier, int32(i), sel("team", team))
+		a.Spec.Ingress = []cnpv1.ClusterNetworkPolicyIngressRule{
+			cnpIn(accept, nil, cnpv1.ClusterNetworkPolicyIngressPeer{Namespaces: sel("kubernetes.io/metadata.name", "monitoring")}),
+			cnpIn(deny, tcp(5432+int32(i)), cnpv1.ClusterNetworkPolicyIngressPeer{Namespaces: sel("team", "frontend")}),
+		}
+		a.Spec.Egress = []cnpv1.ClusterNetworkPolicyEgressRule{
+			cnpOut(pass, tcp(53), cnpv1.ClusterNetworkPolicyEgressPeer{Namespaces: sel("kubernetes.io/metadata.name", "kube-system")}),
+			cnpOut(deny, nil, cnpv1.ClusterNetworkPolicyEgressPeer{Networks: []cnpv1.CIDR{"169.254.169.254/32"}}),
+		}
+		bl := mkCNP(fmt.Sprintf("baseline-%02d", i), cnpv1.BaselineTier, int32(i), &metav1.LabelSelector{})
+		bl.Spec.Ingress = []cnpv1.ClusterNetworkPolicyIngressRule{
+			cnpIn(deny, nil, cnpv1.ClusterNetworkPolicyIngressPeer{Pods: &cnpv1.NamespacedPod{NamespaceSelector: *sel("team", team), PodSelector: *sel("app", "worker")}}),
+		}
+		out = append(out, a, bl)
+	}
+	return out
 }
 
 // TestBenchInputCompiles keeps the benchmark's input honest: web gets
@@ -86,6 +121,7 @@ func TestBenchInputCompiles(t *testing.T) {
 // selectors resolve once, scratch is pooled); run with -race.
 func TestConcurrentPods(t *testing.T) {
 	in := benchInput()
+	in.ClusterNetworkPolicies = benchClusterPolicies()
 	c := New(in)
 	want := make([]int, len(in.Pods))
 	done := make(chan []int)
@@ -94,7 +130,7 @@ func TestConcurrentPods(t *testing.T) {
 			got := make([]int, len(in.Pods))
 			for i, p := range in.Pods {
 				r := c.Pod(p)
-				got[i] = len(r.Ingress.Allowed) + len(r.Egress.Allowed)
+				got[i] = len(r.Ingress.Allowed) + len(r.Egress.Allowed) + len(r.Ingress.Admin) + len(r.Egress.Baseline)
 			}
 			done <- got
 		}()

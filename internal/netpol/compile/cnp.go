@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +45,12 @@ type clusterPolicy struct {
 type tierRule struct {
 	rule
 	action netpol.Action
+	// shared: the rule's entries when they do not depend on the subject
+	// (all but ingress named ports), built once and shared read-only by
+	// every subject pod: 20 CNPs over 500 pods cost 4x the NetworkPolicy
+	// compile before.
+	once   sync.Once
+	shared []netpol.Entry
 }
 
 func (c *Compiler) newClusterPolicy(p *cnpv1.ClusterNetworkPolicy) *clusterPolicy {
@@ -185,21 +192,26 @@ func (c *Compiler) clusterRules(out *netpol.Pod, b *builder, nsLabels, podLabels
 		for d := netpol.Ingress; d <= netpol.Egress; d++ {
 			rs := out.Direction(d)
 			for _, r := range cp.rules[d] {
-				var ports []containerPort
+				var entries []netpol.Entry
 				if d == netpol.Ingress && len(r.named) > 0 {
-					ports = subjectPorts()
+					b.reset()
+					c.appendRule(b, &r.rule, d, subjectPorts())
+					entries = b.sortedEntries()
+				} else {
+					r.once.Do(func() {
+						sb := builders.Get().(*builder)
+						defer builders.Put(sb)
+						sb.reset()
+						c.appendRule(sb, &r.rule, d, nil)
+						r.shared = sb.sortedEntries()
+					})
+					entries = r.shared
 				}
-				b.reset()
-				b.ref = netpol.RuleRef{Kind: cnpKind, Policy: types.NamespacedName{Name: cp.name}, Direction: d, Index: r.index}
-				c.appendRule(b, &r.rule, d, ports)
-				allows := b.sorted()
-				if len(allows) == 0 {
+				if len(entries) == 0 {
 					continue // matches nothing
 				}
-				tr := netpol.TierRule{Action: r.action, Rule: b.ref, Priority: cp.priority, Entries: make([]netpol.Entry, len(allows))}
-				for i, a := range allows {
-					tr.Entries[i] = a.Entry
-				}
+				ref := netpol.RuleRef{Kind: cnpKind, Policy: types.NamespacedName{Name: cp.name}, Direction: d, Index: r.index}
+				tr := netpol.TierRule{Action: r.action, Rule: ref, Priority: cp.priority, Entries: entries}
 				if cp.admin {
 					rs.Admin = append(rs.Admin, tr)
 				} else {

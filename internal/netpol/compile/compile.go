@@ -430,7 +430,9 @@ func (c *Compiler) resolve(s *selector) []*peerPod {
 }
 
 // Pod compiles the rules of pod as a subject. A hostNetwork pod is never
-// a subject: it gets no addresses and no rules.
+// a subject: it gets no addresses and no rules. The Entries of Admin and
+// Baseline rules may be shared between the pods of one Compiler: read
+// them, do not modify them.
 func (c *Compiler) Pod(pod *corev1.Pod) netpol.Pod {
 	out := netpol.Pod{Pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}}
 	if pod.Spec.HostNetwork {
@@ -600,15 +602,9 @@ func (b *builder) add(peer netip.Prefix, proto netpol.Protocol, from, to uint16)
 // sorted returns the boxes sorted and de-duplicated, so that Pod's
 // output is deterministic (renderers diff it).
 func (b *builder) sorted() []netpol.Allow {
-	if len(b.keys) == 0 {
+	n := b.sortKeys()
+	if n == 0 {
 		return nil
-	}
-	slices.SortFunc(b.keys, compareKey)
-	n := 1
-	for j := 1; j < len(b.keys); j++ {
-		if !b.keys[j].same(b.keys[j-1]) {
-			n++
-		}
 	}
 	out := make([]netpol.Allow, 0, n)
 	for j, k := range b.keys {
@@ -617,6 +613,37 @@ func (b *builder) sorted() []netpol.Allow {
 		}
 	}
 	return out
+}
+
+// sortedEntries is sorted for a tier rule: the boxes without their rule
+// (all the same).
+func (b *builder) sortedEntries() []netpol.Entry {
+	n := b.sortKeys()
+	if n == 0 {
+		return nil
+	}
+	out := make([]netpol.Entry, 0, n)
+	for j, k := range b.keys {
+		if j == 0 || !k.same(b.keys[j-1]) {
+			out = append(out, b.allows[k.i].Entry)
+		}
+	}
+	return out
+}
+
+// sortKeys sorts the keys and returns how many are distinct.
+func (b *builder) sortKeys() int {
+	if len(b.keys) == 0 {
+		return 0
+	}
+	slices.SortFunc(b.keys, compareKey)
+	n := 1
+	for j := 1; j < len(b.keys); j++ {
+		if !b.keys[j].same(b.keys[j-1]) {
+			n++
+		}
+	}
+	return n
 }
 
 // compareKey orders keys; written out because cmp.Or evaluates every
