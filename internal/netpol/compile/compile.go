@@ -602,30 +602,25 @@ func (b *builder) add(peer netip.Prefix, proto netpol.Protocol, from, to uint16)
 // sorted returns the boxes sorted and de-duplicated, so that Pod's
 // output is deterministic (renderers diff it).
 func (b *builder) sorted() []netpol.Allow {
-	n := b.sortKeys()
-	if n == 0 {
-		return nil
-	}
-	out := make([]netpol.Allow, 0, n)
-	for j, k := range b.keys {
-		if j == 0 || !k.same(b.keys[j-1]) {
-			out = append(out, b.allows[k.i])
-		}
-	}
-	return out
+	return distinct(b, func(a netpol.Allow) netpol.Allow { return a })
 }
 
 // sortedEntries is sorted for a tier rule: the boxes without their rule
 // (all the same).
 func (b *builder) sortedEntries() []netpol.Entry {
+	return distinct(b, func(a netpol.Allow) netpol.Entry { return a.Entry })
+}
+
+// distinct sorts b's boxes and returns each distinct one through pick.
+func distinct[T any](b *builder, pick func(netpol.Allow) T) []T {
 	n := b.sortKeys()
 	if n == 0 {
 		return nil
 	}
-	out := make([]netpol.Entry, 0, n)
+	out := make([]T, 0, n)
 	for j, k := range b.keys {
 		if j == 0 || !k.same(b.keys[j-1]) {
-			out = append(out, b.allows[k.i].Entry)
+			out = append(out, pick(b.allows[k.i]))
 		}
 	}
 	return out
