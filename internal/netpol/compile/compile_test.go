@@ -233,6 +233,14 @@ func TestFlows(t *testing.T) {
 			},
 		},
 		{
+			name: "named port of a sidecar resolves; of a plain init container not",
+			policies: []*networkingv1.NetworkPolicy{
+				mkNP("x/p", sel("pod", "s"), ingressOnly, in(ports(pp("", "side", 0), pp("", "setup", 0)))),
+			},
+			pods: []*corev1.Pod{withInit(mkPod("x/s", []string{"10.0.1.51"}, labelsOf("pod", "s")))},
+			flows: []flow{{"y/a", "x/s", tcp, 9000, true}, {"y/a", "x/s", tcp, 9001, false}},
+		},
+		{
 			name: "named port needs the protocol too",
 			policies: []*networkingv1.NetworkPolicy{
 				mkNP("x/p", all, ingressOnly, in(ports(pp(corev1.ProtocolUDP, "serve-80-tcp", 0), pp(corev1.ProtocolUDP, "serve-80-udp", 0)))),
@@ -359,6 +367,17 @@ func TestFlows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withInit gives p a sidecar serving "side" on 9000 and a plain init
+// container declaring "setup" on 9001.
+func withInit(p *corev1.Pod) *corev1.Pod {
+	always := corev1.ContainerRestartPolicyAlways
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "sidecar", RestartPolicy: &always, Ports: []corev1.ContainerPort{cport("side", 9000, "")}},
+		{Name: "setup", Ports: []corev1.ContainerPort{cport("setup", 9001, "")}},
+	}
+	return p
 }
 
 func hostNet(p *corev1.Pod) *corev1.Pod { p.Spec.HostNetwork = true; return p }
