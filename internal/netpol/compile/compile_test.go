@@ -237,7 +237,7 @@ func TestFlows(t *testing.T) {
 			policies: []*networkingv1.NetworkPolicy{
 				mkNP("x/p", sel("pod", "s"), ingressOnly, in(ports(pp("", "side", 0), pp("", "setup", 0)))),
 			},
-			pods: []*corev1.Pod{withInit(mkPod("x/s", []string{"10.0.1.51"}, labelsOf("pod", "s")))},
+			pods:  []*corev1.Pod{withInit(mkPod("x/s", []string{"10.0.1.51"}, labelsOf("pod", "s")))},
 			flows: []flow{{"y/a", "x/s", tcp, 9000, true}, {"y/a", "x/s", tcp, 9001, false}},
 		},
 		{
