@@ -296,6 +296,7 @@ func Run(ctx context.Context, o Options) error {
 		ClusterCIDRs: cidrs,
 		CNIConfDir:   o.CNIConfDir,
 		CNIDataDir:   o.CNIDataDir,
+		PolicySocket: policySocket(o),
 		Backend:      be,
 		Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
 		Annotate:     annotator(client, o.NodeName),
@@ -326,6 +327,8 @@ func Run(ctx context.Context, o Options) error {
 		if policy, err = newPolicyController(ctx, client, o, cidrs); err != nil {
 			return err
 		}
+	} else {
+		removeStalePolicyTable(ctx)
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)

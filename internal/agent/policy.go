@@ -17,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -32,9 +34,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	cnplisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/flatnet/flatnet/internal/cni/policygate"
 	"github.com/flatnet/flatnet/internal/netpol"
 	"github.com/flatnet/flatnet/internal/netpol/compile"
+	"github.com/flatnet/flatnet/internal/netpol/conntrack"
+	"github.com/flatnet/flatnet/internal/netpol/gate"
 	"github.com/flatnet/flatnet/internal/netpol/nftables"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/runner"
@@ -47,12 +55,22 @@ type PolicyOptions struct {
 	NetworkPolicy       bool
 	PolicyMinSyncPeriod time.Duration
 	PolicySyncPeriod    time.Duration
+	// PolicySocket is where the gate listens for the flatnet-policy CNI
+	// plugin ("": no gate, and the conflist does not chain the plugin).
+	PolicySocket string
+	// PolicyKeepEstablished leaves established flows alone when a policy
+	// change denies them.
+	PolicyKeepEstablished bool
 }
 
 func addPolicyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.BoolVar(&o.NetworkPolicy, "network-policy", false, "enforce NetworkPolicy on this node's pods with nftables (table inet "+nftables.DefaultTable+"; needs nft, and br_netfilter for traffic between pods of one node)")
 	fs.DurationVar(&o.PolicyMinSyncPeriod, "policy-min-sync-period", 50*time.Millisecond, "--network-policy: the least time between two rule syncs (bursts of changes are coalesced)")
 	fs.DurationVar(&o.PolicySyncPeriod, "policy-sync-period", 5*time.Minute, "--network-policy: how often the policy table is rebuilt in full")
+	fs.StringVar(&o.PolicySocket, "policy-socket", policygate.DefaultSocket, "--network-policy: unix socket where the flatnet-policy CNI plugin asks for a new pod's policy before the pod starts "+
+		"(the agent chains the plugin in its conflist); \"\" turns the gate off, and a pod may then send and receive before its policy is in place")
+	fs.BoolVar(&o.PolicyKeepEstablished, "policy-keep-established", false, "--network-policy: keep established connections that a policy change now denies "+
+		"(default: their conntrack entries are deleted, so their next packet meets the new rules and is dropped)")
 }
 
 func (o *PolicyOptions) validatePolicy() error {
@@ -96,9 +114,23 @@ type policyController struct {
 	pods     corelisters.PodLister
 	nss      corelisters.NamespaceLister
 	policies networkinglisters.NetworkPolicyLister
+	// cnps is nil when the API does not serve ClusterNetworkPolicy.
+	cnps cnplisters.ClusterNetworkPolicyLister
+	// cnpClient, when set, is asked for ClusterNetworkPolicies at Run.
+	cnpClient cnpclient.Interface
 	// lastErrs is the compiler's and renderer's complaints last logged (only
 	// the runner's goroutine touches it), so each is logged once.
 	lastErrs string
+	// socket: the gate's unix socket ("": no gate). ready is set once the
+	// caches are full and the first sync has committed.
+	socket string
+	gate   *gateState
+	ready  atomic.Bool
+	// conntrack (nil: never cut) and the rules last committed per pod,
+	// for cutting established flows that a change denies.
+	conntrack       conntrack.Interface
+	keepEstablished bool
+	lastRules       map[types.NamespacedName]*netpol.Pod
 }
 
 // newPolicyController checks that the node can enforce policy (nft
@@ -115,7 +147,19 @@ func newPolicyController(ctx context.Context, client kubernetes.Interface, o Opt
 	if err := ensureBridgeNetfilter(cidrs); err != nil {
 		return nil, err
 	}
-	c := &policyController{node: o.NodeName, client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(r)}
+	c := &policyController{node: o.NodeName, client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(r),
+		socket: o.PolicySocket, conntrack: conntrack.Netlink{}, keepEstablished: o.PolicyKeepEstablished}
+	switch ok, err := servesCNP(client.Discovery()); {
+	case err != nil:
+		return nil, fmt.Errorf("--network-policy: %w", err)
+	case ok:
+		if c.cnpClient, err = newCNPClient(o.Kubeconfig, "flatnet-agent/"+o.NodeName); err != nil {
+			return nil, fmt.Errorf("--network-policy: %w", err)
+		}
+	default:
+		klog.FromContext(ctx).Info("The API does not serve ClusterNetworkPolicy (" + cnpGroupVersion + "); enforcing NetworkPolicy only. " +
+			"Install the CRD of sigs.k8s.io/network-policy-api v0.3.0 and restart the agent to enforce it")
+	}
 	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: o.PolicyMinSyncPeriod, MaxInterval: o.PolicySyncPeriod})
 	return c, nil
 }
@@ -167,6 +211,22 @@ func (c *policyController) Run(ctx context.Context) error {
 		}
 		synced = append(synced, reg.HasSynced)
 	}
+	if c.cnpClient != nil {
+		lister, hasSynced, err := c.watchCNPs(ctx, c.cnpClient)
+		if err != nil {
+			return err
+		}
+		c.cnps = lister
+		synced = append(synced, hasSynced)
+	}
+	if c.gate == nil {
+		c.gate = newGateState()
+	}
+	gateErr := make(chan error, 1)
+	if c.socket != "" {
+		srv := &gate.Server{Path: c.socket, Handler: c.admit}
+		go func() { gateErr <- srv.Serve(ctx) }()
+	}
 	factory.StartWithContext(ctx)
 	defer factory.Shutdown()
 	// Syncing before the caches are full would drop the rules of every
@@ -174,8 +234,18 @@ func (c *policyController) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return nil
 	}
-	klog.FromContext(ctx).Info("Enforcing NetworkPolicy", "table", "inet "+nftables.DefaultTable)
-	c.runner.Loop(ctx)
+	klog.FromContext(ctx).Info("Enforcing NetworkPolicy", "table", "inet "+nftables.DefaultTable,
+		"clusterNetworkPolicy", c.cnps != nil, "gate", c.socket, "keepEstablished", c.keepEstablished)
+	loopDone := make(chan struct{})
+	go func() { c.runner.Loop(ctx); close(loopDone) }()
+	select {
+	case err := <-gateErr:
+		if ctx.Err() == nil {
+			return fmt.Errorf("policy gate: %w", err)
+		}
+	case <-loopDone:
+	}
+	<-loopDone
 	return nil
 }
 
@@ -218,7 +288,18 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 	if err != nil {
 		return err
 	}
-	comp := compile.New(compile.Input{NetworkPolicies: nps, Pods: pods, Namespaces: nss})
+	var cnps []*cnpv1.ClusterNetworkPolicy
+	if c.cnps != nil {
+		if cnps, err = c.cnps.List(labels.Everything()); err != nil {
+			return err
+		}
+	}
+	if c.gate == nil {
+		c.gate = newGateState()
+	}
+	n, ovs := c.gate.begin()
+	pods = c.applyOverrides(pods, ovs)
+	comp := compile.New(compile.Input{NetworkPolicies: nps, ClusterNetworkPolicies: cnps, Pods: pods, Namespaces: nss})
 	var local []netpol.Pod
 	for _, p := range pods {
 		if localPod(p, c.node) {
@@ -234,6 +315,9 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 	if err != nil {
 		return err
 	}
+	c.gate.commit(n)
+	c.ready.Store(true)
+	c.cutChanged(ctx, local)
 	logger.V(2).Info("Synced network policy rules", "full", res.Full, "pods", len(local), "selected", rs.Pods,
 		"policies", len(nps), "elements", rs.NumElements(), "operations", res.Operations, "took", time.Since(start))
 	return nil

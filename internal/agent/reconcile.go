@@ -25,6 +25,8 @@ type Reconciler struct {
 	ClusterCIDRs []netip.Prefix
 	CNIConfDir   string
 	CNIDataDir   string
+	// PolicySocket chains the flatnet-policy plugin in the conflist ("": not).
+	PolicySocket string
 	// NodeIP is the node's underlay address (--node-ip); invalid: the
 	// Node's InternalIP (IPv4 first).
 	NodeIP netip.Addr
@@ -293,7 +295,7 @@ func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix, mt
 			logger.Info("WARNING: this node's podCIDR is outside --cluster-cidr; traffic between its pods and other nodes' pods will be masqueraded", "podCIDR", p, "clusterCIDRs", r.ClusterCIDRs)
 		}
 	}
-	data, err := subnet.Render(subnet.Config{PodCIDRs: cidrs, DataDir: r.CNIDataDir, MTU: mtu})
+	data, err := subnet.Render(subnet.Config{PodCIDRs: cidrs, DataDir: r.CNIDataDir, MTU: mtu, PolicySocket: r.PolicySocket})
 	if err != nil {
 		return fmt.Errorf("node %s podCIDRs %v: %w", r.NodeName, cidrs, err)
 	}

@@ -648,6 +648,10 @@ func (s *Spec) Kubeconfig() string { return filepath.Join(s.StateDir, "admin.kub
 // LogDir holds one log per process.
 func (s *Spec) LogDir() string { return filepath.Join(s.StateDir, "logs") }
 
+// PolicySocket is where node n's agent listens for its CNI plugin's
+// policy gate requests.
+func (s *Spec) PolicySocket(n Node) string { return filepath.Join(s.NodeDir(n), "policy.sock") }
+
 // NodeDir holds a node's CNI and runtime state.
 func (s *Spec) NodeDir(n Node) string { return filepath.Join(s.StateDir, "nodes", n.Name) }
 

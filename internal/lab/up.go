@@ -454,8 +454,12 @@ func agentArgv(s *Spec, n Node) []string {
 	return append(argv,
 		// Services: the lab has no kube-proxy.
 		"--proxy",
-		// NetworkPolicy, by the agent as in deploy/flatnet.yaml.
+		// NetworkPolicy, by the agent as in deploy/flatnet.yaml, with the
+		// gate's socket in the node's own directory (nodes share the
+		// machine's file system; a containerd node's mount namespace
+		// shows the state dir as it is).
 		"--network-policy",
+		"--policy-socket", s.PolicySocket(n),
 		// Cluster DNS: no CoreDNS either. Each agent takes the kube-dns
 		// ClusterIP and the node-local address on its node.
 		"--dns",

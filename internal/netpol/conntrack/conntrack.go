@@ -119,6 +119,13 @@ func NewFake(flows ...Flow) *Fake {
 	return f
 }
 
+// Len returns how many flows of the family are left.
+func (f *Fake) Len(ipv6 bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.Flows[ipv6])
+}
+
 // DeleteMatching implements Interface.
 func (f *Fake) DeleteMatching(ipv6 bool, match func(Flow) bool) (int, error) {
 	f.mu.Lock()

@@ -130,11 +130,14 @@ func (p *Plan) ImageStamps() string      { return p.path("imported") }
 //	/var/log/containers  the kubelet's symlinks to container logs
 //	/run/containerd      the shims' sockets (s/<hash>)
 //	/var/lib/cni         libcni's result cache (and host-local's default store)
+//	/run/flatnet         the agent's policy gate socket, when the agent runs
+//	                     as a DaemonSet pod (deploy/flatnet.yaml)
 var hostPaths = []struct{ target, dir string }{
 	{"/var/lib/kubelet", "var-lib-kubelet"},
 	{"/var/log/containers", "var-log-containers"},
 	{"/run/containerd", "run-containerd"},
 	{"/var/lib/cni", "var-lib-cni"},
+	{"/run/flatnet", "run-flatnet"},
 }
 
 // maxSocket is the longest unix socket path (sun_path is 108 bytes with

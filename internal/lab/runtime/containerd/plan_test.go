@@ -144,7 +144,7 @@ func TestPlan(t *testing.T) {
 		binds = append(binds, b.Source+" -> "+b.Target)
 	}
 	wantBinds := d + "/var-lib-kubelet -> /var/lib/kubelet, " + d + "/var-log-containers -> /var/log/containers, " +
-		d + "/run-containerd -> /run/containerd, " + d + "/var-lib-cni -> /var/lib/cni, " +
+		d + "/run-containerd -> /run/containerd, " + d + "/var-lib-cni -> /var/lib/cni, " + d + "/run-flatnet -> /run/flatnet, " +
 		"/var/lib/flatnet/lab/lab/nodes/node1/cni/net.d -> /etc/cni/net.d, /var/lib/flatnet/lab/lab/bin -> /opt/cni/bin"
 	if got := strings.Join(binds, ", "); got != wantBinds {
 		t.Errorf("binds %s, want %s", got, wantBinds)

@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/conntrack"
+	"github.com/flatnet/flatnet/internal/netpol/gate"
+	"github.com/flatnet/flatnet/internal/netpol/nftables"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy/runner"
+)
+
+// gateTest runs a policy controller for node n1 over client with a fake
+// table and a fake conntrack table; it returns the controller and a
+// reader of a set's keys (first field).
+func gateTest(t *testing.T, client *fake.Clientset, ct *conntrack.Fake) (*policyController, func(set string) []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f := nft.NewFake(knftables.InetFamily, nftables.DefaultTable)
+	c := &policyController{node: "n1", client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(f),
+		socket: filepath.Join(t.TempDir(), "policy.sock")}
+	if ct != nil {
+		c.conntrack = ct
+	}
+	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	keys := func(set string) []string {
+		f.RLock()
+		defer f.RUnlock()
+		if f.Table == nil || f.Table.Sets[set] == nil {
+			return nil
+		}
+		var out []string
+		for _, e := range f.Table.Sets[set].Elements {
+			out = append(out, e.Key[0])
+		}
+		slices.Sort(out)
+		return out
+	}
+	return c, keys
+}
+
+func denyAllIngress(ns string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deny"},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+}
+
+// TestGateAdmitsBeforeTheStatus: the CNI plugin's request carries a new
+// pod's address before the API has it; the gate answers only once the
+// pod is isolated at that address, through the real socket, and the
+// override ends when the status catches up.
+func TestGateAdmitsBeforeTheStatus(t *testing.T) {
+	pod := policyPod("a", "n1", "", map[string]string{"app": "a"})
+	pod.Status.PodIPs, pod.UID = nil, "uid-a"
+	client := fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+		denyAllIngress("x"), pod)
+	c, keys := gateTest(t, client, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := gate.Request{Namespace: "x", Name: "a", UID: "uid-a", IPs: []netip.Addr{netip.MustParseAddr("10.244.1.9")}}
+	var err error
+	for {
+		if err = gate.Ask(ctx, c.socket, req); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the socket is not there yet
+	}
+	if err != nil {
+		t.Fatalf("gate: %v", err)
+	}
+	if got := keys("ingress-isolated-v4"); !slices.Equal(got, []string{"10.244.1.9"}) {
+		t.Fatalf("when the gate answered, isolated = %v, want the new pod's address", got)
+	}
+	// A request for an earlier pod of the same name is refused in time.
+	short, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	if err := c.admit(short, gate.Request{Namespace: "x", Name: "a", UID: "uid-old", IPs: req.IPs}); err == nil || !strings.Contains(err.Error(), "uid-old") {
+		t.Errorf("admit for another uid: %v, want an error naming it", err)
+	}
+	// The kubelet writes the address: the override has served.
+	pod.Status.PodIP, pod.Status.PodIPs = "10.244.1.9", []corev1.PodIP{{IP: "10.244.1.9"}}
+	if _, err := client.CoreV1().Pods("x").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c.gate.mu.Lock()
+		n := len(c.gate.overrides)
+		c.gate.mu.Unlock()
+		if n == 0 && slices.Equal(keys("ingress-isolated-v4"), []string{"10.244.1.9"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("override still there (%d) or isolated = %v", n, keys("ingress-isolated-v4"))
+		}
+	}
+}
+
+// TestApplyOverridesReusedAddress: a deleted pod still listing an address
+// the gate gave to a new pod is left out, so the new pod's rules hold.
+func TestApplyOverridesReusedAddress(t *testing.T) {
+	c := &policyController{gate: newGateState()}
+	old := policyPod("old", "n1", "10.244.1.9", nil)
+	cur := policyPod("new", "n1", "", nil)
+	cur.Status.PodIPs = nil
+	key := types.NamespacedName{Namespace: "x", Name: "new"}
+	ovs := map[types.NamespacedName]override{key: {ips: []netip.Addr{netip.MustParseAddr("10.244.1.9")}}}
+	c.gate.overrides[key] = ovs[key]
+	got := c.applyOverrides([]*corev1.Pod{old, cur}, ovs)
+	if len(got) != 1 || got[0].Name != "new" || got[0].Status.PodIP != "10.244.1.9" || cur.Status.PodIP != "" {
+		t.Errorf("applyOverrides = %v (the cached pod must not change)", got)
+	}
+}
+
+// TestCutOnDeny: a policy that now denies an established flow to a pod
+// deletes its conntrack entry; the node's other flows stay, and with
+// --policy-keep-established nothing is cut.
+func TestCutOnDeny(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		ct := conntrack.NewFake(
+			conntrack.Flow{Src: netip.MustParseAddr("10.244.2.5"), Dst: netip.MustParseAddr("10.244.1.5"), Proto: netpol.ProtoTCP, Port: 80},
+			conntrack.Flow{Src: netip.MustParseAddr("10.244.2.5"), Dst: netip.MustParseAddr("10.244.1.6"), Proto: netpol.ProtoTCP, Port: 80},
+		)
+		client := fake.NewClientset(
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "y", Labels: map[string]string{"kubernetes.io/metadata.name": "y"}}},
+			policyPod("a", "n1", "10.244.1.5", nil),
+		)
+		other := policyPod("b", "n1", "10.244.1.6", nil)
+		other.Namespace = "y"
+		if _, err := client.CoreV1().Pods("y").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c, keys := gateTest(t, client, ct)
+		c.keepEstablished = keep
+		if _, err := client.NetworkingV1().NetworkPolicies("x").Create(context.Background(), denyAllIngress("x"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); len(keys("ingress-isolated-v4")) == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the policy never reached the table")
+			}
+		}
+		want := 1
+		if keep {
+			want = 2
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			n := ct.Len(false)
+			if n == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("keep=%v: %d flows left, want %d", keep, n, want)
+			}
+		}
+	}
+}
