@@ -6,6 +6,11 @@
 #   conformance   \[sig-network\].*\[Conformance\]   (the 47 the issue asks for)
 #   networkpolicy \[Feature:NetworkPolicy\]
 #   sig-network   \[sig-network\] (Services|DNS|Networking), the non-conformance rest
+#   cnp           sigs.k8s.io/network-policy-api v0.3.0's ClusterNetworkPolicy
+#                 conformance suite (not e2e.test: `go test` of test/cnp, a
+#                 module of its own), profile ClusterNetworkPolicy; writes
+#                 <REPORT_DIR>/cnp/summary.md, junit.xml and the suite's
+#                 report.yaml. Not in the default PHASES.
 #
 # Every phase skips what test/conformance/skip.txt lists (one regexp a line,
 # each with its reason). Builds what it needs (make build, make k8s,
@@ -32,7 +37,13 @@
 #               after the others on one process, as ginkgo does)
 #   PHASES      which phases, in order (default "conformance networkpolicy sig-network")
 #   FOCUS       replaces every phase's focus regexp (to iterate on one spec;
-#               use with PHASES=<one phase>)
+#               use with PHASES=<one phase>); for cnp, a regexp of the
+#               suite's test names (CNPAdminTierEgressTCP|LabBaseline)
+#   CNP_SKIP    cnp: more tests to skip, "ShortName=reason,..." (the tests
+#               that probe SCTP are skipped by themselves on a kernel
+#               without SCTP, each with that reason)
+#   CNP_ARGS    cnp: more flags for the runner (the suite's own:
+#               -supported-features=..., -debug, ...; test/cnp/cnp_test.go)
 #   SKIP        a regexp skipped on top of the skip list
 #   REPORT_DIR  where <phase>/ goes (default docs/conformance with the
 #               containerd runtime, _output/conformance-<runtime> otherwise,
@@ -62,7 +73,8 @@ focus() {
     conformance)   echo '\[sig-network\].*\[Conformance\]' ;;
     networkpolicy) echo '\[Feature:NetworkPolicy\]' ;;
     sig-network)   echo '\[sig-network\] (Services|DNS|Networking)' ;;
-    *) die "unknown phase '$1' in PHASES (want: conformance networkpolicy sig-network)" ;;
+    cnp)           echo '.*' ;;
+    *) die "unknown phase '$1' in PHASES (want: conformance networkpolicy sig-network cnp)" ;;
   esac
 }
 extra_skip() { [ "$1" != sig-network ] || echo '\[Conformance\]|\[Feature:NetworkPolicy\]'; }
@@ -106,6 +118,11 @@ fi
 
 tmp=$(mktemp -d /tmp/flatnet-conformance.XXXXXX)
 go build -o "$tmp/conformance-report" ./hack/conformance-report
+if [[ " $phases " == *" cnp "* ]]; then
+  # The CNP runner and its report tool (test/cnp: a module of its own).
+  (cd test/cnp && go test -c -o "$tmp/cnp.test" . && go build -o "$tmp/cnp-report" ./cmd/cnp-report)
+  go build -o "$tmp/testreport" ./hack/testreport
+fi
 skip=$("$tmp/conformance-report" skip "$skipfile")
 
 lab() { "$flatnet" lab --name "$name" "$@"; }
@@ -155,6 +172,10 @@ versions+=" flatnet $(git describe --tags --always --dirty 2>/dev/null || echo d
 # fails when a spec or ginkgo did.
 report_phase() {
   local grc=$1 took=$((SECONDS - t0))
+  if [ "$phase" = cnp ]; then
+    report_cnp "$grc"
+    return
+  fi
   echo "conformance: phase $phase: ginkgo exited $grc after $((took / 60))m$((took % 60))s"
   if [ ! -f "$raw/junit_01.xml" ]; then
     echo "conformance: phase $phase wrote no $raw/junit_01.xml (the suite did not start; see $log)" >&2
@@ -172,6 +193,40 @@ report_phase() {
   [ "$grc" = 0 ]
 }
 
+# run_cnp: the ClusterNetworkPolicy suite (test/cnp): its events (go tool
+# test2json, as go test -json) to $raw/events.json, what passed and failed
+# to the console as it happens (hack/testreport), the plain -v text to $log
+# (report_cnp).
+run_cnp() {
+  local args=(-test.v=test2json -test.count=1 "-test.timeout=$timeout" "-test.run=TestClusterNetworkPolicyConformance/($f)\$"
+    "-report-output=$raw/report.yaml" "-flatnet-version=$flatnet_version" -skip-tests="${CNP_SKIP:-}")
+  # shellcheck disable=SC2206 # CNP_ARGS is words on purpose
+  args+=(${CNP_ARGS:-})
+  cnp_cmd="KUBECONFIG=<lab> go test ./test/cnp -args ${args[*]}"
+  say "phase cnp: network-policy-api v0.3.0 conformance, profile ClusterNetworkPolicy (log: $log)"
+  # setsid: the runner and its pipe lead a process group of their own.
+  KUBECONFIG=$kubeconfig setsid bash -c 'set -o pipefail; "$0" "${@:3}" 2>&1 | go tool test2json -t -p cnp | tee "$1" | "$2" -slow 1ns' \
+    "$tmp/cnp.test" "$raw/events.json" "$tmp/testreport" "${args[@]}" &
+}
+
+# report_cnp EXIT: summary.md, junit.xml and the suite's report.yaml of
+# the cnp phase.
+report_cnp() {
+  local grc=$1 took=$((SECONDS - t0))
+  echo "conformance: phase cnp: runner exited $grc after $((took / 60))m$((took % 60))s"
+  [ ! -f "$raw/report.yaml" ] || cp "$raw/report.yaml" "$out/report.yaml"
+  local focus=()
+  [ -z "${FOCUS:-}" ] || focus=(-info "FOCUS=$FOCUS: the suite's own report below counts every test outside the focus as passed (its Run takes t.Run's true for a test that -run filtered out)")
+  "$tmp/cnp-report" -events "$raw/events.json" -log "$log" -report "$raw/report.yaml" -o "$out/summary.md" -junit "$out/junit.xml" \
+    -title "ClusterNetworkPolicy conformance (sigs.k8s.io/network-policy-api v0.3.0)" \
+    -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (runner exit $grc)" \
+    -info "Lab: $nodes nodes, runtime $runtime${install:+, flatnet installed by $install}" \
+    -info "Versions: network-policy-api v0.3.0 (suite and CRD, standard channel), $versions" \
+    -info "Command: \`PHASES=cnp hack/conformance.sh\` ($cnp_cmd)" "${focus[@]}" || return 1
+  [ "$grc" = 0 ]
+}
+
+flatnet_version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 rc=0
 for phase in $phases; do
   f=${FOCUS:-$(focus "$phase")}
@@ -185,17 +240,23 @@ for phase in $phases; do
   rm -rf "$out" "$raw"
   mkdir -p "$out" "$raw"
   log=$raw/ginkgo.log
-  args=(--provider=local "--kubeconfig=$kubeconfig" "--kubectl-path=$k8sbin/kubectl"
-    --dns-domain=cluster.local "--num-nodes=$nodes" "--report-dir=$raw" --disable-log-dump
-    "--ginkgo.focus=$f" "--ginkgo.skip=$s")
-  say "phase $phase: ginkgo -p --procs=$procs e2e.test --ginkgo.focus='$f' (log: $log)"
-  t0=$SECONDS
-  set +e
-  # setsid: ginkgo leads a process group of its own (a background job of
-  # a script is no group leader, so setsid execs it without forking).
-  KUBERNETES_CONFORMANCE_TEST=y setsid "$k8sbin/ginkgo" -p "--procs=$procs" "--timeout=$timeout" --no-color --silence-skips \
-    "$k8sbin/e2e.test" -- "${args[@]}" > >(tee "$log") 2>&1 &
+  if [ "$phase" = cnp ]; then
+    log=$raw/cnp.log
+    t0=$SECONDS
+    run_cnp
+  else
+    args=(--provider=local "--kubeconfig=$kubeconfig" "--kubectl-path=$k8sbin/kubectl"
+      --dns-domain=cluster.local "--num-nodes=$nodes" "--report-dir=$raw" --disable-log-dump
+      "--ginkgo.focus=$f" "--ginkgo.skip=$s")
+    say "phase $phase: ginkgo -p --procs=$procs e2e.test --ginkgo.focus='$f' (log: $log)"
+    t0=$SECONDS
+    # setsid: ginkgo leads a process group of its own (a background job of
+    # a script is no group leader, so setsid execs it without forking).
+    KUBERNETES_CONFORMANCE_TEST=y setsid "$k8sbin/ginkgo" -p "--procs=$procs" "--timeout=$timeout" --no-color --silence-skips \
+      "$k8sbin/e2e.test" -- "${args[@]}" > >(tee "$log") 2>&1 &
+  fi
   current=$!
+  set +e
   wait "$current"
   grc=$?
   current=
