@@ -221,7 +221,7 @@ report_cnp() {
     -title "ClusterNetworkPolicy conformance (sigs.k8s.io/network-policy-api v0.3.0)" \
     -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (runner exit $grc)" \
     -info "Lab: $nodes nodes, runtime $runtime${install:+, flatnet installed by $install}" \
-    -info "Versions: network-policy-api v0.3.0 (suite and CRD, standard channel), $versions" \
+    -info "Versions: network-policy-api v0.3.0 (suite and CRD, standard channel), $(go env GOVERSION), flatnet $flatnet_version, kernel $(uname -r)" \
     -info "Command: \`PHASES=cnp hack/conformance.sh\` ($cnp_cmd)" "${focus[@]}" || return 1
   [ "$grc" = 0 ]
 }
