@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,7 @@ import (
 	"github.com/flatnet/flatnet/internal/netpol/compile"
 	"github.com/flatnet/flatnet/internal/netpol/conntrack"
 	"github.com/flatnet/flatnet/internal/netpol/gate"
+	policymetrics "github.com/flatnet/flatnet/internal/netpol/metrics"
 	"github.com/flatnet/flatnet/internal/netpol/nftables"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/runner"
@@ -61,6 +63,8 @@ type PolicyOptions struct {
 	// PolicyKeepEstablished leaves established flows alone when a policy
 	// change denies them.
 	PolicyKeepEstablished bool
+	// PolicyMetricsBindAddress serves the policy's /metrics ("" or "0": not).
+	PolicyMetricsBindAddress string
 }
 
 func addPolicyFlags(fs *pflag.FlagSet, o *Options) {
@@ -69,6 +73,8 @@ func addPolicyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.PolicySyncPeriod, "policy-sync-period", 5*time.Minute, "--network-policy: how often the policy table is rebuilt in full")
 	fs.StringVar(&o.PolicySocket, "policy-socket", policygate.DefaultSocket, "--network-policy: unix socket where the flatnet-policy CNI plugin asks for a new pod's policy before the pod starts "+
 		"(the agent chains the plugin in its conflist); \"\" turns the gate off, and a pod may then send and receive before its policy is in place")
+	fs.StringVar(&o.PolicyMetricsBindAddress, "policy-metrics-bind-address", "127.0.0.1:9080", "--network-policy: IP:port of the policy's Prometheus /metrics "+
+		"(flatnet_networkpolicy_*: dropped packets per policy, sync and gate latency); \"\" or \"0\" disables")
 	fs.BoolVar(&o.PolicyKeepEstablished, "policy-keep-established", false, "--network-policy: keep established connections that a policy change now denies "+
 		"(default: their conntrack entries are deleted, so their next packet meets the new rules and is dropped)")
 }
@@ -130,7 +136,10 @@ type policyController struct {
 	// for cutting established flows that a change denies.
 	conntrack       conntrack.Interface
 	keepEstablished bool
-	lastRules       map[types.NamespacedName]*netpol.Pod
+	// metrics (nil in tests) and where to serve them ("": not served).
+	metrics     *policymetrics.Metrics
+	metricsAddr string
+	lastRules   map[types.NamespacedName]*netpol.Pod
 }
 
 // newPolicyController checks that the node can enforce policy (nft
@@ -148,7 +157,11 @@ func newPolicyController(ctx context.Context, client kubernetes.Interface, o Opt
 		return nil, err
 	}
 	c := &policyController{node: o.NodeName, client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(r),
-		socket: o.PolicySocket, conntrack: conntrack.Netlink{}, keepEstablished: o.PolicyKeepEstablished}
+		socket: o.PolicySocket, conntrack: conntrack.Netlink{}, keepEstablished: o.PolicyKeepEstablished,
+		metrics: policymetrics.New(r)}
+	if a := o.PolicyMetricsBindAddress; a != "" && a != "0" {
+		c.metricsAddr = a
+	}
 	switch ok, err := servesCNP(client.Discovery()); {
 	case err != nil:
 		return nil, fmt.Errorf("--network-policy: %w", err)
@@ -222,6 +235,13 @@ func (c *policyController) Run(ctx context.Context) error {
 	if c.gate == nil {
 		c.gate = newGateState()
 	}
+	if c.metricsAddr != "" {
+		go func() {
+			if err := c.metrics.Serve(ctx, c.metricsAddr); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Serving the network policy's metrics", "address", c.metricsAddr)
+			}
+		}()
+	}
 	gateErr := make(chan error, 1)
 	if c.socket != "" {
 		srv := &gate.Server{Path: c.socket, Handler: c.admit}
@@ -269,6 +289,9 @@ func (c *policyController) syncAndLog(ctx context.Context, full bool) error {
 	err := c.sync(ctx, full)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Network policy rules not synced; retrying with a full sync")
+		if c.metrics != nil {
+			c.metrics.SyncFailures.Inc()
+		}
 	}
 	return err
 }
@@ -317,6 +340,12 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 	}
 	c.gate.commit(n)
 	c.ready.Store(true)
+	if c.metrics != nil {
+		c.metrics.SetCounters(rs.Counters)
+		c.metrics.SyncDuration.WithLabelValues(strconv.FormatBool(res.Full)).Observe(time.Since(start).Seconds())
+		c.metrics.Pods.Set(float64(rs.Pods))
+		c.metrics.Elements.Set(float64(rs.NumElements()))
+	}
 	c.cutChanged(ctx, local)
 	logger.V(2).Info("Synced network policy rules", "full", res.Full, "pods", len(local), "selected", rs.Pods,
 		"policies", len(nps), "elements", rs.NumElements(), "operations", res.Operations, "took", time.Since(start))

@@ -186,6 +186,10 @@ func (g *gateState) drop(key types.NamespacedName, o override) {
 // admit is the gate's handler: it returns once a sync that knows req's
 // addresses has committed.
 func (c *policyController) admit(ctx context.Context, req gate.Request) error {
+	if c.metrics != nil {
+		start := time.Now()
+		defer func() { c.metrics.GateDuration.Observe(time.Since(start).Seconds()) }()
+	}
 	key := types.NamespacedName{Namespace: req.Namespace, Name: req.Name}
 	// The runtime read the pod from the API, so the watch has it or
 	// soon will; the first sync after the caches filled must also be done.
@@ -316,6 +320,9 @@ func (c *policyController) cutChanged(ctx context.Context, local []netpol.Pod) {
 	if err != nil {
 		logger.Error(err, "Network policy: cutting established flows the new rules deny", "pods", len(changed))
 		return
+	}
+	if c.metrics != nil {
+		c.metrics.CutFlows.Add(float64(n))
 	}
 	logger.V(2).Info("Cut established flows the new rules deny", "flows", n, "pods", len(changed), "took", time.Since(start))
 }

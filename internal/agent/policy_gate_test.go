@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/flatnet/flatnet/internal/netpol"
 	"github.com/flatnet/flatnet/internal/netpol/conntrack"
 	"github.com/flatnet/flatnet/internal/netpol/gate"
+	policymetrics "github.com/flatnet/flatnet/internal/netpol/metrics"
 	"github.com/flatnet/flatnet/internal/netpol/nftables"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/runner"
@@ -36,6 +38,7 @@ func gateTest(t *testing.T, client *fake.Clientset, ct *conntrack.Fake) (*policy
 	if ct != nil {
 		c.conntrack = ct
 	}
+	c.metrics = policymetrics.New(f)
 	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -176,6 +179,14 @@ func TestCutOnDeny(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("keep=%v: %d flows left, want %d", keep, n, want)
 			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); promtest.ToFloat64(c.metrics.CutFlows) != float64(2-want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("keep=%v: cut_flows_total %v, want %d", keep, promtest.ToFloat64(c.metrics.CutFlows), 2-want)
+			}
+		}
+		if got := promtest.ToFloat64(c.metrics.Pods); got != 1 {
+			t.Errorf("pods gauge %v, want 1", got)
 		}
 	}
 }

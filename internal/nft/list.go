@@ -193,9 +193,29 @@ func (r *Runner) ListElements(ctx context.Context, objectType, name string) ([]*
 	return nil, &Error{Msg: fmt.Sprintf("no %s %q in table %s %s", objectType, name, r.family, r.table), Errno: syscall.ENOENT}
 }
 
-// ListCounters implements knftables.Interface (flatnet uses no counters).
+// ListCounters implements knftables.Interface: the table's named
+// counters with their packets and bytes.
 func (r *Runner) ListCounters(ctx context.Context) ([]*knftables.Counter, error) {
-	return nil, nil
+	objs, err := r.objects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*knftables.Counter
+	for _, raw := range objs["counter"] {
+		var c struct {
+			Name    string  `json:"name"`
+			Comment *string `json:"comment"`
+			Handle  int     `json:"handle"`
+			Packets uint64  `json:"packets"`
+			Bytes   uint64  `json:"bytes"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("parsing nft counter %s: %w", raw, err)
+		}
+		out = append(out, &knftables.Counter{Name: c.Name, Comment: c.Comment, Handle: knftables.PtrTo(c.Handle),
+			Packets: knftables.PtrTo(c.Packets), Bytes: knftables.PtrTo(c.Bytes)})
+	}
+	return out, nil
 }
 
 func parseElement(raw json.RawMessage, isMap bool) (*knftables.Element, error) {

@@ -26,6 +26,7 @@ const listOutput = `{"nftables": [{"metainfo": {"version": "1.0.6", "release_nam
 {"set": {"family": "inet", "name": "boxes", "table": "t", "type": ["ipv4_addr", "ipv4_addr", "inet_proto", "inet_service"], "handle": 8, "flags": ["interval"],
   "elem": [{"concat": ["10.0.1.5", {"prefix": {"addr": "10.0.0.0", "len": 16}}, {"range": [0, 255]}, {"range": [0, 65535]}]},
     {"concat": ["10.0.1.6", {"range": ["10.1.0.1", "10.1.0.9"]}, "udp", 80]}]}},
+{"counter": {"family": "inet", "name": "c1", "table": "t", "handle": 9, "comment": "x/a", "packets": 7, "bytes": 420}},
 {"chain": {"family": "inet", "table": "t", "name": "postrouting", "handle": 3, "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}},
 {"chain": {"family": "inet", "table": "t", "name": "a1", "handle": 5}},
 {"rule": {"family": "inet", "table": "t", "chain": "postrouting", "handle": 4, "expr": [{"vmap": {"key": {"payload": {"protocol": "ip", "field": "saddr"}}, "data": "@masq4"}}]}},
@@ -49,6 +50,12 @@ func TestRunnerLists(t *testing.T) {
 	must(t, err)
 	if d := cmp.Diff([]string{"postrouting", "a1"}, chains); d != "" {
 		t.Errorf("List(chains) (-want +got):\n%s", d)
+	}
+	counters, err := n.ListCounters(ctx)
+	must(t, err)
+	if d := cmp.Diff([]*knftables.Counter{{Name: "c1", Comment: knftables.PtrTo("x/a"), Handle: knftables.PtrTo(9),
+		Packets: knftables.PtrTo[uint64](7), Bytes: knftables.PtrTo[uint64](420)}}, counters); d != "" {
+		t.Errorf("ListCounters (-want +got):\n%s", d)
 	}
 	elems, err := n.ListElements(ctx, "map", "masq4")
 	must(t, err)

@@ -60,6 +60,26 @@ const ChainForward = "forward"
 // nft by nft.Comment).
 type Rule struct{ Rule, Comment string }
 
+// Counter says what a named counter counts.
+type Counter struct {
+	Direction netpol.Direction
+	// Tier is "admin", "networkpolicy" or "baseline".
+	Tier string
+	// Policies: the Deny rule's ClusterNetworkPolicy, or the
+	// NetworkPolicies (namespace/name) that isolate Pod.
+	Policies []string
+	Pod      string
+}
+
+// comment is the counter's nft comment.
+func (c Counter) comment() string {
+	who := c.Pod
+	if who == "" {
+		who = strings.Join(c.Policies, ",")
+	}
+	return nft.Comment(fmt.Sprintf("%s %s drops: %s", c.Direction, c.Tier, who))
+}
+
 // Set is a set's type; Interval sets hold boxes.
 type Set struct {
 	Type     string
@@ -74,6 +94,10 @@ type Ruleset struct {
 	// Elements maps each set to its elements, fields joined by " . ", by
 	// the local pod address they start with (every element does).
 	Elements map[string]map[netip.Addr][]string
+	// Counters are the named counters of dropped packets: one per Deny
+	// rule of a tier, one per pod the NetworkPolicy tier isolates. Named
+	// counters outlive the rewrite of the chains that use them.
+	Counters map[string]Counter
 	// Pods counts the pods whose rules are in the table.
 	Pods int
 	// Conflicts lists pod addresses left out because another pod (first by
@@ -176,7 +200,7 @@ func NewRenderer() *Renderer { return &Renderer{cache: map[cacheKey]cached{}} }
 // Render is Render. The Rulesets it returns share element slices, which
 // nothing modifies.
 func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
-	rs := &Ruleset{Chains: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string]map[netip.Addr][]string{}}
+	rs := &Ruleset{Chains: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string]map[netip.Addr][]string{}, Counters: map[string]Counter{}}
 	next := make(map[cacheKey]cached, len(rd.cache))
 	sorted := slices.Clone(pods)
 	slices.SortFunc(sorted, func(a, b netpol.Pod) int { return cmp.Compare(a.Pod.String(), b.Pod.String()) })
@@ -224,10 +248,22 @@ func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
 	}
 	for _, d := range directions {
 		tiers := [2]map[refKey]*tierRule{{}, {}} // admin, baseline
+		var npDrops []Rule                       // a counted drop per isolated pod address
 		for i, p := range sorted {
 			r := p.Direction(d.d)
 			if r.Empty() || len(addrs[i]) == 0 {
 				continue
+			}
+			if r.Isolated {
+				name := fmt.Sprintf("%s-np-%s", d.d, hashString(p.Pod.String()))
+				c := Counter{Direction: d.d, Tier: "networkpolicy", Pod: p.Pod.String()}
+				for _, ref := range r.Isolators {
+					c.Policies = append(c.Policies, policyName(ref))
+				}
+				rs.Counters[name] = c
+				for _, a := range addrs[i] {
+					npDrops = append(npDrops, Rule{Rule: fmt.Sprintf("%s %s %s counter name %q drop", familyOf(a).kw, d.pod, a, name), Comment: nft.Comment(p.Pod.String())})
+				}
 			}
 			for _, a := range addrs[i] {
 				f := familyOf(a)
@@ -271,15 +307,17 @@ func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
 		for t, list := range ordered {
 			for _, g := range list {
 				verdict := "return"
+				tier := [2]string{"admin", "baseline"}[t]
 				switch g.action {
 				case netpol.Deny:
-					verdict = "counter drop"
+					name := fmt.Sprintf("%s-%s-%s", d.d, tier, hash(g.ref))
+					rs.Counters[name] = Counter{Direction: d.d, Tier: tier, Policies: []string{policyName(g.ref)}}
+					verdict = fmt.Sprintf("counter name %q drop", name)
 				case netpol.Pass:
 					if t == 0 {
 						verdict = "goto " + tiersChain
 					}
 				}
-				tier := [2]string{"admin", "baseline"}[t]
 				for _, f := range families {
 					set := fmt.Sprintf("%s-%s-%s-%s", d.d, tier, hash(g.ref), f.suffix)
 					for a, entries := range g.entries {
@@ -310,6 +348,7 @@ func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
 		}
 		rs.Chains[d.d.String()] = append(admin, Rule{Rule: "goto " + tiersChain})
 		rs.Chains[tiersChain] = append(isolated, rest...)
+		np = append(np, npDrops...)
 		rs.Chains[npChain] = append(np, Rule{Rule: "counter drop", Comment: "NetworkPolicy: no rule allows it"})
 	}
 	fwd := []Rule{{Rule: "ct state established,related accept"}}
@@ -363,6 +402,20 @@ func checkOrder(pods []netpol.Pod, d netpol.Direction, t int, ordered []*tierRul
 // hash names a policy rule's sets: stable while the rule exists, so a
 // reorder changes the chain, not the elements.
 func hash(r netpol.RuleRef) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%s/%s/%d", r.Kind, r.Policy.Namespace, r.Policy.Name, r.Index)))
+	return hashString(fmt.Sprintf("%s/%s/%s/%d", r.Kind, r.Policy.Namespace, r.Policy.Name, r.Index))
+}
+
+// hashString names a per-pod object by a short hash of its key.
+func hashString(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:])[:10])
+}
+
+// policyName is a rule's policy as the metrics label it: namespace/name
+// for a NetworkPolicy, the name of a ClusterNetworkPolicy.
+func policyName(r netpol.RuleRef) string {
+	if r.Policy.Namespace != "" {
+		return r.Policy.Namespace + "/" + r.Policy.Name
+	}
+	return r.Policy.Name
 }

@@ -72,6 +72,8 @@ add set inet policy-test ingress-isolated-v4 { type ipv4_addr ; }
 add set inet policy-test ingress-isolated-v6 { type ipv6_addr ; }
 add set inet policy-test ingress-pods-v4 { type ipv4_addr ; }
 add set inet policy-test ingress-pods-v6 { type ipv6_addr ; }
+add counter inet policy-test ingress-admin-` + hash(cnp("block", netpol.Ingress, 0)) + ` { comment "ingress admin drops: block" ; }
+add counter inet policy-test ingress-np-` + hashString("x/web") + ` { comment "ingress networkpolicy drops: x/web" ; }
 add rule inet policy-test egress goto egress-tiers
 add rule inet policy-test egress-np ip saddr . ip daddr . meta l4proto . th dport @egress-allow-v4 return
 add rule inet policy-test egress-np ip6 saddr . ip6 daddr . meta l4proto . th dport @egress-allow-v6 return
@@ -83,10 +85,11 @@ add rule inet policy-test forward ip saddr @egress-pods-v4 jump egress
 add rule inet policy-test forward ip6 saddr @egress-pods-v6 jump egress
 add rule inet policy-test forward ip daddr @ingress-pods-v4 jump ingress
 add rule inet policy-test forward ip6 daddr @ingress-pods-v6 jump ingress
-add rule inet policy-test ingress ip daddr . ip saddr . meta l4proto . th dport @ingress-admin-` + hash(cnp("block", netpol.Ingress, 0)) + `-v4 counter drop comment "Deny: ClusterNetworkPolicy block ingress rule 0"
+add rule inet policy-test ingress ip daddr . ip saddr . meta l4proto . th dport @ingress-admin-` + hash(cnp("block", netpol.Ingress, 0)) + `-v4 counter name "ingress-admin-` + hash(cnp("block", netpol.Ingress, 0)) + `" drop comment "Deny: ClusterNetworkPolicy block ingress rule 0"
 add rule inet policy-test ingress goto ingress-tiers
 add rule inet policy-test ingress-np ip daddr . ip saddr . meta l4proto . th dport @ingress-allow-v4 return
 add rule inet policy-test ingress-np ip6 daddr . ip6 saddr . meta l4proto . th dport @ingress-allow-v6 return
+add rule inet policy-test ingress-np ip daddr 10.0.1.5 counter name "ingress-np-` + hashString("x/web") + `" drop comment "x/web"
 add rule inet policy-test ingress-np counter drop comment "NetworkPolicy: no rule allows it"
 add rule inet policy-test ingress-tiers ip daddr @ingress-isolated-v4 goto ingress-np
 add rule inet policy-test ingress-tiers ip6 daddr @ingress-isolated-v6 goto ingress-np

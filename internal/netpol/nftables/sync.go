@@ -76,6 +76,9 @@ func writeFull(tx *knftables.Transaction, want *Ruleset) {
 	for _, name := range slices.Sorted(maps.Keys(want.Sets)) {
 		tx.Add(setObject(name, want.Sets[name]))
 	}
+	for _, name := range slices.Sorted(maps.Keys(want.Counters)) {
+		tx.Add(counterObject(name, want.Counters[name]))
+	}
 	for _, name := range slices.Sorted(maps.Keys(want.Chains)) {
 		tx.Add(chainObject(name))
 	}
@@ -126,6 +129,12 @@ func writeDiff(tx *knftables.Transaction, last, want *Ruleset) {
 			tx.Add(setObject(name, want.Sets[name]))
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(want.Counters)) {
+		// A name stands for one pod or one rule, so its comment is fixed.
+		if _, ok := last.Counters[name]; !ok {
+			tx.Add(counterObject(name, want.Counters[name]))
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(want.Chains)) {
 		if _, ok := last.Chains[name]; !ok {
 			changed[name] = true
@@ -151,6 +160,13 @@ func writeDiff(tx *knftables.Transaction, last, want *Ruleset) {
 			tx.Delete(&knftables.Chain{Name: name})
 		}
 	}
+	// Last: no rule names a counter that is gone (its chain was flushed
+	// or rewritten above).
+	for _, name := range slices.Sorted(maps.Keys(last.Counters)) {
+		if _, ok := want.Counters[name]; !ok {
+			tx.Delete(&knftables.Counter{Name: name})
+		}
+	}
 }
 
 func chainObject(name string) *knftables.Chain {
@@ -159,6 +175,10 @@ func chainObject(name string) *knftables.Chain {
 			Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)}
 	}
 	return &knftables.Chain{Name: name}
+}
+
+func counterObject(name string, c Counter) *knftables.Counter {
+	return &knftables.Counter{Name: name, Comment: knftables.PtrTo(c.comment())}
 }
 
 func setObject(name string, s Set) *knftables.Set {

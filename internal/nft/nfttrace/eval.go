@@ -101,8 +101,11 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 		switch tok := tk[i]; {
 		case tok == "counter":
 			i++
-			if peek(0) == "packets" {
+			switch peek(0) {
+			case "packets":
 				i += 4
+			case "name": // a named counter object
+				i += 2
 			}
 		case tok == "ct" && peek(1) == "state":
 			// The traced packet opens a new connection.
