@@ -19,9 +19,10 @@
 #   NAMESPACES   workload namespaces (default 100)
 #   PODS         workload pods (default 500)
 #   POLICIES     NetworkPolicies in all (default 1000)
-#   SAMPLES      deny+allow cycles per enforcer (default 30)
+#   SAMPLES      deny+allow cycles per enforcer (default 50)
 #   RATE_RUNS    connection-rate runs per enforcer, 5 s each (default 3)
-#   ENFORCERS    turns (default none,kube-network-policies,flatnet)
+#   ENFORCERS    turns (default none,kube-network-policies,flatnet,none)
+#   KEEP_LOGS    copy the lab's logs (agents, anchor, control plane) into this dir
 #   RESULT       keep the JSON result at this path
 #   FLATNET      the flatnet binary measured and running the lab (default
 #                bin/flatnet, which make bench-policy builds)
@@ -51,6 +52,9 @@ cleanup() {
   if [ -n "$bench_pid" ] && kill -0 "$bench_pid" 2>/dev/null; then
     kill "$bench_pid"; wait "$bench_pid" 2>/dev/null
   fi
+  if [ -n "${KEEP_LOGS:-}" ] && [ -d "$root/labs/$name/logs" ]; then
+    mkdir -p "$KEEP_LOGS" && cp "$root/labs/$name/logs/"*.log "$KEEP_LOGS/"
+  fi
   # lab down stops the anchor too: it is a daemon of the lab's state dir.
   if [ -n "$labup" ]; then
     "$flatnet" lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
@@ -74,8 +78,8 @@ echo "bench-policy: lab $name up in $((SECONDS - t0))s"
 
 "$root/policybench" run -state-dir "$root/labs" -lab "$name" -knp "$knp" -flatnet "$flatnet" \
   -namespaces "${NAMESPACES:-100}" -pods "${PODS:-500}" -policies "${POLICIES:-1000}" \
-  -samples "${SAMPLES:-30}" -rate-runs "${RATE_RUNS:-3}" \
-  -enforcers "${ENFORCERS:-none,kube-network-policies,flatnet}" \
+  -samples "${SAMPLES:-50}" -rate-runs "${RATE_RUNS:-3}" \
+  -enforcers "${ENFORCERS:-none,kube-network-policies,flatnet,none}" \
   -dir "$root/work" -out "$root/result.json" &
 bench_pid=$!
 wait "$bench_pid" || { rc=$?; tail -n 30 "$root/labs/$name/logs/bench-kube-network-policies.log" 2>/dev/null >&2; exit $rc; }

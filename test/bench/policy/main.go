@@ -11,10 +11,13 @@
 // (objects.go); plus a client pod on node 1 and, on node 2 (the enforcer
 // node), the probe targets, a connection-rate target selected by five
 // policies (one admitting the client), and a canary in a default-deny
-// namespace. Enforcers take turns on node 2, alone, so neither takes CPU
-// from the other on a small machine and both see the same pods:
+// namespace. Enforcers take turns on node 2, alone (each on that one node
+// only: the client is selected by no policy, so its node has nothing to
+// enforce), so neither takes CPU from the other on a machine whose cores
+// all nodes share, and both see the same pods:
 //
-//	none                   node 2's agent as the lab runs it: the baseline
+//	none                   every agent without --network-policy: the
+//	                       baseline (first and again last)
 //	kube-network-policies  the same, plus kube-network-policies in node 2's
 //	                       namespace (its in-cluster config from a token;
 //	                       enforcer.go)

@@ -65,5 +65,20 @@ func report(w io.Writer, res result) {
 		if r.Note != "" && r.ConnPerSec > 0 {
 			fmt.Fprintf(w, "- %s: %s\n", r.Enforcer, r.Note)
 		}
+		if n := len(r.DenyMs) + len(r.AllowMs); n > 0 {
+			fmt.Fprintf(w, "- %s: %d create → enforced samples (p99 by nearest rank: the %s)\n", r.Enforcer, n, largest(n-int(float64(n)*0.99+0.999999)+1))
+		}
 	}
+}
+
+// largest names the k-th largest sample.
+func largest(k int) string {
+	if k == 1 {
+		return "largest"
+	}
+	suffix := map[int]string{1: "st", 2: "nd", 3: "rd"}[k%10]
+	if suffix == "" || (k%100 >= 11 && k%100 <= 13) {
+		suffix = "th"
+	}
+	return fmt.Sprintf("%d%s largest", k, suffix)
 }
