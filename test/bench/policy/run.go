@@ -177,6 +177,7 @@ func runCmd(args []string) error {
 		Date: time.Now().UTC().Format(time.RFC3339),
 		Setup: setup{
 			Machine:    machine(),
+			LoadStart:  loadavg(),
 			Lab:        fmt.Sprintf("%d nodes, process runtime, backend %s", len(spec.Nodes), spec.Backend),
 			Namespaces: *namespaces, Pods: *pods, Policies: len(w.Policies),
 			EnforcerNode: l.enforcerNode, ClientNode: l.clientNode,
