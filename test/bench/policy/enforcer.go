@@ -341,3 +341,30 @@ func hasFlag(flatnet, flag string) bool {
 	out, _ := exec.Command(flatnet, "agent", "--help").CombinedOutput()
 	return strings.Contains(string(out), flag+" ") || strings.Contains(string(out), flag+"=")
 }
+
+// metrics scrapes the enforcer's Prometheus endpoint in the node's
+// namespace (both serve on port 9080: flatnet's policy metrics on
+// 127.0.0.1, kube-network-policies' on every address) and keeps the
+// series whose names start with one of prefixes, by their full text.
+func (n node) metrics(prefixes ...string) (map[string]float64, error) {
+	argv := []string{"netns", "exec", n.Netns, "curl", "-s", "--max-time", "5", "http://127.0.0.1:9080/metrics"}
+	out, err := exec.Command("ip", argv...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip %s: %w", strings.Join(argv, " "), err)
+	}
+	m := map[string]float64{}
+	for _, l := range strings.Split(string(out), "\n") {
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) && !strings.Contains(l, "_bucket") {
+				if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+					m[l[:i]] = v
+				}
+			}
+		}
+	}
+	return m, nil
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 )
 
 func reportCmd(args []string) error {
@@ -65,6 +67,9 @@ func report(w io.Writer, res result) {
 		if r.Note != "" && r.ConnPerSec > 0 {
 			fmt.Fprintf(w, "- %s: %s\n", r.Enforcer, r.Note)
 		}
+		if m := summarize(r.Metrics); m != "" {
+			fmt.Fprintf(w, "- %s: its metrics: %s\n", r.Enforcer, m)
+		}
 		if n := len(r.DenyMs) + len(r.AllowMs); n > 0 {
 			fmt.Fprintf(w, "- %s: %d create → enforced samples (p99 by nearest rank: the %s)\n", r.Enforcer, n, largest(n-int(float64(n)*0.99+0.999999)+1))
 		}
@@ -81,4 +86,34 @@ func largest(k int) string {
 		suffix = "th"
 	}
 	return fmt.Sprintf("%d%s largest", k, suffix)
+}
+
+// summarize says what the enforcer's own metrics say in one line: mean
+// histogram values from their sums and counts.
+func summarize(m map[string]float64) string {
+	var parts []string
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		base, ok := strings.CutSuffix(k, "_count")
+		if !ok {
+			base, labels, found := strings.Cut(k, "{")
+			if b, ok := strings.CutSuffix(base, "_count"); ok && found {
+				sum := m[b+"_sum{"+labels]
+				if m[k] > 0 {
+					parts = append(parts, fmt.Sprintf("%s{%s mean %.4g over %.0f", b, labels, sum/m[k], m[k]))
+				}
+			} else if !strings.Contains(base, "_sum") {
+				parts = append(parts, fmt.Sprintf("%s = %.0f", k, m[k]))
+			}
+			continue
+		}
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s mean %.4g over %.0f", base, m[base+"_sum"]/m[k], m[k]))
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -91,6 +91,9 @@ type row struct {
 	PeakRSSMiB        float64   `json:"peakRssMiB"`
 	CPUSeconds        float64   `json:"cpuSeconds"`
 	ConnCPUSeconds    float64   `json:"connCpuSeconds"`
+	// The enforcer's own metrics at the end of its turn: flatnet's policy
+	// syncs, kube-network-policies' per-packet verdict time and queue.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 }
 
 func logf(format string, args ...any) {
@@ -356,6 +359,15 @@ func (r *runner) turn(name string) (row, error) {
 	u1, err := readUsage(pid)
 	if err != nil {
 		return rw, err
+	}
+	switch name {
+	case flatnet:
+		rw.Metrics, err = r.enforcer.metrics("flatnet_networkpolicy_sync", "flatnet_networkpolicy_set_elements", "flatnet_networkpolicy_pods")
+	case knp:
+		rw.Metrics, err = r.enforcer.metrics("kube_network_policies_packet_process_duration", "kube_network_policies_nfqueue", "kube_network_policies_packet_count")
+	}
+	if err != nil {
+		logf("%s: metrics: %v", name, err)
 	}
 	rw.ConnCPUSeconds = (u1.CPU - u0.CPU).Seconds()
 	rw.CPUSeconds = u1.CPU.Seconds()
