@@ -160,6 +160,10 @@ func Render(pods []netpol.Pod) *Ruleset {
 					}
 					reported = true
 				}
+				if len(chains[name]) == 0 { // nothing in this family: every packet returns
+					delete(chains, name)
+					continue
+				}
 				for _, a := range mine {
 					chains[ChainTop] = append(chains[ChainTop], Rule{d.pod, host(a), "-m", "comment", "--comment", comment(p.Pod.String() + " " + d.d.String()), "-j", name})
 				}

@@ -1,0 +1,202 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/flatnet/flatnet/internal/ipt"
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// trafficModel: pods a and b on either side of a router whose FORWARD
+// holds the rules; every check of both directions, Admin tier and
+// NetworkPolicy tier, decides one of the probes.
+func trafficModel() []netpol.Pod {
+	a := netpol.Pod{Pod: types.NamespacedName{Namespace: "x", Name: "a"}, IPs: []netip.Addr{addr("10.213.1.2"), addr("fd13:213:1::2")}}
+	a.Egress.Admin = []netpol.TierRule{{Action: netpol.Deny, Entries: []netpol.Entry{entry("10.213.2.2/32", netpol.ProtoTCP, 81, 81)}, Rule: cnp("a-out", netpol.Egress, 0)}}
+	a.Ingress = netpol.Rules{
+		Admin:     []netpol.TierRule{{Action: netpol.Accept, Entries: []netpol.Entry{entry("fd13:213:2::2/128", netpol.ProtoTCP, 81, 81)}, Rule: cnp("a-in", netpol.Ingress, 0)}},
+		Isolated:  true,
+		Isolators: []netpol.RuleRef{np("x", "a", netpol.Ingress, -1)},
+		Allowed:   []netpol.Allow{{Entry: entry("fd13:213:2::/64", netpol.ProtoTCP, 80, 80)}},
+	}
+	b := netpol.Pod{Pod: types.NamespacedName{Namespace: "x", Name: "b"}, IPs: []netip.Addr{addr("10.213.2.2"), addr("fd13:213:2::2")}}
+	b.Egress.Admin = []netpol.TierRule{{Action: netpol.Deny, Entries: []netpol.Entry{entry("10.213.1.0/24", netpol.ProtoTCP, 80, 80)}, Rule: cnp("b-out", netpol.Egress, 0)}}
+	b.Ingress = netpol.Rules{
+		Isolated:  true,
+		Isolators: []netpol.RuleRef{np("x", "b", netpol.Ingress, -1)},
+		Allowed: []netpol.Allow{
+			{Entry: entry("10.213.1.2/32", netpol.ProtoTCP, 80, 81)},
+			{Entry: entry("fd13:213:1::/64", netpol.ProtoTCP, 80, 81)},
+		},
+	}
+	return []netpol.Pod{a, b}
+}
+
+// useIPTables puts impl's ("nft" or "legacy") iptables-save/-restore
+// first in PATH, under the names ipt.Runner runs.
+func useIPTables(t *testing.T, impl string) {
+	dir := t.TempDir()
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		for _, verb := range []string{"save", "restore"} {
+			path, err := exec.LookPath(fam + "-" + impl + "-" + verb)
+			if err != nil {
+				testutil.Skip(t, "%v (hack/deps.sh installs iptables)", err)
+			}
+			if err := os.Symlink(path, filepath.Join(dir, fam+"-"+verb)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// TestRootTraffic applies a ruleset with the real iptables-restore, both
+// iptables-nft and iptables-legacy, on a router namespace between two
+// namespaces, and requires real TCP connections over IPv4 and IPv6 to be
+// allowed or to time out as the model says; the kernel's save must read
+// back what was written; Cleanup must leave nothing.
+func TestRootTraffic(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, impl := range []string{"nft", "legacy"} {
+		t.Run(impl, func(t *testing.T) {
+			useIPTables(t, impl)
+			if impl == "legacy" {
+				if _, err := os.Stat("/proc/net/ip_tables_names"); err != nil {
+					testutil.Skip(t, "the kernel has no ip_tables (legacy iptables): %v; build it with CONFIG_IP_NF_IPTABLES", err)
+				}
+			}
+			rootTraffic(t)
+		})
+	}
+}
+
+func rootTraffic(t *testing.T) {
+	testutil.RequireFreeRange(t, "10.213.0.0/16", "fd13:213::/32")
+	ctx := context.Background()
+	a, r, b := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
+	testutil.Wire(t, a, "a0", []string{"10.213.1.2/24", "fd13:213:1::2/64"}, r, "r1", []string{"10.213.1.1/24", "fd13:213:1::1/64"})
+	testutil.Wire(t, r, "r2", []string{"10.213.2.1/24", "fd13:213:2::1/64"}, b, "b0", []string{"10.213.2.2/24", "fd13:213:2::2/64"})
+	for _, end := range []struct{ ns, v4, v6 string }{{a, "10.213.1.1", "fd13:213:1::1"}, {b, "10.213.2.1", "fd13:213:2::1"}} {
+		testutil.Run(t, "ip", "-n", testutil.NSName(end.ns), "route", "add", "default", "via", end.v4)
+		testutil.Run(t, "ip", "-n", testutil.NSName(end.ns), "-6", "route", "add", "default", "via", end.v6)
+	}
+	testutil.RunIn(t, r, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+
+	type probe struct {
+		from, to string // namespace paths
+		src, dst netip.Addr
+		port     uint16
+	}
+	var probes []probe
+	for _, ips := range [][2]string{{"10.213.1.2", "10.213.2.2"}, {"fd13:213:1::2", "fd13:213:2::2"}} {
+		for _, port := range []uint16{80, 81} {
+			probes = append(probes, probe{a, b, addr(ips[0]), addr(ips[1]), port}, probe{b, a, addr(ips[1]), addr(ips[0]), port})
+		}
+	}
+	for _, p := range probes {
+		testutil.EchoServer(t, p.to, net.JoinHostPort(p.dst.String(), fmt.Sprint(p.port)), "hi")
+	}
+	// check probes all in parallel (a denied one times out after 3 s).
+	check := func(step string, model []netpol.Pod) {
+		t.Helper()
+		got := make([]error, len(probes))
+		var wg sync.WaitGroup
+		for i, p := range probes {
+			wg.Go(func() {
+				_, got[i] = testutil.Ask(p.from, net.JoinHostPort(p.dst.String(), fmt.Sprint(p.port)))
+			})
+		}
+		wg.Wait()
+		allowed := 0
+		for i, p := range probes {
+			w := want(model, p.src, p.dst, netpol.ProtoTCP, p.port)
+			var ne net.Error
+			switch {
+			case (got[i] == nil) != w:
+				t.Errorf("%s: %s -> %s:%d: error %v, want allowed=%v", step, p.src, p.dst, p.port, got[i], w)
+			case got[i] != nil && !(errors.As(got[i], &ne) && ne.Timeout()):
+				t.Errorf("%s: %s -> %s:%d: %v, want a timeout (a deny drops, never rejects)", step, p.src, p.dst, p.port, got[i])
+			}
+			if got[i] == nil {
+				allowed++
+			}
+		}
+		t.Logf("%s: %d of %d probes allowed, as the model says", step, allowed, len(probes))
+	}
+	check("no rules", nil)
+
+	runner := ipt.New()
+	s := NewSyncer(runner)
+	inR := func(f func() error) {
+		t.Helper()
+		if err := netns.Do(r, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	model := trafficModel()
+	rs := Render(model)
+	inR(func() error { _, err := s.Sync(ctx, rs, false); return err })
+	// The kernel's save reads back our rules as written (canonical form).
+	for _, fam := range Families {
+		inR(func() error {
+			tb, err := runner.Save(ctx, fam, Table)
+			if err != nil {
+				return err
+			}
+			if fwd := tb.RulesIn(Forward); len(fwd) != 1 || !slices.Equal(fwd[0].Args, JumpRule) {
+				t.Errorf("%s FORWARD: %v, want only %q", fam, fwd, JumpRule)
+			}
+			for chain, rules := range rs.Families[fam] {
+				got := tb.RulesIn(chain)
+				if !slices.EqualFunc(got, rules, func(g ipt.Rule, w Rule) bool { return slices.Equal(g.Args, w) }) {
+					t.Errorf("%s chain %s: the kernel has\n%v\nwant\n%v", fam, chain, got, rules)
+				}
+			}
+			return nil
+		})
+	}
+	check("model", model)
+
+	// An incremental change: a's egress deny goes.
+	model[0].Egress.Admin = nil
+	inR(func() error {
+		res, err := s.Sync(ctx, Render(model), false)
+		if err == nil && (res.Full || res.Restores != 1) {
+			t.Errorf("incremental sync: %+v, want one restore", res)
+		}
+		return err
+	})
+	check("a's egress deny removed", model)
+
+	inR(func() error {
+		removed, err := Cleanup(ctx, runner)
+		if err != nil || !removed {
+			return fmt.Errorf("cleanup: removed %v, %w", removed, err)
+		}
+		for _, fam := range Families {
+			tb, err := runner.Save(ctx, fam, Table)
+			if err != nil {
+				return err
+			}
+			if len(tb.RulesIn(Forward)) != 0 || slices.ContainsFunc(tb.Chains, Ours) {
+				t.Errorf("%s after Cleanup: chains %v, FORWARD %v", fam, tb.Chains, tb.RulesIn(Forward))
+			}
+		}
+		return nil
+	})
+	check("after cleanup", nil)
+}
