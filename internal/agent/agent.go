@@ -13,7 +13,8 @@
 //   - with --proxy, serves Services on nftables (internal/proxy/proxier),
 //     one proxier per cluster-CIDR family;
 //   - with --network-policy, enforces NetworkPolicy on the node's pods in
-//     one nftables table (policy.go, internal/netpol);
+//     one nftables table, or iptables chains where nft does not work
+//     (policy.go, policy_mode.go, internal/netpol);
 //   - in lab mode (--lab-runtime), also runs the lab's process runtime
 //     (internal/lab/runtime/process, a kubelet of its own), which
 //     registers the Node and runs its pods.
@@ -100,7 +101,7 @@ type Options struct {
 
 	ProxyOnlyOptions // --proxy-only: the Service proxy alone, replacing kube-proxy (proxyonly.go)
 	DNSOptions       // --dns, --dns-only: cluster DNS (dns.go)
-	PolicyOptions    // --network-policy: NetworkPolicy in nftables (policy.go)
+	PolicyOptions    // --network-policy: NetworkPolicy in nftables or iptables (policy.go)
 }
 
 // NewCommand returns `flatnet agent`.
@@ -328,7 +329,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	} else {
-		removeStalePolicyTable(ctx)
+		removeOtherPolicyRules(ctx, "")
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)

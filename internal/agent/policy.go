@@ -34,19 +34,19 @@ import (
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/knftables"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 	cnplisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/flatnet/flatnet/internal/cni/policygate"
+	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netpol"
 	"github.com/flatnet/flatnet/internal/netpol/compile"
 	"github.com/flatnet/flatnet/internal/netpol/conntrack"
 	"github.com/flatnet/flatnet/internal/netpol/gate"
+	"github.com/flatnet/flatnet/internal/netpol/iptables"
 	policymetrics "github.com/flatnet/flatnet/internal/netpol/metrics"
 	"github.com/flatnet/flatnet/internal/netpol/nftables"
-	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/runner"
 	"github.com/flatnet/flatnet/internal/sysctl"
 )
@@ -65,21 +65,29 @@ type PolicyOptions struct {
 	PolicyKeepEstablished bool
 	// PolicyMetricsBindAddress serves the policy's /metrics ("" or "0": not).
 	PolicyMetricsBindAddress string
+	// PolicyMode is the renderer: auto, nftables or iptables (policy_mode.go).
+	PolicyMode string
 }
 
 func addPolicyFlags(fs *pflag.FlagSet, o *Options) {
-	fs.BoolVar(&o.NetworkPolicy, "network-policy", false, "enforce NetworkPolicy on this node's pods with nftables (table inet "+nftables.DefaultTable+"; needs nft, and br_netfilter for traffic between pods of one node)")
+	fs.BoolVar(&o.NetworkPolicy, "network-policy", false, "enforce NetworkPolicy on this node's pods with nftables (table inet "+nftables.DefaultTable+"), or iptables where nft does not work (--policy-mode); needs br_netfilter for traffic between pods of one node")
 	fs.DurationVar(&o.PolicyMinSyncPeriod, "policy-min-sync-period", 50*time.Millisecond, "--network-policy: the least time between two rule syncs (bursts of changes are coalesced)")
 	fs.DurationVar(&o.PolicySyncPeriod, "policy-sync-period", 5*time.Minute, "--network-policy: how often the policy table is rebuilt in full")
 	fs.StringVar(&o.PolicySocket, "policy-socket", policygate.DefaultSocket, "--network-policy: unix socket where the flatnet-policy CNI plugin asks for a new pod's policy before the pod starts "+
 		"(the agent chains the plugin in its conflist); \"\" turns the gate off, and a pod may then send and receive before its policy is in place")
 	fs.StringVar(&o.PolicyMetricsBindAddress, "policy-metrics-bind-address", "127.0.0.1:9080", "--network-policy: IP:port of the policy's Prometheus /metrics "+
 		"(flatnet_networkpolicy_*: dropped packets per policy, sync and gate latency); \"\" or \"0\" disables")
+	fs.StringVar(&o.PolicyMode, "policy-mode", policyModeAuto, policyModeHelp)
 	fs.BoolVar(&o.PolicyKeepEstablished, "policy-keep-established", false, "--network-policy: keep established connections that a policy change now denies "+
 		"(default: their conntrack entries are deleted, so their next packet meets the new rules and is dropped)")
 }
 
 func (o *PolicyOptions) validatePolicy() error {
+	if o.NetworkPolicy {
+		if err := validPolicyMode(o.PolicyMode); err != nil {
+			return err
+		}
+	}
 	if o.NetworkPolicy && (o.PolicyMinSyncPeriod < 0 || o.PolicySyncPeriod <= 0) {
 		return fmt.Errorf("--policy-min-sync-period must be >= 0 and --policy-sync-period > 0 (got %s, %s)", o.PolicyMinSyncPeriod, o.PolicySyncPeriod)
 	}
@@ -116,6 +124,9 @@ type policyController struct {
 	client   kubernetes.Interface
 	renderer *nftables.Renderer
 	syncer   *nftables.Syncer
+	// ipt, when set, renders with iptables instead (--policy-mode).
+	ipt      *iptables.Syncer
+	mode     string
 	runner   *runner.Runner
 	pods     corelisters.PodLister
 	nss      corelisters.NamespaceLister
@@ -142,23 +153,25 @@ type policyController struct {
 	lastRules   map[types.NamespacedName]*netpol.Pod
 }
 
-// newPolicyController checks that the node can enforce policy (nft
-// present and working, bridged traffic on the IP hooks) and returns the
-// controller; Run starts it.
+// newPolicyController checks that the node can enforce policy (nft or
+// iptables present and working, bridged traffic on the IP hooks), removes
+// the other mode's rules and returns the controller; Run starts it.
 func newPolicyController(ctx context.Context, client kubernetes.Interface, o Options, cidrs []netip.Prefix) (*policyController, error) {
-	r, err := nft.New(knftables.InetFamily, nftables.DefaultTable, nft.StandardPaths...)
+	mode, r, err := choosePolicyMode(ctx, o.PolicyMode, iptFamilies(cidrs))
 	if err != nil {
-		return nil, fmt.Errorf("--network-policy needs nftables: %w", err)
-	}
-	if err := r.Probe(ctx); err != nil {
-		return nil, fmt.Errorf("--network-policy needs nftables, and nft does not work here: %w", err)
+		return nil, err
 	}
 	if err := ensureBridgeNetfilter(cidrs); err != nil {
 		return nil, err
 	}
-	c := &policyController{node: o.NodeName, client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(r),
-		socket: o.PolicySocket, conntrack: conntrack.Netlink{}, keepEstablished: o.PolicyKeepEstablished,
-		metrics: policymetrics.New(r)}
+	c := &policyController{node: o.NodeName, client: client, mode: mode,
+		socket: o.PolicySocket, conntrack: conntrack.Netlink{}, keepEstablished: o.PolicyKeepEstablished}
+	if mode == policyModeIPTables {
+		c.ipt, c.metrics = iptables.NewSyncer(ipt.New(), iptFamilies(cidrs)...), policymetrics.New(noCounters{})
+	} else {
+		c.renderer, c.syncer, c.metrics = nftables.NewRenderer(), nftables.NewSyncer(r), policymetrics.New(r)
+	}
+	removeOtherPolicyRules(ctx, mode)
 	if a := o.PolicyMetricsBindAddress; a != "" && a != "0" {
 		c.metricsAddr = a
 	}
@@ -254,7 +267,11 @@ func (c *policyController) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return nil
 	}
-	klog.FromContext(ctx).Info("Enforcing NetworkPolicy", "table", "inet "+nftables.DefaultTable,
+	rules := "table inet " + nftables.DefaultTable
+	if c.ipt != nil {
+		rules = "iptables chains " + iptables.ChainTop + "*"
+	}
+	klog.FromContext(ctx).Info("Enforcing NetworkPolicy", "rules", rules,
 		"clusterNetworkPolicy", c.cnps != nil, "gate", c.socket, "keepEstablished", c.keepEstablished)
 	loopDone := make(chan struct{})
 	go func() { c.runner.Loop(ctx); close(loopDone) }()
@@ -329,26 +346,22 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 			local = append(local, comp.Pod(p))
 		}
 	}
-	rs, err := c.renderer.Render(local)
-	if err != nil {
-		return err
-	}
-	c.logErrors(logger, append(comp.Errors(), rs.Conflicts...))
-	res, err := c.syncer.Sync(ctx, rs, full)
+	res, left, err := c.commit(ctx, local, full)
+	c.logErrors(logger, append(comp.Errors(), left...))
 	if err != nil {
 		return err
 	}
 	c.gate.commit(n)
 	c.ready.Store(true)
 	if c.metrics != nil {
-		c.metrics.SetCounters(rs.Counters)
-		c.metrics.SyncDuration.WithLabelValues(strconv.FormatBool(res.Full)).Observe(time.Since(start).Seconds())
-		c.metrics.Pods.Set(float64(rs.Pods))
-		c.metrics.Elements.Set(float64(rs.NumElements()))
+		c.metrics.SetCounters(res.counters)
+		c.metrics.SyncDuration.WithLabelValues(strconv.FormatBool(res.full)).Observe(time.Since(start).Seconds())
+		c.metrics.Pods.Set(float64(res.pods))
+		c.metrics.Elements.Set(float64(res.elements))
 	}
 	c.cutChanged(ctx, local)
-	logger.V(2).Info("Synced network policy rules", "full", res.Full, "pods", len(local), "selected", rs.Pods,
-		"policies", len(nps), "elements", rs.NumElements(), "operations", res.Operations, "took", time.Since(start))
+	logger.V(2).Info("Synced network policy rules", "full", res.full, "pods", len(local), "selected", res.pods,
+		"policies", len(nps), "elements", res.elements, "rules", res.rules, "operations", res.operations, "took", time.Since(start))
 	return nil
 }
 

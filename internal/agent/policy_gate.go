@@ -57,7 +57,8 @@ func policySocket(o Options) string {
 // removeStalePolicyTable deletes the policy table an earlier agent with
 // --network-policy left: its rules would go on enforcing a stale view of
 // the policies (and the gate would be gone, so no new pod could start).
-func removeStalePolicyTable(ctx context.Context) {
+// why says what follows (for the log).
+func removeStalePolicyTable(ctx context.Context, why string) {
 	r, err := nft.New(knftables.InetFamily, nftables.DefaultTable, nft.StandardPaths...)
 	if err != nil {
 		return // no nft: no table either
@@ -73,7 +74,7 @@ func removeStalePolicyTable(ctx context.Context) {
 		logger.Error(err, "Removing the network policy table left by an agent with --network-policy", "table", "inet "+nftables.DefaultTable)
 		return
 	}
-	logger.Info("Removed the network policy table left by an agent with --network-policy: NetworkPolicy is no longer enforced on this node", "table", "inet "+nftables.DefaultTable)
+	logger.Info("Removed the network policy table left by an agent with --network-policy: "+why, "table", "inet "+nftables.DefaultTable)
 }
 
 // cnpGroupVersion is the ClusterNetworkPolicy API flatnet reads.

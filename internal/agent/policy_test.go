@@ -30,12 +30,7 @@ func policyPod(name, node, ip string, lbl map[string]string) *corev1.Pod {
 func TestPolicyController(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := fake.NewClientset(
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
-		policyPod("a", "n1", "10.244.1.5", map[string]string{"app": "a"}),
-		policyPod("b", "n1", "10.244.1.6", map[string]string{"app": "b"}),
-		policyPod("c", "n2", "10.244.2.5", map[string]string{"app": "a"}),
-	)
+	client := policyClient()
 	f := nft.NewFake(knftables.InetFamily, nftables.DefaultTable)
 	c := &policyController{node: "n1", client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(f)}
 	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
@@ -65,12 +60,7 @@ func TestPolicyController(t *testing.T) {
 		}
 	}
 	waitFor("before any policy", func(s []string) bool { return f.Runs() > 0 && len(s) == 0 })
-	deny := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
-	}
-	if _, err := client.NetworkingV1().NetworkPolicies("x").Create(ctx, deny, metav1.CreateOptions{}); err != nil {
+	if _, err := client.NetworkingV1().NetworkPolicies("x").Create(ctx, denyIngressA(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("after default deny", func(s []string) bool { return len(s) == 1 && s[0] == "10.244.1.5" })
@@ -84,6 +74,26 @@ func TestPolicyController(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// policyClient serves namespace x with pods a (app=a) and b on node n1,
+// c (app=a) on n2.
+func policyClient() *fake.Clientset {
+	return fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+		policyPod("a", "n1", "10.244.1.5", map[string]string{"app": "a"}),
+		policyPod("b", "n1", "10.244.1.6", map[string]string{"app": "b"}),
+		policyPod("c", "n2", "10.244.2.5", map[string]string{"app": "a"}),
+	)
+}
+
+// denyIngressA isolates x's app=a pods for ingress, allowing nothing.
+func denyIngressA() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
 	}
 }
 
