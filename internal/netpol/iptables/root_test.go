@@ -11,14 +11,15 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/netpoltest"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -70,7 +71,11 @@ func useIPTables(t *testing.T, impl string) {
 // namespaces, and requires real TCP connections over IPv4 and IPv6 to be
 // allowed or to time out as the model says; the kernel's save must read
 // back what was written; Cleanup must leave nothing.
-func TestRootTraffic(t *testing.T) {
+func TestRootTraffic(t *testing.T) { forEachIPTables(t, rootTraffic) }
+
+// forEachIPTables runs test once with iptables-nft and once with
+// iptables-legacy (when the kernel has ip_tables).
+func forEachIPTables(t *testing.T, test func(*testing.T)) {
 	testutil.RequireRoot(t)
 	for _, impl := range []string{"nft", "legacy"} {
 		t.Run(impl, func(t *testing.T) {
@@ -80,7 +85,7 @@ func TestRootTraffic(t *testing.T) {
 					testutil.Skip(t, "the kernel has no ip_tables (legacy iptables): %v; build it with CONFIG_IP_NF_IPTABLES", err)
 				}
 			}
-			rootTraffic(t)
+			test(t)
 		})
 	}
 }
@@ -209,26 +214,10 @@ func rootTraffic(t *testing.T) {
 	check("after cleanup", nil)
 }
 
-// scaleModel is one node's share of issue 12's scale (500 pods and 1,000
-// policies over 3 nodes), as netpol/nftables' benchmark has it: 170 local
-// pods, each isolated both ways, allowing 100 peers on two ports (ingress)
-// and 20 peers (egress); plus the topology's b, sorted last, whose last
-// allow is a's port 80.
+// scaleModel is netpoltest.Scale plus the topology's b, sorted last,
+// whose last allow is a's port 80.
 func scaleModel() []netpol.Pod {
-	var pods []netpol.Pod
-	for i := range 170 {
-		p := netpol.Pod{Pod: types.NamespacedName{Namespace: fmt.Sprintf("ns%d", i%100), Name: fmt.Sprintf("p%d", i)},
-			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(i)})}}
-		p.Ingress.Isolated, p.Egress.Isolated = true, true
-		for k := range 100 {
-			peer := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(k % 3), byte((i + 7*k) % 250)}), 32)
-			p.Ingress.Allowed = append(p.Ingress.Allowed, netpol.Allow{Entry: netpol.Entry{Peer: peer, Proto: netpol.ProtoTCP, From: 80, To: 81}})
-			if k < 20 {
-				p.Egress.Allowed = append(p.Egress.Allowed, netpol.Allow{Entry: netpol.Entry{Peer: peer, Proto: netpol.ProtoAny, To: 65535}})
-			}
-		}
-		pods = append(pods, p)
-	}
+	pods := netpoltest.Scale()
 	b := netpol.Pod{Pod: types.NamespacedName{Namespace: "zz", Name: "b"}, IPs: []netip.Addr{addr("10.213.2.2")}}
 	b.Ingress.Isolated = true
 	b.Ingress.Allowed = append(slices.Clone(pods[0].Ingress.Allowed), netpol.Allow{Entry: entry("10.213.1.2/32", netpol.ProtoTCP, 80, 80)})
@@ -240,20 +229,7 @@ func scaleModel() []netpol.Pod {
 // one pod's change, and the rate of new TCP connections from a to b when
 // b's rules come last (every pod's jump, then 100 allows, walked per new
 // flow), against no rules. Figures only: nothing is asserted on them.
-func TestRootScale(t *testing.T) {
-	testutil.RequireRoot(t)
-	for _, impl := range []string{"nft", "legacy"} {
-		t.Run(impl, func(t *testing.T) {
-			useIPTables(t, impl)
-			if impl == "legacy" {
-				if _, err := os.Stat("/proc/net/ip_tables_names"); err != nil {
-					testutil.Skip(t, "the kernel has no ip_tables (legacy iptables): %v; build it with CONFIG_IP_NF_IPTABLES", err)
-				}
-			}
-			rootScale(t)
-		})
-	}
-}
+func TestRootScale(t *testing.T) { forEachIPTables(t, rootScale) }
 
 func rootScale(t *testing.T) {
 	ctx := context.Background()

@@ -1,0 +1,34 @@
+// Package netpoltest holds models the renderers' tests and benchmarks
+// share.
+package netpoltest
+
+import (
+	"fmt"
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/flatnet/flatnet/internal/netpol"
+)
+
+// Scale is one node's share of issue 12's scale (500 pods and 1,000
+// policies over 3 nodes): 170 local pods (10.244.1.0-169), each isolated
+// both ways, each allowing 100 peer pods on two ports (ingress) and 20
+// peers (egress).
+func Scale() []netpol.Pod {
+	var pods []netpol.Pod
+	for i := range 170 {
+		p := netpol.Pod{Pod: types.NamespacedName{Namespace: fmt.Sprintf("ns%d", i%100), Name: fmt.Sprintf("p%d", i)},
+			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(i)})}}
+		p.Ingress.Isolated, p.Egress.Isolated = true, true
+		for k := range 100 {
+			peer := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(k % 3), byte((i + 7*k) % 250)}), 32)
+			p.Ingress.Allowed = append(p.Ingress.Allowed, netpol.Allow{Entry: netpol.Entry{Peer: peer, Proto: netpol.ProtoTCP, From: 80, To: 81}})
+			if k < 20 {
+				p.Egress.Allowed = append(p.Egress.Allowed, netpol.Allow{Entry: netpol.Entry{Peer: peer, Proto: netpol.ProtoAny, To: 65535}})
+			}
+		}
+		pods = append(pods, p)
+	}
+	return pods
+}
