@@ -77,15 +77,11 @@ func choosePolicyMode(ctx context.Context, mode string, families []ipt.Protocol)
 		nftErr = err
 	}
 	for _, f := range families {
-		err := ipt.Available(f)
-		if err == nil {
-			_, err = ipt.New().Save(ctx, f, iptables.Table)
-		}
-		if err != nil {
+		if err := probeIPTables(ctx, f); err != nil {
 			if nftErr != nil {
-				return "", nil, fmt.Errorf("--network-policy needs nftables or iptables: %w; and %s does not work: %w", nftErr, f, err)
+				return "", nil, fmt.Errorf("--network-policy needs nftables or iptables: %w; and %s does not work: %w%s", nftErr, f, err, legacyHint)
 			}
-			return "", nil, fmt.Errorf("--network-policy with --policy-mode=iptables: %s does not work: %w", f, err)
+			return "", nil, fmt.Errorf("--network-policy with --policy-mode=iptables: %s does not work: %w%s", f, err, legacyHint)
 		}
 	}
 	if nftErr != nil {
@@ -93,6 +89,23 @@ func choosePolicyMode(ctx context.Context, mode string, families []ipt.Protocol)
 			"install nftables (nft v1.0.1 or later) and restart the agent to use it", "reason", nftErr.Error())
 	}
 	return policyModeIPTables, nil, nil
+}
+
+// legacyHint: iptables-nft needs the nf_tables the kernel may be missing.
+const legacyHint = " (on a kernel without nf_tables, iptables must be the legacy flavour: " +
+	"`update-alternatives --set iptables /usr/sbin/iptables-legacy`, and ip6tables likewise)"
+
+// probeIPTables checks that f's iptables can read and write the filter
+// table, changing nothing (an empty commit).
+func probeIPTables(ctx context.Context, f ipt.Protocol) error {
+	if err := ipt.Available(f); err != nil {
+		return err
+	}
+	r := ipt.New()
+	if _, err := r.Save(ctx, f, iptables.Table); err != nil {
+		return err
+	}
+	return r.Restore(ctx, f, []byte("*"+iptables.Table+"\nCOMMIT\n"))
 }
 
 // removeOtherPolicyRules removes what an agent in another policy mode

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,5 +77,22 @@ func TestValidPolicyMode(t *testing.T) {
 	}
 	if err := validPolicyMode("ipset"); err == nil || !strings.Contains(err.Error(), "auto, nftables, iptables") {
 		t.Errorf("ipset: %v, want an error naming the modes", err)
+	}
+}
+
+// TestPolicyModeIPTablesBroken: --policy-mode=iptables where iptables does
+// not work refuses to start, naming the family and the legacy flavour.
+func TestPolicyModeIPTablesBroken(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"iptables-save", "iptables-restore"} {
+		script := "#!/bin/sh\necho 'iptables v1.8.9 (nf_tables): Could not fetch rule set generation id: Invalid argument' >&2\nexit 4\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	_, _, err := choosePolicyMode(context.Background(), policyModeIPTables, []ipt.Protocol{ipt.IPv4})
+	if err == nil || !strings.Contains(err.Error(), "iptables does not work") || !strings.Contains(err.Error(), "iptables-legacy") {
+		t.Errorf("got %v, want an error naming iptables and the legacy flavour", err)
 	}
 }
