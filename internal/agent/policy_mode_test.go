@@ -95,4 +95,5 @@ func TestPolicyModeIPTablesBroken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "iptables does not work") || !strings.Contains(err.Error(), "iptables-legacy") {
 		t.Errorf("got %v, want an error naming iptables and the legacy flavour", err)
 	}
+	t.Log(err)
 }
