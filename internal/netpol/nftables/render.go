@@ -11,6 +11,9 @@
 //
 //	forward (filter hook forward priority filter)
 //	  ct state established,related accept           replies of allowed flows
+//	  ct state new tcp flags & (fin|syn|rst|ack) != syn ip daddr @egress-pods-v4 drop
+//	  ct state new tcp flags & (fin|syn|rst|ack) != syn ip saddr @ingress-pods-v4 drop
+//	                                                 a cut flow picked up reversed
 //	  ip saddr @egress-pods-v4 jump egress           local pods with egress rules
 //	  ip daddr @ingress-pods-v4 jump ingress         ... with ingress rules
 //	ingress                                          Admin tier, in order:
@@ -352,6 +355,17 @@ func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
 		rs.Chains[npChain] = append(np, Rule{Rule: "counter drop", Comment: "NetworkPolicy: no rule allows it"})
 	}
 	fwd := []Rule{{Rule: "ct state established,related accept"}}
+	// A TCP packet that opens no connection but has no conntrack entry
+	// (conntrack.Cut deleted it) is picked up as a new flow in its own
+	// direction. Coming from the pod whose ingress denied the flow (or
+	// going to the pod whose egress did), that flow is allowed, and the
+	// denied side's packets would pass as its replies: drop such pickups.
+	for _, d := range directions {
+		for _, f := range families {
+			fwd = append(fwd, Rule{Rule: fmt.Sprintf("ct state new tcp flags & (fin|syn|rst|ack) != syn %s %s @%s drop", f.kw, d.peer, setName(d, "pods", f)),
+				Comment: "a cut flow of a pod with " + d.d.String() + " rules, picked up the other way round"})
+		}
+	}
 	for _, d := range directions {
 		for _, f := range families {
 			fwd = append(fwd, Rule{Rule: fmt.Sprintf("%s %s @%s jump %s", f.kw, d.pod, setName(d, "pods", f), d.d)})

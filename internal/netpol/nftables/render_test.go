@@ -81,6 +81,10 @@ add rule inet policy-test egress-np counter drop comment "NetworkPolicy: no rule
 add rule inet policy-test egress-tiers ip saddr @egress-isolated-v4 goto egress-np
 add rule inet policy-test egress-tiers ip6 saddr @egress-isolated-v6 goto egress-np
 add rule inet policy-test forward ct state established,related accept
+add rule inet policy-test forward ct state new tcp flags & (fin|syn|rst|ack) != syn ip daddr @egress-pods-v4 drop comment "a cut flow of a pod with egress rules, picked up the other way round"
+add rule inet policy-test forward ct state new tcp flags & (fin|syn|rst|ack) != syn ip6 daddr @egress-pods-v6 drop comment "a cut flow of a pod with egress rules, picked up the other way round"
+add rule inet policy-test forward ct state new tcp flags & (fin|syn|rst|ack) != syn ip saddr @ingress-pods-v4 drop comment "a cut flow of a pod with ingress rules, picked up the other way round"
+add rule inet policy-test forward ct state new tcp flags & (fin|syn|rst|ack) != syn ip6 saddr @ingress-pods-v6 drop comment "a cut flow of a pod with ingress rules, picked up the other way round"
 add rule inet policy-test forward ip saddr @egress-pods-v4 jump egress
 add rule inet policy-test forward ip6 saddr @egress-pods-v6 jump egress
 add rule inet policy-test forward ip daddr @ingress-pods-v4 jump ingress

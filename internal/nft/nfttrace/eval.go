@@ -115,6 +115,34 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 			if ok == neg {
 				return verdict{}, nil
 			}
+		case tok == "tcp" && peek(1) == "flags":
+			// tcp flags [& (f|...)] [==|!=] f|...: the traced packet opens
+			// a connection, so a TCP one has syn alone (nothing else
+			// matches tcp flags).
+			j, mask := i+2, uint8(0xff)
+			if peek(2) == "&" {
+				m, err := tcpFlags(peek(3))
+				if err != nil {
+					return verdict{}, err
+				}
+				j, mask = i+4, m
+			}
+			neg := false
+			if j < len(tk) && (tk[j] == "==" || tk[j] == "!=") {
+				neg = tk[j] == "!="
+				j++
+			}
+			if j >= len(tk) {
+				return verdict{}, fmt.Errorf("tcp flags without a value")
+			}
+			want, err := tcpFlags(tk[j])
+			if err != nil {
+				return verdict{}, err
+			}
+			i = j + 1
+			if s.p.Proto != "tcp" || (tcpSYN&mask == want) == neg {
+				return verdict{}, nil
+			}
 		case tok == "ct" && peek(1) == "status":
 			vals, n, neg := valueList(tk[i+2:])
 			i += 2 + n
@@ -683,4 +711,20 @@ func indexFrom(tk []string, from int, v string) int {
 		}
 	}
 	return -1
+}
+
+const tcpSYN = 0x02
+
+// tcpFlags parses "syn", "(fin|syn|rst|ack)" or "0" into TCP flag bits.
+func tcpFlags(v string) (uint8, error) {
+	bits := map[string]uint8{"fin": 0x01, "syn": 0x02, "rst": 0x04, "psh": 0x08, "ack": 0x10, "urg": 0x20, "ecn": 0x40, "cwr": 0x80, "0": 0}
+	var out uint8
+	for f := range strings.SplitSeq(strings.Trim(v, "()"), "|") {
+		b, ok := bits[f]
+		if !ok {
+			return 0, fmt.Errorf("unsupported tcp flag %q in %q", f, v)
+		}
+		out |= b
+	}
+	return out, nil
 }

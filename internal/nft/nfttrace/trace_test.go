@@ -116,6 +116,21 @@ func TestTrace(t *testing.T) {
 			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80},
 			verdict: Accept, dst: "10.2.0.1:80",
 		},
+		{
+			name: "a first TCP packet is a SYN: not a pickup",
+			base: []string{"fwd forward filter 0"},
+			chains: map[string][]string{"fwd": {"ct state new tcp flags & (fin|syn|rst|ack) != syn drop",
+				"tcp flags syn meta l4proto udp drop", "tcp flags & (syn|ack) == syn jump syn", "drop"}, "syn": {"accept"}},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "tcp", DPort: 80},
+			verdict: Accept, dst: "10.2.0.1:80",
+		},
+		{
+			name:    "tcp flags never match UDP",
+			base:    []string{"fwd forward filter 0"},
+			chains:  map[string][]string{"fwd": {"tcp flags & (fin|syn|rst|ack) != syn drop", "tcp flags syn drop"}},
+			pkt:     Packet{Src: src, Dst: netip.MustParseAddr("10.2.0.1"), Proto: "udp", DPort: 53},
+			verdict: Accept, dst: "10.2.0.1:53",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,6 +197,7 @@ func FuzzRule(f *testing.F) {
 		"ip daddr . meta l4proto . th dport vmap @m", "numgen random mod 2 vmap { 0 : accept , 1 : drop }",
 		"mark and 0x4000 == 0 return", "ct state new,established jump x", "update @s { ip saddr }",
 		"dnat to 1.2.3.4:5", "fib daddr type local", "mark set mark xor 0x1", "ip saddr != { 1.2.3.4 , 10.0.0.0/8 } drop",
+		"tcp flags & (fin|syn|rst|ack) != syn drop", "tcp flags & (", "tcp flags",
 		"ct", "mark", "meta mark", "numgen random mod 0 vmap {", "{ } , . :",
 	} {
 		f.Add(s)

@@ -1,0 +1,130 @@
+package conntrack
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/nftables"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// TestRootCutHoldsWhenTheServerSpeaksFirst: a connection from a client to
+// a server through a node that enforces the policy table (the real
+// renderer's rules), cut once a policy denies it. If the server's packet is
+// the first after the cut, conntrack picks the connection up mid-stream as
+// a new flow from the server to the client, which the server's (or the
+// client's) rules allow; the client's packets would then be its replies
+// and pass. The cut must hold: the client's echo never reaches the server.
+// Both ways round: the server's ingress denies (the server is the node's
+// pod), and the client's egress denies (the client is).
+func TestRootCutHoldsWhenTheServerSpeaksFirst(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
+	}
+	const clientNet, serverNet = "10.251.71.0/24", "10.251.72.0/24"
+	testutil.RequireFreeRange(t, clientNet, serverNet)
+	client, server := netip.MustParseAddr("10.251.71.2"), netip.MustParseAddr("10.251.72.2")
+	for _, local := range []string{"server", "client"} {
+		t.Run("local "+local, func(t *testing.T) {
+			cns, node, sns := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
+			testutil.Wire(t, cns, "eth0", []string{"10.251.71.2/24"}, node, "c0", []string{"10.251.71.1/24"})
+			testutil.Wire(t, sns, "eth0", []string{"10.251.72.2/24"}, node, "s0", []string{"10.251.72.1/24"})
+			testutil.RunIn(t, cns, "ip", "route", "add", "default", "via", "10.251.71.1")
+			testutil.RunIn(t, sns, "ip", "route", "add", "default", "via", "10.251.72.1")
+			testutil.RunIn(t, node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+
+			// The node's pod: the server (ingress) or the client (egress),
+			// first allowing the other, then denying it.
+			pod := netpol.Pod{Pod: types.NamespacedName{Namespace: "x", Name: local}}
+			rules, ip, peer := &pod.Ingress, server, client
+			if local == "client" {
+				rules, ip, peer = &pod.Egress, client, server
+			}
+			pod.IPs = []netip.Addr{ip}
+			rules.Isolated = true
+			rules.Allowed = []netpol.Allow{{Entry: netpol.Entry{Peer: netip.PrefixFrom(peer, 32)}}}
+			table := testutil.Name("fnpol-")
+			ctx := context.Background()
+			var syncer *nftables.Syncer
+			var r *nft.Runner
+			commit := func() {
+				t.Helper()
+				rs, err := nftables.Render([]netpol.Pod{pod})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := netns.Do(node, func() error { _, err := syncer.Sync(ctx, rs, false); return err }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := netns.Do(node, func() (err error) { r, err = nft.New(knftables.InetFamily, table); return err }); err != nil {
+				t.Fatal(err)
+			}
+			syncer = nftables.NewSyncer(r)
+			commit()
+
+			var ln net.Listener
+			if err := netns.Do(sns, func() (err error) { ln, err = net.Listen("tcp", ":9100"); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			var cc net.Conn
+			if err := netns.Do(cns, func() (err error) {
+				cc, err = net.DialTimeout("tcp", net.JoinHostPort(server.String(), "9100"), 3*time.Second)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			go func() { _, _ = io.Copy(cc, cc) }() // the client echoes
+			sc, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Close()
+			echoes := bufio.NewReader(sc)
+			ping := func(i int) error {
+				if _, err := fmt.Fprintf(sc, "ping %d\n", i); err != nil {
+					return err
+				}
+				_ = sc.SetReadDeadline(time.Now().Add(time.Second))
+				_, err := echoes.ReadString('\n')
+				return err
+			}
+			if err := ping(0); err != nil {
+				t.Fatalf("echo while the policy allows the flow: %v", err)
+			}
+
+			rules.Allowed = nil
+			commit()
+			var n int
+			if err := netns.Do(node, func() (err error) { n, err = Cut(Netlink{}, Pods{ip: &pod}); return err }); err != nil || n != 1 {
+				t.Fatalf("Cut = %d, %v; want the connection's 1 entry deleted", n, err)
+			}
+			// The server speaks first; nothing of the client's may come back.
+			for i := 1; i <= 2; i++ {
+				if err := ping(i); err == nil {
+					t.Fatalf("ping %d after the cut: the client's echo reached the server; the flow was picked up again the other way round", i)
+				}
+			}
+			tx := r.NewTransaction()
+			tx.Delete(&knftables.Table{})
+			if err := netns.Do(node, func() error { return r.Run(ctx, tx) }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
