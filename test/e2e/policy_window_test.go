@@ -11,17 +11,18 @@ package e2e
 //     under default-deny ingress no connect-back may reach the pod (a
 //     closed port answers with a reset when open, nothing when denied);
 //     without a policy every one of both must (the control).
-//   - TestPolicyCutsEstablished keeps TCP streams and a UDP flow going to
-//     a server pod, then denies them: the denied ones stop getting answers
-//     within 2 s of the policy being enforced, an allowed one on the same
-//     node goes on; with the agents' --policy-keep-established they all
-//     survive.
+//   - TestPolicyCutsEstablished keeps TCP streams (one the server drives)
+//     and a UDP flow going to a server pod, then denies them: the denied
+//     ones stop getting answers within 2 s of the policy being enforced,
+//     an allowed one on the same node goes on; with the agents'
+//     --policy-keep-established they all survive.
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -410,14 +411,54 @@ type stream struct {
 
 func openStream(t *testing.T, name, nsPath, network, addr string) *stream {
 	t.Helper()
-	st := &stream{name: name, stop: make(chan struct{})}
+	var conn net.Conn
 	if err := netns.Do(nsPath, func() error {
 		var err error
-		st.conn, err = net.DialTimeout(network, addr, 3*time.Second)
+		conn, err = net.DialTimeout(network, addr, 3*time.Second)
 		return err
 	}); err != nil {
 		t.Fatalf("stream %s: %v", name, err)
 	}
+	return runStream(t, name, conn, network)
+}
+
+// openPushStream is a stream the server side drives: the client in the
+// namespace at nsPath connects to a listener of this test in the
+// server's namespace at serverNS (port 9100) and echoes what it gets;
+// the server sends a line every 100 ms and counts the echoes. After a
+// cut the server's packet comes first: it must not make a new flow the
+// other way round, whose replies the client's packets would then be.
+func openPushStream(t *testing.T, name, nsPath, serverNS, serverIP string) *stream {
+	t.Helper()
+	var ln net.Listener
+	if err := netns.Do(serverNS, func() error {
+		var err error
+		ln, err = net.Listen("tcp", ":9100")
+		return err
+	}); err != nil {
+		t.Fatalf("stream %s: %v", name, err)
+	}
+	defer ln.Close()
+	var client net.Conn
+	if err := netns.Do(nsPath, func() error {
+		var err error
+		client, err = net.DialTimeout("tcp", net.JoinHostPort(serverIP, "9100"), 3*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("stream %s: %v", name, err)
+	}
+	t.Cleanup(func() { client.Close() })
+	go func() { _, _ = io.Copy(client, client) }()
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("stream %s: %v", name, err)
+	}
+	return runStream(t, name, conn, "tcp")
+}
+
+// runStream sends a line on conn every 100 ms and records the answers.
+func runStream(t *testing.T, name string, conn net.Conn, network string) *stream {
+	st := &stream{name: name, conn: conn, stop: make(chan struct{})}
 	st.wg.Go(func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -514,7 +555,8 @@ func restartAgent(t *testing.T, s *lab.Spec, n lab.Node, extra ...string) {
 // TestPolicyCutsEstablished: a policy that now denies established flows
 // cuts them (their next packets are new flows, and dropped) within 2 s of
 // being enforced: TCP streams from another node and from the server's
-// node and a UDP flow; an allowed stream on the server's node goes on.
+// node, one the server drives (its packet comes first after the cut), and
+// a UDP flow; an allowed stream on the server's node goes on.
 // With --policy-keep-established the denied flows live on.
 func TestPolicyCutsEstablished(t *testing.T) {
 	l := startLab(t, 2)
@@ -538,6 +580,7 @@ func TestPolicyCutsEstablished(t *testing.T) {
 		l.waitRunning(t, name)
 		nsOf[name] = podNetns(t, s, node, "default", name)
 	}
+	serverNS := podNetns(t, s, n1, "default", "cut-server")
 	tcpAddr, udpAddr := net.JoinHostPort(serverIP, "9000"), net.JoinHostPort(serverIP, "8081")
 	if err := retry(30*time.Second, func() error { return tcpConnect(nsOf["cut-far"], tcpAddr, time.Second) }); err != nil {
 		t.Fatalf("cut-far -> server before any policy: %v", err)
@@ -553,6 +596,7 @@ func TestPolicyCutsEstablished(t *testing.T) {
 			openStream(t, "tcp-far", nsOf["cut-far"], "tcp", tcpAddr),
 			openStream(t, "tcp-near", nsOf["cut-near"], "tcp", tcpAddr),
 			openStream(t, "udp-far", nsOf["cut-far"], "udp", udpAddr),
+			openPushStream(t, "tcp-far-server-push", nsOf["cut-far"], serverNS, serverIP),
 		}
 		allowed := openStream(t, "tcp-allowed", nsOf["cut-allowed"], "tcp", tcpAddr)
 		all := append(slices.Clone(denied), allowed)
