@@ -76,7 +76,7 @@ func addPolicyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.PolicySocket, "policy-socket", policygate.DefaultSocket, "--network-policy: unix socket where the flatnet-policy CNI plugin asks for a new pod's policy before the pod starts "+
 		"(the agent chains the plugin in its conflist); \"\" turns the gate off, and a pod may then send and receive before its policy is in place")
 	fs.StringVar(&o.PolicyMetricsBindAddress, "policy-metrics-bind-address", "127.0.0.1:9080", "--network-policy: IP:port of the policy's Prometheus /metrics "+
-		"(flatnet_networkpolicy_*: dropped packets per policy, sync and gate latency); \"\" or \"0\" disables")
+		"(flatnet_networkpolicy_*: dropped packets per policy in nftables mode, sync and gate latency); \"\" or \"0\" disables")
 	fs.StringVar(&o.PolicyMode, "policy-mode", policyModeAuto, policyModeHelp)
 	fs.BoolVar(&o.PolicyKeepEstablished, "policy-keep-established", false, "--network-policy: keep established connections that a policy change now denies "+
 		"(default: their conntrack entries are deleted, so their next packet meets the new rules and is dropped)")
