@@ -67,8 +67,8 @@ func useIPTables(t *testing.T, impl string) {
 }
 
 // TestRootTraffic applies a ruleset with the real iptables-restore, both
-// iptables-nft and iptables-legacy, on a router namespace between two
-// namespaces, and requires real TCP connections over IPv4 and IPv6 to be
+// iptables-nft and iptables-legacy, on a router (or bridge) namespace
+// between two namespaces, and requires real TCP connections over IPv4 and IPv6 to be
 // allowed or to time out as the model says; the kernel's save must read
 // back what was written; Cleanup must leave nothing.
 func TestRootTraffic(t *testing.T) { forEachIPTables(t, rootTraffic) }
@@ -91,10 +91,27 @@ func forEachIPTables(t *testing.T, test func(*testing.T)) {
 }
 
 // topology returns namespaces a (10.213.1.2, fd13:213:1::2) and b
-// (10.213.2.2, fd13:213:2::2) routed through r, which forwards.
-func topology(t *testing.T) (a, r, b string) {
+// (10.213.2.2, fd13:213:2::2) joined through r: routed (r forwards), or
+// bridged (one subnet on r's bridge, whose frames br_netfilter hands to
+// the IP hooks, as between two pods of one node).
+func topology(t *testing.T, bridged bool) (a, r, b string) {
 	testutil.RequireFreeRange(t, "10.213.0.0/16", "fd13:213::/32")
 	a, r, b = testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
+	if bridged {
+		if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+			testutil.Skip(t, "br_netfilter is not loaded (modprobe br_netfilter): %v", err)
+		}
+		testutil.Wire(t, a, "a0", []string{"10.213.1.2/16", "fd13:213:1::2/32"}, r, "r1", nil)
+		testutil.Wire(t, r, "r2", nil, b, "b0", []string{"10.213.2.2/16", "fd13:213:2::2/32"})
+		rn := testutil.NSName(r)
+		testutil.Run(t, "ip", "-n", rn, "link", "add", "br0", "type", "bridge")
+		for _, dev := range []string{"r1", "r2"} {
+			testutil.Run(t, "ip", "-n", rn, "link", "set", dev, "master", "br0")
+		}
+		testutil.Run(t, "ip", "-n", rn, "link", "set", "br0", "up")
+		testutil.RunIn(t, r, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+		return a, r, b
+	}
 	testutil.Wire(t, a, "a0", []string{"10.213.1.2/24", "fd13:213:1::2/64"}, r, "r1", []string{"10.213.1.1/24", "fd13:213:1::1/64"})
 	testutil.Wire(t, r, "r2", []string{"10.213.2.1/24", "fd13:213:2::1/64"}, b, "b0", []string{"10.213.2.2/24", "fd13:213:2::2/64"})
 	for _, end := range []struct{ ns, v4, v6 string }{{a, "10.213.1.1", "fd13:213:1::1"}, {b, "10.213.2.1", "fd13:213:2::1"}} {
@@ -106,8 +123,14 @@ func topology(t *testing.T) (a, r, b string) {
 }
 
 func rootTraffic(t *testing.T) {
+	for _, bridged := range []bool{false, true} {
+		t.Run(map[bool]string{false: "routed", true: "bridged"}[bridged], func(t *testing.T) { traffic(t, bridged) })
+	}
+}
+
+func traffic(t *testing.T, bridged bool) {
 	ctx := context.Background()
-	a, r, b := topology(t)
+	a, r, b := topology(t, bridged)
 
 	type probe struct {
 		from, to string // namespace paths
@@ -233,7 +256,7 @@ func TestRootScale(t *testing.T) { forEachIPTables(t, rootScale) }
 
 func rootScale(t *testing.T) {
 	ctx := context.Background()
-	a, r, b := topology(t)
+	a, r, b := topology(t, false)
 	server := testutil.EchoServer(t, b, "10.213.2.2:80", "hi")
 	rate := func() float64 {
 		start, n := time.Now(), 0
