@@ -295,10 +295,13 @@ func (r *runner) turn(name string) (row, error) {
 		if !on {
 			nn := node{n}
 			if _, err := nn.nft("list", "table", "inet", flatnetTable); err == nil {
+				// The new agent may be removing it too: gone is gone.
 				if _, err := nn.nft("delete", "table", "inet", flatnetTable); err != nil {
-					return rw, err
+					if _, lerr := nn.nft("list", "table", "inet", flatnetTable); lerr == nil {
+						return rw, err
+					}
 				}
-				logf("%s: removed table inet %s left in %s", name, flatnetTable, n.Netns)
+				logf("%s: table inet %s left in %s removed", name, flatnetTable, n.Netns)
 			}
 		}
 	}
