@@ -140,7 +140,7 @@ func Render(pods []netpol.Pod) *Ruleset {
 			if r.Empty() || len(addrs[i]) == 0 {
 				continue
 			}
-			reported := false
+			reported := map[string]bool{}
 			for _, f := range Families {
 				var mine []netip.Addr
 				for _, a := range addrs[i] {
@@ -153,12 +153,11 @@ func Render(pods []netpol.Pod) *Ruleset {
 				}
 				chains := rs.Families[f]
 				name := podChain(d, p.Pod.String(), "")
-				errs := renderPod(chains, p.Pod.String(), d, r, f)
-				if !reported { // one complaint per entry, not per family
-					for _, err := range errs {
+				for _, err := range renderPod(chains, p.Pod.String(), d, r, f) {
+					if !reported[err.Error()] { // once, not once per family
+						reported[err.Error()] = true
 						rs.Conflicts = append(rs.Conflicts, fmt.Errorf("pod %s %s: %w", p.Pod, d.d, err))
 					}
-					reported = true
 				}
 				if len(chains[name]) == 0 { // nothing in this family: every packet returns
 					delete(chains, name)

@@ -217,9 +217,10 @@ func TestFullSyncRepairs(t *testing.T) {
 
 // TestRenderLeftOut: entries iptables cannot express are reported.
 func TestRenderLeftOut(t *testing.T) {
-	p := netpol.Pod{Pod: types.NamespacedName{Namespace: "x", Name: "a"}, IPs: []netip.Addr{addr("10.0.0.1"), addr("10.0.0.1")}}
+	p := netpol.Pod{Pod: types.NamespacedName{Namespace: "x", Name: "a"}, IPs: []netip.Addr{addr("10.0.0.1"), addr("10.0.0.1"), addr("fd00::1")}}
 	p.Ingress.Isolated = true
-	p.Ingress.Allowed = []netpol.Allow{{Entry: entry("10.0.0.0/8", 1, 80, 80)}, {Entry: entry("10.0.0.0/8", netpol.ProtoTCP, 90, 80)}}
+	p.Ingress.Allowed = []netpol.Allow{{Entry: entry("10.0.0.0/8", 1, 80, 80)}, {Entry: entry("10.0.0.0/8", netpol.ProtoTCP, 90, 80)},
+		{Entry: entry("fd00::/8", 1, 80, 80)}}
 	q := netpol.Pod{Pod: types.NamespacedName{Namespace: "x", Name: "b"}, IPs: []netip.Addr{addr("10.0.0.1")}}
 	rs := Render([]netpol.Pod{q, p})
 	var got []string
@@ -230,6 +231,7 @@ func TestRenderLeftOut(t *testing.T) {
 		"pod x/b: address 10.0.0.1 is pod x/a's too; left out",
 		"pod x/a ingress: entry 10.0.0.0/8 proto-1/80: iptables matches ports of tcp, udp and sctp only; left out",
 		"pod x/a ingress: entry 10.0.0.0/8 tcp/90-80: port range 90-80 is empty; left out",
+		"pod x/a ingress: entry fd00::/8 proto-1/80: iptables matches ports of tcp, udp and sctp only; left out",
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
