@@ -147,6 +147,8 @@ type policyController struct {
 	// for cutting established flows that a change denies.
 	conntrack       conntrack.Interface
 	keepEstablished bool
+	// dirty is what changed since the last sync.
+	dirty dirtySet
 	// metrics (nil in tests) and where to serve them ("": not served).
 	metrics     *policymetrics.Metrics
 	metricsAddr string
@@ -206,32 +208,47 @@ func (c *policyController) Run(ctx context.Context) error {
 	nss := factory.Core().V1().Namespaces()
 	nps := factory.Networking().V1().NetworkPolicies()
 	c.pods, c.nss, c.policies = pods.Lister(), nss.Lister(), nps.Lister()
-	handler := func(relevant func(old, cur any) bool) cache.ResourceEventHandler {
+	// A NetworkPolicy selects pods of its own namespace only, so its
+	// change needs that namespace's pods recompiled; any other change
+	// (a pod's labels or address, a namespace's labels) may touch the
+	// peers of every pod.
+	handler := func(relevant func(old, cur any) bool, mark func(obj any)) cache.ResourceEventHandler {
+		run := func(obj any) { mark(obj); c.runner.Run() }
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.runner.Run() },
-			DeleteFunc: func(any) { c.runner.Run() },
+			AddFunc:    run,
+			DeleteFunc: run,
 			UpdateFunc: func(old, cur any) {
 				if relevant(old, cur) {
-					c.runner.Run()
+					run(cur)
 				}
 			},
 		}
+	}
+	markAll := func(any) { c.dirty.markAll() }
+	markNS := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			ns, _, _ := cache.SplitMetaNamespaceKey(key)
+			c.dirty.markNS(ns)
+			return
+		}
+		c.dirty.markAll()
 	}
 	var synced []cache.InformerSynced
 	for _, w := range []struct {
 		what     string
 		informer cache.SharedIndexInformer
 		relevant func(old, cur any) bool
+		mark     func(obj any)
 	}{
-		{"pods", pods.Informer(), func(old, cur any) bool { return podChanged(old.(*corev1.Pod), cur.(*corev1.Pod)) }},
+		{"pods", pods.Informer(), func(old, cur any) bool { return podChanged(old.(*corev1.Pod), cur.(*corev1.Pod)) }, markAll},
 		{"namespaces", nss.Informer(), func(old, cur any) bool {
 			return !maps.Equal(old.(*corev1.Namespace).Labels, cur.(*corev1.Namespace).Labels)
-		}},
+		}, markAll},
 		{"networkpolicies", nps.Informer(), func(old, cur any) bool {
 			return !equality.Semantic.DeepEqual(old.(*networkingv1.NetworkPolicy).Spec, cur.(*networkingv1.NetworkPolicy).Spec)
-		}},
+		}, markNS},
 	} {
-		reg, err := w.informer.AddEventHandler(handler(w.relevant))
+		reg, err := w.informer.AddEventHandler(handler(w.relevant, w.mark))
 		if err != nil {
 			return fmt.Errorf("watching %s: %w", w.what, err)
 		}
@@ -339,16 +356,43 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 	}
 	n, ovs := c.gate.begin()
 	pods = c.applyOverrides(pods, ovs)
-	comp := compile.New(compile.Input{NetworkPolicies: nps, ClusterNetworkPolicies: cnps, Pods: pods, Namespaces: nss})
+	all, dirtyNS := c.dirty.take()
+	all = all || full || c.lastRules == nil
+	var comp *compile.Compiler
 	var local []netpol.Pod
+	recompiled := 0
 	for _, p := range pods {
-		if localPod(p, c.node) {
-			local = append(local, comp.Pod(p))
+		if !localPod(p, c.node) {
+			continue
 		}
+		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		if prev := c.lastRules[key]; !all && !dirtyNS[p.Namespace] && prev != nil {
+			local = append(local, *prev) // only other namespaces' policies changed
+			continue
+		}
+		if comp == nil {
+			comp = compile.New(compile.Input{NetworkPolicies: nps, ClusterNetworkPolicies: cnps, Pods: pods, Namespaces: nss})
+		}
+		local = append(local, comp.Pod(p))
+		recompiled++
+	}
+	if c.metrics != nil {
+		c.metrics.Recompiled.Add(float64(recompiled))
+	}
+	if comp == nil && !all {
+		// No pod of this node is in a namespace whose policies changed:
+		// the table already holds these rules.
+		c.gate.commit(n)
+		return nil
+	}
+	var compileErrs []error
+	if comp != nil {
+		compileErrs = comp.Errors()
 	}
 	res, left, err := c.commit(ctx, local, full)
-	c.logErrors(logger, append(comp.Errors(), left...))
+	c.logErrors(logger, append(compileErrs, left...))
 	if err != nil {
+		c.dirty.markAll()
 		return err
 	}
 	c.gate.commit(n)
@@ -360,7 +404,7 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 		c.metrics.Elements.Set(float64(res.elements))
 	}
 	c.cutChanged(ctx, local)
-	logger.V(2).Info("Synced network policy rules", "full", res.full, "pods", len(local), "selected", res.pods,
+	logger.V(2).Info("Synced network policy rules", "full", res.full, "pods", len(local), "recompiled", recompiled, "selected", res.pods,
 		"policies", len(nps), "elements", res.elements, "rules", res.rules, "operations", res.operations, "took", time.Since(start))
 	return nil
 }

@@ -115,10 +115,11 @@ func (c *policyController) watchCNPs(ctx context.Context, client cnpclient.Inter
 	factory := cnpinformers.NewSharedInformerFactoryWithOptions(client, 0, cnpinformers.WithTransform(stripManagedFields))
 	inf := factory.Policy().V1beta1().ClusterNetworkPolicies()
 	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.runner.Run() },
-		DeleteFunc: func(any) { c.runner.Run() },
+		AddFunc:    func(any) { c.dirty.markAll(); c.runner.Run() },
+		DeleteFunc: func(any) { c.dirty.markAll(); c.runner.Run() },
 		UpdateFunc: func(old, cur any) {
 			if !reflect.DeepEqual(old.(*cnpv1.ClusterNetworkPolicy).Spec, cur.(*cnpv1.ClusterNetworkPolicy).Spec) {
+				c.dirty.markAll()
 				c.runner.Run()
 			}
 		},
@@ -129,6 +130,38 @@ func (c *policyController) watchCNPs(ctx context.Context, client cnpclient.Inter
 	factory.Start(ctx.Done())
 	context.AfterFunc(ctx, factory.Shutdown)
 	return inf.Lister(), reg.HasSynced, nil
+}
+
+// dirtySet is what changed since the last sync: everything, or only the
+// NetworkPolicies of some namespaces.
+type dirtySet struct {
+	mu  sync.Mutex
+	all bool
+	ns  map[string]bool
+}
+
+func (d *dirtySet) markAll() {
+	d.mu.Lock()
+	d.all = true
+	d.mu.Unlock()
+}
+
+func (d *dirtySet) markNS(ns string) {
+	d.mu.Lock()
+	if d.ns == nil {
+		d.ns = map[string]bool{}
+	}
+	d.ns[ns] = true
+	d.mu.Unlock()
+}
+
+// take returns what changed and starts afresh.
+func (d *dirtySet) take() (all bool, ns map[string]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	all, ns = d.all, d.ns
+	d.all, d.ns = false, nil
+	return all, ns
 }
 
 // override is a pod's addresses as the CNI plugin reported them.
@@ -212,6 +245,7 @@ func (c *policyController) admit(ctx context.Context, req gate.Request) error {
 	g.overrides[key] = override{uid: types.UID(req.UID), ips: req.IPs}
 	need := g.started + 1
 	g.mu.Unlock()
+	c.dirty.markAll() // new addresses: peers of other pods' rules too
 	c.runner.Run()
 	for {
 		g.mu.Lock()
@@ -292,6 +326,33 @@ func statusIPs(p *corev1.Pod) []netip.Addr {
 	return out
 }
 
+// narrowed reports whether cur may deny a flow that prev allowed; false
+// only when that is sure: the same tier rules, and the NetworkPolicy
+// tier's isolation gone or its allowed boxes a superset. (The usual
+// changes, an allow policy or a new peer pod, then cost no conntrack
+// dump.)
+func narrowed(prev, cur *netpol.Rules) bool {
+	if !reflect.DeepEqual(prev.Admin, cur.Admin) || !reflect.DeepEqual(prev.Baseline, cur.Baseline) {
+		return true
+	}
+	switch {
+	case !cur.Isolated:
+		return false
+	case !prev.Isolated:
+		return true
+	}
+	have := make(map[netpol.Entry]bool, len(cur.Allowed))
+	for _, a := range cur.Allowed {
+		have[a.Entry] = true
+	}
+	for _, a := range prev.Allowed {
+		if !have[a.Entry] {
+			return true
+		}
+	}
+	return false
+}
+
 // cutChanged deletes the established flows that the pods whose rules
 // changed since the last sync now deny, and remembers the rules.
 func (c *policyController) cutChanged(ctx context.Context, local []netpol.Pod) {
@@ -301,8 +362,8 @@ func (c *policyController) cutChanged(ctx context.Context, local []netpol.Pod) {
 		p := &local[i]
 		next[p.Pod] = p
 		prev := c.lastRules[p.Pod]
-		if prev != nil && reflect.DeepEqual(prev.Ingress, p.Ingress) && reflect.DeepEqual(prev.Egress, p.Egress) && slices.Equal(prev.IPs, p.IPs) {
-			continue
+		if prev != nil && slices.Equal(prev.IPs, p.IPs) && !narrowed(&prev.Ingress, &p.Ingress) && !narrowed(&prev.Egress, &p.Egress) {
+			continue // allows at least what it did: nothing to cut
 		}
 		if prev == nil && p.Ingress.Empty() && p.Egress.Empty() {
 			continue // nothing to cut for a pod no policy selects

@@ -190,3 +190,78 @@ func TestCutOnDeny(t *testing.T) {
 		}
 	}
 }
+
+func TestNarrowed(t *testing.T) {
+	e := func(peer string, port uint16) netpol.Allow {
+		return netpol.Allow{Entry: netpol.Entry{Peer: netip.MustParsePrefix(peer), Proto: netpol.ProtoTCP, From: port, To: port}}
+	}
+	open := netpol.Rules{}
+	deny := netpol.Rules{Isolated: true}
+	one := netpol.Rules{Isolated: true, Allowed: []netpol.Allow{e("10.0.0.1/32", 80)}}
+	two := netpol.Rules{Isolated: true, Allowed: []netpol.Allow{e("10.0.0.1/32", 80), e("10.0.0.2/32", 80)}}
+	admin := netpol.Rules{Admin: []netpol.TierRule{{Action: netpol.Deny}}}
+	for _, tc := range []struct {
+		name      string
+		prev, cur netpol.Rules
+		want      bool
+	}{
+		{"same", one, one, false},
+		{"a peer more", one, two, false},
+		{"isolation lifted", one, open, false},
+		{"a peer less", two, one, true},
+		{"newly isolated", open, one, true},
+		{"default deny", one, deny, true},
+		{"admin rule added", open, admin, true},
+	} {
+		if got := narrowed(&tc.prev, &tc.cur); got != tc.want {
+			t.Errorf("%s: narrowed = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestOtherNamespacesPolicyCostsNothing: a NetworkPolicy in a namespace
+// with no pod on this node changes nothing here, so no transaction runs;
+// one in the pod's namespace does.
+func TestOtherNamespacesPolicyCostsNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+		policyPod("a", "n1", "10.244.1.5", map[string]string{"app": "a"}),
+	)
+	f := nft.NewFake(knftables.InetFamily, nftables.DefaultTable)
+	c := &policyController{node: "n1", client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(f),
+		metrics: policymetrics.New(f)}
+	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	recompiled := func() float64 { return promtest.ToFloat64(c.metrics.Recompiled) }
+	waitRuns := func(what string, ok func(int) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(f.Runs()); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d transactions", what, f.Runs())
+			}
+		}
+	}
+	waitRuns("first sync", func(n int) bool { return n > 0 })
+	before, compiled := f.Runs(), recompiled()
+	other := denyAllIngress("y")
+	if _, err := client.NetworkingV1().NetworkPolicies("y").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mine := denyAllIngress("x")
+	// The policy in y is seen before the one in x (one informer, in order).
+	time.Sleep(200 * time.Millisecond)
+	if f.Runs() != before || recompiled() != compiled {
+		t.Errorf("a policy of another namespace ran %d transactions and recompiled %v pods", f.Runs()-before, recompiled()-compiled)
+	}
+	if _, err := client.NetworkingV1().NetworkPolicies("x").Create(ctx, mine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRuns("policy in x", func(n int) bool { return n == before+1 })
+	if got := recompiled() - compiled; got != 1 {
+		t.Errorf("a policy of the pod's namespace recompiled %v pods, want 1", got)
+	}
+}

@@ -44,8 +44,11 @@ type Metrics struct {
 	// GateDuration: from a CNI plugin's request to the answer.
 	GateDuration prometheus.Histogram
 	CutFlows     prometheus.Counter
-	Pods         prometheus.Gauge
-	Elements     prometheus.Gauge
+	// Recompiled counts pods compiled again (a sync recompiles only the
+	// pods a change can touch).
+	Recompiled prometheus.Counter
+	Pods       prometheus.Gauge
+	Elements   prometheus.Gauge
 
 	denied *denied
 }
@@ -64,13 +67,15 @@ func New(counters CounterReader) *Metrics {
 			Help: "Time from a new pod's CNI request to its policy committed", Buckets: buckets}),
 		CutFlows: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "cut_flows_total",
 			Help: "Established flows deleted from conntrack because a policy change denies them"}),
+		Recompiled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "pods_recompiled_total",
+			Help: "This node's pods whose rules were compiled again (only those a change can touch are)"}),
 		Pods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "pods",
 			Help: "This node's pods that some policy selects"}),
 		Elements: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "set_elements",
 			Help: "Elements in the policy table's sets"}),
 		denied: newDenied(counters),
 	}
-	m.registry.MustRegister(m.SyncDuration, m.SyncFailures, m.GateDuration, m.CutFlows, m.Pods, m.Elements, m.denied,
+	m.registry.MustRegister(m.SyncDuration, m.SyncFailures, m.GateDuration, m.CutFlows, m.Recompiled, m.Pods, m.Elements, m.denied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
