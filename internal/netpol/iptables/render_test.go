@@ -194,12 +194,13 @@ func TestSyncLiteral(t *testing.T) {
 }
 
 // TestFullSyncRepairs: a full sync deletes chains of ours it does not
-// want, and moves the jump back to the top (once).
+// want (and FORWARD's jumps to them), and moves the jump back to the top
+// (once).
 func TestFullSyncRepairs(t *testing.T) {
 	ctx := context.Background()
 	f := ipt.NewFake()
 	in := "*filter\n:FLATNET-NP - [0:0]\n:FLATNET-NP-I-OLD - [0:0]\n-A FLATNET-NP-I-OLD -j DROP\n-A FLATNET-NP -j FLATNET-NP-I-OLD\n" +
-		"-A FORWARD -j ACCEPT\n-A FORWARD -j FLATNET-NP\n-A FORWARD -m comment --comment \"flatnet network policy\" -j FLATNET-NP\nCOMMIT\n"
+		"-A FORWARD -j ACCEPT\n-A FORWARD -j FLATNET-NP\n-A FORWARD -j FLATNET-NP-I-OLD\n-A FORWARD -m comment --comment \"flatnet network policy\" -j FLATNET-NP\nCOMMIT\n"
 	if err := f.Restore(ctx, ipt.IPv4, []byte(in)); err != nil {
 		t.Fatal(err)
 	}

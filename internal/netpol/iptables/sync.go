@@ -137,7 +137,7 @@ func writeFull(t *ipt.Table, want Chains) *builder {
 	fwd := t.RulesIn(Forward)
 	var jumps []ipt.Rule
 	for _, r := range fwd {
-		if r.Target() == ChainTop {
+		if Ours(r.Target()) { // ours, or an older version's jump to a chain deleted below
 			jumps = append(jumps, r)
 		}
 	}
