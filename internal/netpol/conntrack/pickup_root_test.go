@@ -7,18 +7,53 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 
+	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/iptables"
 	"github.com/flatnet/flatnet/internal/netpol/nftables"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
+
+// committer returns a function that commits pods' rules in the
+// namespace at nsPath with the renderer of mode (nftables, iptables).
+func committer(t *testing.T, mode, nsPath string) func([]netpol.Pod) {
+	ctx := context.Background()
+	switch mode {
+	case "nftables":
+		var r *nft.Runner
+		if err := netns.Do(nsPath, func() (err error) { r, err = nft.New(knftables.InetFamily, testutil.Name("fnpol-")); return err }); err != nil {
+			t.Fatal(err)
+		}
+		s := nftables.NewSyncer(r)
+		return func(pods []netpol.Pod) {
+			t.Helper()
+			rs, err := nftables.Render(pods)
+			if err == nil {
+				err = netns.Do(nsPath, func() error { _, err := s.Sync(ctx, rs, false); return err })
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	default:
+		s := iptables.NewSyncer(ipt.New(), ipt.IPv4)
+		return func(pods []netpol.Pod) {
+			t.Helper()
+			if err := netns.Do(nsPath, func() error { _, err := s.Sync(ctx, iptables.Render(pods), false); return err }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
 
 // TestRootCutHoldsWhenTheServerSpeaksFirst: a connection from a client to
 // a server through a node that enforces the policy table (the real
@@ -28,17 +63,22 @@ import (
 // client's) rules allow; the client's packets would then be its replies
 // and pass. The cut must hold: the client's echo never reaches the server.
 // Both ways round: the server's ingress denies (the server is the node's
-// pod), and the client's egress denies (the client is).
+// pod), and the client's egress denies (the client is); with the nftables
+// and the iptables renderer.
 func TestRootCutHoldsWhenTheServerSpeaksFirst(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := nft.LookPath(); err != nil {
 		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
 	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		testutil.Skip(t, "%v (hack/deps.sh installs iptables)", err)
+	}
 	const clientNet, serverNet = "10.251.71.0/24", "10.251.72.0/24"
 	testutil.RequireFreeRange(t, clientNet, serverNet)
 	client, server := netip.MustParseAddr("10.251.71.2"), netip.MustParseAddr("10.251.72.2")
-	for _, local := range []string{"server", "client"} {
-		t.Run("local "+local, func(t *testing.T) {
+	for _, tc := range []struct{ mode, local string }{{"nftables", "server"}, {"nftables", "client"}, {"iptables", "server"}, {"iptables", "client"}} {
+		local := tc.local
+		t.Run(tc.mode+" local "+local, func(t *testing.T) {
 			cns, node, sns := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
 			testutil.Wire(t, cns, "eth0", []string{"10.251.71.2/24"}, node, "c0", []string{"10.251.71.1/24"})
 			testutil.Wire(t, sns, "eth0", []string{"10.251.72.2/24"}, node, "s0", []string{"10.251.72.1/24"})
@@ -56,25 +96,8 @@ func TestRootCutHoldsWhenTheServerSpeaksFirst(t *testing.T) {
 			pod.IPs = []netip.Addr{ip}
 			rules.Isolated = true
 			rules.Allowed = []netpol.Allow{{Entry: netpol.Entry{Peer: netip.PrefixFrom(peer, 32)}}}
-			table := testutil.Name("fnpol-")
-			ctx := context.Background()
-			var syncer *nftables.Syncer
-			var r *nft.Runner
-			commit := func() {
-				t.Helper()
-				rs, err := nftables.Render([]netpol.Pod{pod})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := netns.Do(node, func() error { _, err := syncer.Sync(ctx, rs, false); return err }); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := netns.Do(node, func() (err error) { r, err = nft.New(knftables.InetFamily, table); return err }); err != nil {
-				t.Fatal(err)
-			}
-			syncer = nftables.NewSyncer(r)
-			commit()
+			commit := committer(t, tc.mode, node)
+			commit([]netpol.Pod{pod})
 
 			var ln net.Listener
 			if err := netns.Do(sns, func() (err error) { ln, err = net.Listen("tcp", ":9100"); return err }); err != nil {
@@ -109,7 +132,7 @@ func TestRootCutHoldsWhenTheServerSpeaksFirst(t *testing.T) {
 			}
 
 			rules.Allowed = nil
-			commit()
+			commit([]netpol.Pod{pod})
 			var n int
 			if err := netns.Do(node, func() (err error) { n, err = Cut(Netlink{}, Pods{ip: &pod}); return err }); err != nil || n != 1 {
 				t.Fatalf("Cut = %d, %v; want the connection's 1 entry deleted", n, err)
@@ -119,11 +142,6 @@ func TestRootCutHoldsWhenTheServerSpeaksFirst(t *testing.T) {
 				if err := ping(i); err == nil {
 					t.Fatalf("ping %d after the cut: the client's echo reached the server; the flow was picked up again the other way round", i)
 				}
-			}
-			tx := r.NewTransaction()
-			tx.Delete(&knftables.Table{})
-			if err := netns.Do(node, func() error { return r.Run(ctx, tx) }); err != nil {
-				t.Error(err)
 			}
 		})
 	}

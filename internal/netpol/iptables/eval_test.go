@@ -114,7 +114,20 @@ func matchRule(args []string, p packet) (ok bool, target string, isGoto bool, er
 				if !protoSeen || args[i-2] != v {
 					return false, "", false, fmt.Errorf("-m %s without -p %s just before", v, v)
 				}
-				if o, err := next(); err != nil || o != "--dport" {
+				o, err := next()
+				if err == nil && v == "tcp" && o == "!" {
+					// ! --tcp-flags FIN,SYN,RST,ACK SYN: not a lone SYN (a new
+					// flow's first packet is one; an established one's is not).
+					f, err1 := next()
+					mask, err2 := next()
+					want, err3 := next()
+					if err1 != nil || err2 != nil || err3 != nil || f != "--tcp-flags" || mask != "FIN,SYN,RST,ACK" || want != "SYN" {
+						return false, "", false, fmt.Errorf("-m tcp !: want --tcp-flags FIN,SYN,RST,ACK SYN")
+					}
+					ok = ok && p.established
+					continue
+				}
+				if err != nil || o != "--dport" {
 					return false, "", false, fmt.Errorf("-m %s: want --dport, got %q %v", v, o, err)
 				}
 				r, err := next()
@@ -146,7 +159,11 @@ func matchRule(args []string, p packet) (ok bool, target string, isGoto bool, er
 				if err != nil {
 					return false, "", false, err
 				}
-				ok = ok && p.established && slices.Contains(strings.Split(states, ","), "ESTABLISHED")
+				want := "NEW"
+				if p.established {
+					want = "ESTABLISHED"
+				}
+				ok = ok && slices.Contains(strings.Split(states, ","), want)
 			default:
 				return false, "", false, fmt.Errorf("unknown match -m %s", v)
 			}

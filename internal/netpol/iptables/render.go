@@ -14,6 +14,7 @@
 //	FLATNET-NP           -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN
 //	                     -s <pod> -j FLATNET-NP-E-<pod>    every local pod with egress rules
 //	                     -d <pod> -j FLATNET-NP-I-<pod>    ... with ingress rules
+//	                     -d|-s <pod> -p tcp NEW, not a lone SYN -j DROP   a cut flow picked up reversed
 //	FLATNET-NP-I-<pod>   Admin tier, in order, one rule per entry:
 //	                     -s <peer> -p tcp -m tcp --dport 80:81 -j RETURN | DROP | -g FLATNET-NP-IT-<pod>
 //	                     then the tiers (or -g FLATNET-NP-IT-<pod> when a Pass rule needs them apart):
@@ -164,7 +165,14 @@ func Render(pods []netpol.Pod) *Ruleset {
 					continue
 				}
 				for _, a := range mine {
-					chains[ChainTop] = append(chains[ChainTop], Rule{d.pod, host(a), "-m", "comment", "--comment", comment(p.Pod.String() + " " + d.d.String()), "-j", name})
+					chains[ChainTop] = append(chains[ChainTop], Rule{d.pod, host(a), "-m", "comment", "--comment", comment(p.Pod.String() + " " + d.d.String()), "-j", name},
+						// A TCP packet that opens no connection and has no
+						// conntrack entry (netpol/conntrack cut it), from the
+						// pod whose ingress denied the flow (to the pod whose
+						// egress did), would open it again the other way round,
+						// and the denied side's packets would pass as replies.
+						Rule{d.peer, host(a), "-p", "tcp", "-m", "tcp", "!", "--tcp-flags", "FIN,SYN,RST,ACK", "SYN", "-m", "conntrack", "--ctstate", "NEW",
+							"-m", "comment", "--comment", comment(p.Pod.String() + " " + d.d.String() + ": a cut flow picked up the other way round"), "-j", "DROP"})
 				}
 			}
 		}

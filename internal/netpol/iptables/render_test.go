@@ -125,8 +125,11 @@ func TestSyncLiteral(t *testing.T) {
 -A FORWARD -s 10.244.0.0/16 -j ACCEPT
 -A FLATNET-NP -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN
 -A FLATNET-NP -s 10.244.1.5/32 -m comment --comment x/a egress -j <E x/a>
+-A FLATNET-NP -d 10.244.1.5/32 -p tcp -m tcp ! --tcp-flags FIN,SYN,RST,ACK SYN -m conntrack --ctstate NEW -m comment --comment x/a egress: a cut flow picked up the other way round -j DROP
 -A FLATNET-NP -d 10.244.1.5/32 -m comment --comment x/a ingress -j <I x/a>
+-A FLATNET-NP -s 10.244.1.5/32 -p tcp -m tcp ! --tcp-flags FIN,SYN,RST,ACK SYN -m conntrack --ctstate NEW -m comment --comment x/a ingress: a cut flow picked up the other way round -j DROP
 -A FLATNET-NP -d 10.244.1.6/32 -m comment --comment x/b ingress -j <I x/b>
+-A FLATNET-NP -s 10.244.1.6/32 -p tcp -m tcp ! --tcp-flags FIN,SYN,RST,ACK SYN -m conntrack --ctstate NEW -m comment --comment x/b ingress: a cut flow picked up the other way round -j DROP
 -A <E x/a> -d 10.96.0.10/32 -p udp -m udp --dport 53 -j RETURN
 -A <E x/a> -m comment --comment NetworkPolicy: isolated by x/dns; no rule allows it -j DROP
 -A <I x/a> -s 10.244.9.0/24 -m comment --comment Deny: ClusterNetworkPolicy deny ingress rule 0 -j DROP
@@ -148,7 +151,9 @@ func TestSyncLiteral(t *testing.T) {
 -A FORWARD -m comment --comment flatnet network policy -j FLATNET-NP
 -A FLATNET-NP -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN
 -A FLATNET-NP -s fd00::5/128 -m comment --comment x/a egress -j <E x/a>
+-A FLATNET-NP -d fd00::5/128 -p tcp -m tcp ! --tcp-flags FIN,SYN,RST,ACK SYN -m conntrack --ctstate NEW -m comment --comment x/a egress: a cut flow picked up the other way round -j DROP
 -A FLATNET-NP -d fd00::5/128 -m comment --comment x/a ingress -j <I x/a>
+-A FLATNET-NP -s fd00::5/128 -p tcp -m tcp ! --tcp-flags FIN,SYN,RST,ACK SYN -m conntrack --ctstate NEW -m comment --comment x/a ingress: a cut flow picked up the other way round -j DROP
 -A <E x/a> -m comment --comment NetworkPolicy: isolated by x/dns; no rule allows it -j DROP
 -A <I x/a> -s fd00:9::/64 -m comment --comment Pass: ClusterNetworkPolicy pass ingress rule 0 -g <IT x/a>
 -A <I x/a> -g <IT x/a>
