@@ -29,15 +29,17 @@ func TestPolicyControllerIPTables(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 
-	// jumps are FLATNET-NP's rules after the established one.
+	// jumps are FLATNET-NP's jumps to pod chains.
 	jumps := func() []string {
 		tb, err := f.Save(ctx, ipt.IPv4, iptables.Table)
 		if err != nil || !slices.ContainsFunc(tb.RulesIn(iptables.Forward), func(r ipt.Rule) bool { return r.Target() == iptables.ChainTop }) {
 			return nil
 		}
 		out := []string{}
-		for _, r := range tb.RulesIn(iptables.ChainTop)[1:] {
-			out = append(out, strings.Join(r.Args[:2], " "))
+		for _, r := range tb.RulesIn(iptables.ChainTop) {
+			if iptables.Ours(r.Target()) {
+				out = append(out, strings.Join(r.Args[:2], " "))
+			}
 		}
 		return out
 	}
