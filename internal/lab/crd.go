@@ -6,6 +6,10 @@ package lab
 // Each is applied server-side under the lab's field manager, so a second
 // `up` changes nothing, and `up` waits until the apiserver serves it
 // (Established), so a client may create policies as soon as `up` returns.
+// It is applied as soon as the control plane is up, before the controller
+// and the agents start (an agent asks the API once, at its start, whether
+// it serves ClusterNetworkPolicy), and again at the end of every `up` (a
+// lab whose control plane was already up).
 
 import (
 	"context"

@@ -147,7 +147,7 @@ func Plan(s *Spec, o Observed) []Step {
 		controllerWhat += fmt.Sprintf("; LoadBalancer IPs %s, was %s", orNone(s.LoadBalancerPool()), orNone(o.ControllerLBPool))
 	}
 	steps = append(steps,
-		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler", s.HostAddr), Present: o.ControlPlane})
+		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler; CRD clusternetworkpolicies.policy.networking.k8s.io", s.HostAddr), Present: o.ControlPlane})
 	if !s.Manifest() {
 		steps = append(steps, Step{Kind: StepController, What: controllerWhat,
 			Present: o.Controller && !controllerOutdated,

@@ -168,6 +168,11 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if info != nil {
 				kubeconfig = info.Kubeconfig
 			}
+			if err == nil {
+				// Before any agent starts: an agent looks for the
+				// ClusterNetworkPolicy API once, at its start.
+				err = ensureCRDs(ctx, kubeconfig)
+			}
 		case StepController:
 			if st.Restart {
 				if err = proc.Stop(s.StateDir, ProcController, 10*time.Second); err != nil {
