@@ -85,9 +85,9 @@ func TestPercentile(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	m := map[string]float64{
 		`a_sum{full="false"}`: 2, `a_count{full="false"}`: 4,
-		"b_sum": 10, "b_count": 5, "c": 7,
+		"b_sum": 10, "b_count": 5, "c": 7, `d_count{v="x"}`: 3,
 	}
-	want := `a{full="false"} mean 0.5 over 4; b mean 2 over 5; c = 7`
+	want := `a{full="false"} mean 0.5 over 4; b mean 2 over 5; c = 7; d_count{v="x"} = 3`
 	if got := summarize(m); got != want {
 		t.Errorf("summarize = %q, want %q", got, want)
 	}

@@ -98,22 +98,25 @@ func summarize(m map[string]float64) string {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		base, ok := strings.CutSuffix(k, "_count")
-		if !ok {
-			base, labels, found := strings.Cut(k, "{")
-			if b, ok := strings.CutSuffix(base, "_count"); ok && found {
-				sum := m[b+"_sum{"+labels]
+		// A histogram's or summary's _count beside its _sum gives a mean.
+		name, labels, _ := strings.Cut(k, "{")
+		if labels != "" {
+			labels = "{" + labels
+		}
+		if b, ok := strings.CutSuffix(name, "_count"); ok {
+			if sum, ok := m[b+"_sum"+labels]; ok {
 				if m[k] > 0 {
-					parts = append(parts, fmt.Sprintf("%s{%s mean %.4g over %.0f", b, labels, sum/m[k], m[k]))
+					parts = append(parts, fmt.Sprintf("%s%s mean %.4g over %.0f", b, labels, sum/m[k], m[k]))
 				}
-			} else if !strings.Contains(base, "_sum") {
-				parts = append(parts, fmt.Sprintf("%s = %.0f", k, m[k]))
+				continue
 			}
-			continue
 		}
-		if m[k] > 0 {
-			parts = append(parts, fmt.Sprintf("%s mean %.4g over %.0f", base, m[base+"_sum"]/m[k], m[k]))
+		if b, ok := strings.CutSuffix(name, "_sum"); ok {
+			if _, ok := m[b+"_count"+labels]; ok {
+				continue
+			}
 		}
+		parts = append(parts, fmt.Sprintf("%s = %.4g", k, m[k]))
 	}
 	return strings.Join(parts, "; ")
 }
