@@ -98,6 +98,13 @@ func TestE2EImagesRoot(t *testing.T) {
 				"command -v nc socat ip ss ps seq hostname bash && id user-defined-in-image && getent group group-defined-in-image && " +
 				"/coredns -plugins | grep -qx hosts && wget --version | grep -q ^GNU.Wget && [ \"$(readlink -f $(command -v nc))\" = /usr/bin/nc.openbsd ]",
 		},
+		// The ClusterNetworkPolicy suite's tag: the same image, its
+		// containers run `/bin/bash -c "/agnhost porter"` and serve-hostname.
+		AgnhostCNPRef: {
+			config: "[/agnhost] [pause] " + defaultPATH,
+			files:  []string{"agnhost", "agnhost-2", "usr/bin/bash"},
+			run:    "/agnhost --help | grep -q porter && /bin/bash -c 'command -v nc ip'",
+		},
 		GlibcDNSRef: {config: "[] [bash] " + defaultPATH, files: []string{"usr/bin/dig", "usr/bin/getent"}, run: "dig -v && getent hosts localhost"},
 		BusyboxRef: {
 			config: "[] [sh] " + defaultPATH,
