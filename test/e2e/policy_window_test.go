@@ -20,6 +20,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -242,21 +243,41 @@ func (l *testLab) startTimed(t *testing.T, ns string, pods []*corev1.Pod, batch 
 }
 
 // deleteAllPods deletes namespace ns's pods and waits until the API has
-// none (the runtime deletes a pod once its network is torn down).
+// none (the runtime deletes a pod once its network is torn down). A pod
+// still there after 3 minutes fails the test, with its state and the
+// lines of its node's agent log that name it, but the caller goes on:
+// the next case needs only the addresses of the pods that did go.
 func (l *testLab) deleteAllPods(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := l.c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatalf("deleting the pods of %s: %v", ns, err)
 	}
-	if err := retry(5*time.Minute, func() error {
+	var left []corev1.Pod
+	if err := retry(3*time.Minute, func() error {
 		list, err := l.c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err == nil && len(list.Items) > 0 {
+			left = list.Items
 			err = fmt.Errorf("%d pods of %s left", len(list.Items), ns)
 		}
 		return err
-	}); err != nil {
-		t.Fatal(err)
+	}); err == nil {
+		return
+	}
+	for _, p := range left {
+		st, _ := json.Marshal(p.Status)
+		var lines []string
+		if node, ok := l.spec.Node(p.Spec.NodeName); ok {
+			b, _ := os.ReadFile(proc.LogFile(l.spec.StateDir, lab.AgentProc(node.Name)))
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, ns+"/"+p.Name) || strings.Contains(line, ns+"_"+p.Name) {
+					lines = append(lines, line)
+				}
+			}
+			lines = lines[max(0, len(lines)-8):]
+		}
+		t.Errorf("pod %s/%s on %s still there 3 min after its deletion (%v): status %s\nits agent's last lines about it:\n%s",
+			ns, p.Name, p.Spec.NodeName, p.DeletionTimestamp, st, strings.Join(lines, "\n"))
 	}
 }
 
