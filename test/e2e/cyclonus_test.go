@@ -180,7 +180,7 @@ func (c *cyLab) startPod(node lab.Node, ns, name string, labels map[string]strin
 
 // addPod records Ready pod ns/name and gives it its Service.
 func (c *cyLab) addPod(t *testing.T, node lab.Node, ns, name, ip string) error {
-	svcIP, err := c.createService(ns, name, ip)
+	svcIP, err := c.createService(node, ns, name, ip)
 	if err != nil {
 		return err
 	}
@@ -201,14 +201,22 @@ func (c *cyLab) createPod(t *testing.T, ns, name string, labels map[string]strin
 
 // createService makes Service s-NS-POD (cyclonus's name and ports) with no
 // selector and an EndpointSlice naming the pod, and returns its ClusterIP.
-func (c *cyLab) createService(ns, name, podIP string) (string, error) {
+// The endpoint names its node, as the EndpointSlice controller writes it:
+// the proxy masquerades a pod reaching itself only for its node's
+// endpoints (without it, hairpin probes time out).
+func (c *cyLab) createService(node lab.Node, ns, name, podIP string) (string, error) {
 	svcName := fmt.Sprintf("s-%s-%s", ns, name)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns}}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns, Labels: map[string]string{
 			discoveryv1.LabelServiceName: svcName, discoveryv1.LabelManagedBy: cyManagedBy}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{podIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{podIP},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			NodeName:   ptr(node.Name),
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name},
+		}},
 	}
 	if netip.MustParseAddr(podIP).Is6() {
 		slice.AddressType = discoveryv1.AddressTypeIPv6
@@ -546,8 +554,9 @@ func (c *cyLab) probeTables(r *probe.Resources, modes []generator.ProbeMode) (ma
 
 // cyDiff lists the cells where the lab's table differs from the oracle's
 // (as cyclonus's ComparisonTable does, by job key), loopback cells apart
-// (counted in loop).
-func cyDiff(lab, oracle *probe.Table, mode generator.ProbeMode, errs map[string]error, ignoreLoopback bool) (diffs []string, loop int) {
+// (counted in loop by "lab X, oracle Y").
+func cyDiff(lab, oracle *probe.Table, mode generator.ProbeMode, errs map[string]error, ignoreLoopback bool) (diffs []string, loop map[string]int) {
+	loop = map[string]int{}
 	for _, k := range lab.Wrapped.Keys() {
 		want := oracle.Get(k.From, k.To).JobResults
 		for key, got := range lab.Get(k.From, k.To).JobResults {
@@ -559,7 +568,7 @@ func cyDiff(lab, oracle *probe.Table, mode generator.ProbeMode, errs map[string]
 				continue
 			}
 			if k.From == k.To {
-				loop++
+				loop[fmt.Sprintf("%s: lab %s, oracle %s", mode, got.Combined, w)]++
 				if ignoreLoopback {
 					continue
 				}
@@ -580,7 +589,7 @@ type cyStepOutcome struct {
 	passed bool
 	tries  int
 	diffs  []string
-	loop   int
+	loop   map[string]int
 }
 
 // runStep probes st's table in every mode until it matches the oracle or
@@ -686,7 +695,7 @@ func TestCyclonus(t *testing.T) {
 
 	passed := map[generator.ProbeMode]int{}
 	var failures []string
-	loopDiffs := 0
+	loopDiffs := map[string]int{}
 	tRun := time.Now()
 	for _, n := range nums {
 		tc := cases[n-1]
@@ -710,7 +719,9 @@ func TestCyclonus(t *testing.T) {
 				res := c.runStep(st, cySettle, cyRetries, ignoreLoopback)
 				for _, mode := range cyModes {
 					o := res[mode]
-					loopDiffs += o.loop
+					for k, v := range o.loop {
+						loopDiffs[k] += v
+					}
 					if !o.passed {
 						caseOK[mode] = false
 						t.Errorf("%q step %d, %s: %d cells differ from cyclonus's oracle after %d tries:\n%s\npolicies:\n%s",
@@ -732,7 +743,7 @@ func TestCyclonus(t *testing.T) {
 			failures = append(failures, fmt.Sprintf("%d %q", n, tc.Description))
 		}
 	}
-	t.Logf("cyclonus: pod IP %d/%d, ClusterIP %d/%d cases passed in %s (loopback cells that differed: %d, ignored: %v); failed: %v",
+	t.Logf("cyclonus: pod IP %d/%d, ClusterIP %d/%d cases passed in %s (loopback cells that differed, ignored: %v: %v); failed: %v",
 		passed[generator.ProbeModePodIP], len(nums), passed[generator.ProbeModeServiceIP], len(nums), time.Since(tRun).Round(time.Second),
-		loopDiffs, ignoreLoopback, failures)
+		ignoreLoopback, loopDiffs, failures)
 }
