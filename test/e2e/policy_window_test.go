@@ -250,7 +250,11 @@ func (l *testLab) startTimed(t *testing.T, ns string, pods []*corev1.Pod, batch 
 func (l *testLab) deleteAllPods(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := l.c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	// One call deletes them all, but may outlast the client's timeout on
+	// a busy apiserver (200 pods on a real node's kubelet): call again.
+	if err := retry(2*time.Minute, func() error {
+		return l.c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}); err != nil {
 		t.Fatalf("deleting the pods of %s: %v", ns, err)
 	}
 	var left []corev1.Pod
