@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -131,10 +133,16 @@ type policyController struct {
 	pods     corelisters.PodLister
 	nss      corelisters.NamespaceLister
 	policies networkinglisters.NetworkPolicyLister
-	// cnps is nil when the API does not serve ClusterNetworkPolicy.
-	cnps cnplisters.ClusterNetworkPolicyLister
-	// cnpClient, when set, is asked for ClusterNetworkPolicies at Run.
+	// cnps is nil while the API does not serve ClusterNetworkPolicy (or
+	// before Run); read it through clusterPolicies.
+	cnpMu sync.Mutex
+	cnps  cnplisters.ClusterNetworkPolicyLister
+	// cnpClient, when set, is asked for ClusterNetworkPolicies: at Run when
+	// the API serves them, else once it starts to (checked every cnpPoll).
 	cnpClient cnpclient.Interface
+	cnpPoll   time.Duration
+	// discovery answers whether the API serves them (nil: the client's).
+	discovery discovery.DiscoveryInterface
 	// lastErrs is the compiler's and renderer's complaints last logged (only
 	// the runner's goroutine touches it), so each is logged once.
 	lastErrs string
@@ -177,16 +185,8 @@ func newPolicyController(ctx context.Context, client kubernetes.Interface, o Opt
 	if a := o.PolicyMetricsBindAddress; a != "" && a != "0" {
 		c.metricsAddr = a
 	}
-	switch ok, err := servesCNP(client.Discovery()); {
-	case err != nil:
+	if c.cnpClient, err = newCNPClient(o.Kubeconfig, "flatnet-agent/"+o.NodeName); err != nil {
 		return nil, fmt.Errorf("--network-policy: %w", err)
-	case ok:
-		if c.cnpClient, err = newCNPClient(o.Kubeconfig, "flatnet-agent/"+o.NodeName); err != nil {
-			return nil, fmt.Errorf("--network-policy: %w", err)
-		}
-	default:
-		klog.FromContext(ctx).Info("The API does not serve ClusterNetworkPolicy (" + cnpGroupVersion + "); enforcing NetworkPolicy only. " +
-			"Install the CRD of sigs.k8s.io/network-policy-api v0.3.0 and restart the agent to enforce it")
 	}
 	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: o.PolicyMinSyncPeriod, MaxInterval: o.PolicySyncPeriod})
 	return c, nil
@@ -255,12 +255,21 @@ func (c *policyController) Run(ctx context.Context) error {
 		synced = append(synced, reg.HasSynced)
 	}
 	if c.cnpClient != nil {
-		lister, hasSynced, err := c.watchCNPs(ctx, c.cnpClient)
-		if err != nil {
-			return err
+		switch served, err := servesCNP(c.discoveryClient()); {
+		case err != nil:
+			return fmt.Errorf("--network-policy: %w", err)
+		case served:
+			lister, hasSynced, err := c.watchCNPs(ctx, c.cnpClient)
+			if err != nil {
+				return err
+			}
+			c.setClusterPolicies(lister)
+			synced = append(synced, hasSynced)
+		default:
+			klog.FromContext(ctx).Info("The API does not serve ClusterNetworkPolicy (" + cnpGroupVersion + ") yet; enforcing NetworkPolicy, " +
+				"and ClusterNetworkPolicy as soon as its CRD (sigs.k8s.io/network-policy-api v0.3.0) is installed")
+			go c.awaitCNPs(ctx)
 		}
-		c.cnps = lister
-		synced = append(synced, hasSynced)
 	}
 	if c.gate == nil {
 		c.gate = newGateState()
@@ -289,7 +298,7 @@ func (c *policyController) Run(ctx context.Context) error {
 		rules = "iptables chains " + iptables.ChainTop + "*"
 	}
 	klog.FromContext(ctx).Info("Enforcing NetworkPolicy", "rules", rules,
-		"clusterNetworkPolicy", c.cnps != nil, "gate", c.socket, "keepEstablished", c.keepEstablished)
+		"clusterNetworkPolicy", c.clusterPolicies() != nil, "gate", c.socket, "keepEstablished", c.keepEstablished)
 	loopDone := make(chan struct{})
 	go func() { c.runner.Loop(ctx); close(loopDone) }()
 	select {
@@ -346,8 +355,8 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 		return err
 	}
 	var cnps []*cnpv1.ClusterNetworkPolicy
-	if c.cnps != nil {
-		if cnps, err = c.cnps.List(labels.Everything()); err != nil {
+	if l := c.clusterPolicies(); l != nil {
+		if cnps, err = l.List(labels.Everything()); err != nil {
 			return err
 		}
 	}

@@ -108,6 +108,66 @@ func newCNPClient(kubeconfig, userAgent string) (cnpclient.Interface, error) {
 	return cnpclient.NewForConfig(cfg)
 }
 
+func (c *policyController) discoveryClient() discovery.DiscoveryInterface {
+	if c.discovery != nil {
+		return c.discovery
+	}
+	return c.client.Discovery()
+}
+
+func (c *policyController) clusterPolicies() cnplisters.ClusterNetworkPolicyLister {
+	c.cnpMu.Lock()
+	defer c.cnpMu.Unlock()
+	return c.cnps
+}
+
+func (c *policyController) setClusterPolicies(l cnplisters.ClusterNetworkPolicyLister) {
+	c.cnpMu.Lock()
+	defer c.cnpMu.Unlock()
+	c.cnps = l
+}
+
+// awaitCNPs asks the API every cnpPoll (30 s) whether it serves
+// ClusterNetworkPolicy yet (its CRD installed after the agent started) and
+// then watches and enforces them, without a restart.
+func (c *policyController) awaitCNPs(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	poll := c.cnpPoll
+	if poll <= 0 {
+		poll = 30 * time.Second
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		served, err := servesCNP(c.discoveryClient())
+		if err != nil {
+			logger.V(2).Info("Asking the API for ClusterNetworkPolicy", "err", err)
+			continue
+		}
+		if !served {
+			continue
+		}
+		lister, hasSynced, err := c.watchCNPs(ctx, c.cnpClient)
+		if err != nil {
+			logger.Error(err, "Watching ClusterNetworkPolicies")
+			return
+		}
+		if !cache.WaitForNamedCacheSyncWithContext(ctx, hasSynced) {
+			return
+		}
+		c.setClusterPolicies(lister)
+		logger.Info("The API serves ClusterNetworkPolicy now: enforcing it")
+		c.dirty.markAll()
+		c.runner.Run()
+		return
+	}
+}
+
 // watchCNPs starts an informer on ClusterNetworkPolicies that asks for a
 // sync on every change; it returns the lister and the informer's synced
 // func.

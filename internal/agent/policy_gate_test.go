@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,8 +15,11 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/knftables"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnpfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/flatnet/flatnet/internal/netpol"
 	"github.com/flatnet/flatnet/internal/netpol/conntrack"
@@ -264,4 +268,74 @@ func TestOtherNamespacesPolicyCostsNothing(t *testing.T) {
 	if got := recompiled() - compiled; got != 1 {
 		t.Errorf("a policy of the pod's namespace recompiled %v pods, want 1", got)
 	}
+}
+
+// TestClusterPoliciesOnceServed: the ClusterNetworkPolicy CRD installed
+// after the agent started is picked up without a restart.
+func TestClusterPoliciesOnceServed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+		policyPod("a", "n1", "10.244.1.5", map[string]string{"app": "a"}),
+	)
+	deny := &cnpv1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-all"},
+		Spec: cnpv1.ClusterNetworkPolicySpec{
+			Tier: cnpv1.AdminTier, Priority: 1,
+			Subject: cnpv1.ClusterNetworkPolicySubject{Namespaces: &metav1.LabelSelector{}},
+			Ingress: []cnpv1.ClusterNetworkPolicyIngressRule{{Action: cnpv1.ClusterNetworkPolicyRuleActionDeny,
+				From: []cnpv1.ClusterNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{}}}}},
+		},
+	}
+	f := nft.NewFake(knftables.InetFamily, nftables.DefaultTable)
+	c := &policyController{node: "n1", client: client, renderer: nftables.NewRenderer(), syncer: nftables.NewSyncer(f),
+		cnpClient: cnpfake.NewSimpleClientset(deny), cnpPoll: 20 * time.Millisecond}
+	disco := &lateDiscovery{DiscoveryInterface: client.Discovery()}
+	c.discovery = disco
+	c.runner = runner.New(c.syncAndLog, runner.Config{MinInterval: 0, MaxInterval: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	admin := func() int {
+		f.RLock()
+		defer f.RUnlock()
+		n := 0
+		if f.Table != nil {
+			for name := range f.Table.Sets {
+				if strings.HasPrefix(name, "ingress-admin-") {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(5 * time.Second); f.Runs() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no first sync")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if admin() != 0 {
+		t.Fatal("a ClusterNetworkPolicy was enforced before the API served the kind")
+	}
+	disco.served.Store(true) // the CRD is installed
+	for deadline := time.Now().Add(10 * time.Second); admin() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the ClusterNetworkPolicy was not enforced once the API served it")
+		}
+	}
+}
+
+// lateDiscovery serves ClusterNetworkPolicy once served is set.
+type lateDiscovery struct {
+	discovery.DiscoveryInterface
+	served atomic.Bool
+}
+
+func (d *lateDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	if gv == cnpGroupVersion && d.served.Load() {
+		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: "clusternetworkpolicies", Kind: "ClusterNetworkPolicy"}}}, nil
+	}
+	return d.DiscoveryInterface.ServerResourcesForGroupVersion(gv)
 }
