@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
@@ -300,6 +301,9 @@ func (c *policyController) admit(ctx context.Context, req gate.Request) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	if err := c.awaitPolicies(ctx, req.Namespace); err != nil {
+		return fmt.Errorf("pod %s: %w", key, err)
+	}
 	g := c.gate
 	g.mu.Lock()
 	g.overrides[key] = override{uid: types.UID(req.UID), ips: req.IPs}
@@ -318,6 +322,60 @@ func (c *policyController) admit(ctx context.Context, req gate.Request) error {
 		case <-ctx.Done():
 			return fmt.Errorf("pod %s: its policy was not committed: %w", key, ctx.Err())
 		case <-wait:
+		}
+	}
+}
+
+// awaitPolicies waits until the watches hold every NetworkPolicy of ns
+// and every ClusterNetworkPolicy the API has now. Pods and policies come
+// through separate watches, so a policy created just before a pod may
+// reach the agent after the pod; without this, the pod could start
+// before that policy is in force. One list of each kind per new pod.
+func (c *policyController) awaitPolicies(ctx context.Context, ns string) error {
+	type want struct {
+		name string
+		uid  types.UID
+	}
+	var nps, cnps []want
+	list, err := c.client.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing the NetworkPolicies of %s: %w", ns, err)
+	}
+	for _, p := range list.Items {
+		nps = append(nps, want{p.Name, p.UID})
+	}
+	if c.clusterPolicies() != nil {
+		list, err := c.cnpClient.PolicyV1beta1().ClusterNetworkPolicies().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("listing ClusterNetworkPolicies: %w", err)
+		}
+		for _, p := range list.Items {
+			cnps = append(cnps, want{p.Name, p.UID})
+		}
+	}
+	for {
+		missing := ""
+		for _, w := range nps {
+			if p, err := c.policies.NetworkPolicies(ns).Get(w.name); err != nil || p.UID != w.uid {
+				missing = "NetworkPolicy " + ns + "/" + w.name
+				break
+			}
+		}
+		if l := c.clusterPolicies(); missing == "" && l != nil {
+			for _, w := range cnps {
+				if p, err := l.Get(w.name); err != nil || p.UID != w.uid {
+					missing = "ClusterNetworkPolicy " + w.name
+					break
+				}
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s, in the API before the pod, is not in the agent's view yet: %w", missing, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes/fake"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/knftables"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	cnpfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
@@ -338,4 +340,28 @@ func (d *lateDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIRe
 		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: "clusternetworkpolicies", Kind: "ClusterNetworkPolicy"}}}, nil
 	}
 	return d.DiscoveryInterface.ServerResourcesForGroupVersion(gv)
+}
+
+// TestGateWaitsForPoliciesBeforeThePod: a policy the API has but the
+// agent's watch has not delivered yet holds the gate.
+func TestGateWaitsForPoliciesBeforeThePod(t *testing.T) {
+	np := denyAllIngress("x")
+	np.UID = "np-uid"
+	client := fake.NewClientset(np)
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	c := &policyController{client: client, policies: networkinglisters.NewNetworkPolicyLister(idx)}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := c.awaitPolicies(ctx, "x"); err == nil || !strings.Contains(err.Error(), "NetworkPolicy x/deny") {
+		t.Fatalf("awaitPolicies with the policy not watched yet: %v, want an error naming it", err)
+	}
+	if err := idx.Add(np); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.awaitPolicies(context.Background(), "x"); err != nil {
+		t.Fatalf("awaitPolicies with the policy watched: %v", err)
+	}
+	if err := c.awaitPolicies(context.Background(), "y"); err != nil {
+		t.Fatalf("awaitPolicies for a namespace without policies: %v", err)
+	}
 }
