@@ -26,8 +26,10 @@
 package netpol
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -267,4 +269,34 @@ func matchesAny(es []Entry, peer netip.Addr, proto Protocol, port uint16) bool {
 		}
 	}
 	return false
+}
+
+// Owned sorts pods by namespace/name and gives each address to one pod:
+// the first by that order. It returns the sorted pods, each one's
+// addresses (valid, unmapped), and an error for each address left out.
+// Both renderers start from it, so a node's table never checks one
+// address against two pods' rules.
+func Owned(pods []Pod) ([]Pod, [][]netip.Addr, []error) {
+	sorted := slices.Clone(pods)
+	slices.SortFunc(sorted, func(a, b Pod) int { return cmp.Compare(a.Pod.String(), b.Pod.String()) })
+	owner := map[netip.Addr]string{}
+	addrs := make([][]netip.Addr, len(sorted))
+	var conflicts []error
+	for i, p := range sorted {
+		for _, a := range p.IPs {
+			a = a.Unmap()
+			if !a.IsValid() {
+				continue
+			}
+			if o, taken := owner[a]; taken {
+				if o != p.Pod.String() {
+					conflicts = append(conflicts, fmt.Errorf("pod %s: address %s is pod %s's too; left out", p.Pod, a, o))
+				}
+				continue
+			}
+			owner[a] = p.Pod.String()
+			addrs[i] = append(addrs[i], a)
+		}
+	}
+	return sorted, addrs, conflicts
 }

@@ -36,12 +36,10 @@
 package iptables
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -114,27 +112,9 @@ func Render(pods []netpol.Pod) *Ruleset {
 	for _, f := range Families {
 		rs.Families[f] = Chains{ChainTop: {establishedRule}}
 	}
-	sorted := slices.Clone(pods)
-	slices.SortFunc(sorted, func(a, b netpol.Pod) int { return cmp.Compare(a.Pod.String(), b.Pod.String()) })
 	// Each address belongs to one pod.
-	owner := map[netip.Addr]string{}
-	addrs := make([][]netip.Addr, len(sorted))
-	for i, p := range sorted {
-		for _, a := range p.IPs {
-			a = a.Unmap()
-			if !a.IsValid() {
-				continue
-			}
-			if o, taken := owner[a]; taken {
-				if o != p.Pod.String() {
-					rs.Conflicts = append(rs.Conflicts, fmt.Errorf("pod %s: address %s is pod %s's too; left out", p.Pod, a, o))
-				}
-				continue
-			}
-			owner[a] = p.Pod.String()
-			addrs[i] = append(addrs[i], a)
-		}
-	}
+	sorted, addrs, conflicts := netpol.Owned(pods)
+	rs.Conflicts = append(rs.Conflicts, conflicts...)
 	for _, d := range directions {
 		for i, p := range sorted {
 			r := p.Direction(d.d)

@@ -205,27 +205,9 @@ func NewRenderer() *Renderer { return &Renderer{cache: map[cacheKey]cached{}} }
 func (rd *Renderer) Render(pods []netpol.Pod) (*Ruleset, error) {
 	rs := &Ruleset{Chains: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string]map[netip.Addr][]string{}, Counters: map[string]Counter{}}
 	next := make(map[cacheKey]cached, len(rd.cache))
-	sorted := slices.Clone(pods)
-	slices.SortFunc(sorted, func(a, b netpol.Pod) int { return cmp.Compare(a.Pod.String(), b.Pod.String()) })
 	// Each address belongs to one pod.
-	owner := map[netip.Addr]string{}
-	addrs := make([][]netip.Addr, len(sorted))
-	for i, p := range sorted {
-		for _, a := range p.IPs {
-			a = a.Unmap()
-			if !a.IsValid() {
-				continue
-			}
-			if o, taken := owner[a]; taken {
-				if o != p.Pod.String() {
-					rs.Conflicts = append(rs.Conflicts, fmt.Errorf("pod %s: address %s is pod %s's too; left out", p.Pod, a, o))
-				}
-				continue
-			}
-			owner[a] = p.Pod.String()
-			addrs[i] = append(addrs[i], a)
-		}
-	}
+	sorted, addrs, conflicts := netpol.Owned(pods)
+	rs.Conflicts = append(rs.Conflicts, conflicts...)
 	put := func(set string, a netip.Addr, keys []string) {
 		if len(keys) == 0 {
 			return
