@@ -13,6 +13,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/netpoltest"
 )
 
 // The random models live in a small address space so that peers, pods and
@@ -80,22 +81,6 @@ func randModel(r *rand.Rand) []netpol.Pod {
 	return pods
 }
 
-// want is the model's answer for a flow: the source pod's egress, then
-// the destination pod's ingress (a pod not on this node is not checked).
-func want(pods []netpol.Pod, src, dst netip.Addr, proto netpol.Protocol, port uint16) bool {
-	for _, p := range pods {
-		if slices.Contains(p.IPs, src) && !p.Egress.Check(dst, proto, port).Allowed {
-			return false
-		}
-	}
-	for _, p := range pods {
-		if slices.Contains(p.IPs, dst) && !p.Ingress.Check(src, proto, port).Allowed {
-			return false
-		}
-	}
-	return true
-}
-
 func randPacket(r *rand.Rand) packet {
 	all := append(slices.Clone(localV4), otherV4...)
 	if r.IntN(3) == 0 {
@@ -131,7 +116,7 @@ func checkFlows(t *testing.T, r *rand.Rand, f *ipt.Fake, pods []netpol.Pod, n in
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := p.established || want(pods, p.src, p.dst, p.proto, p.port)
+		w := p.established || netpoltest.Allowed(pods, p.src, p.dst, p.proto, p.port)
 		if got != w {
 			fam := ipt.IPv4
 			if p.src.Is6() {

@@ -159,7 +159,7 @@ func traffic(t *testing.T, bridged bool) {
 		wg.Wait()
 		allowed := 0
 		for i, p := range probes {
-			w := want(model, p.src, p.dst, netpol.ProtoTCP, p.port)
+			w := netpoltest.Allowed(model, p.src, p.dst, netpol.ProtoTCP, p.port)
 			var ne net.Error
 			switch {
 			case (got[i] == nil) != w:

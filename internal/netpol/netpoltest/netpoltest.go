@@ -5,6 +5,7 @@ package netpoltest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -31,4 +32,21 @@ func Scale() []netpol.Pod {
 		pods = append(pods, p)
 	}
 	return pods
+}
+
+// Allowed is the model's answer for a flow through one node: the source
+// pod's egress, then the destination pod's ingress (a pod not among pods
+// is not checked there). The renderers' tests compare their rules with it.
+func Allowed(pods []netpol.Pod, src, dst netip.Addr, proto netpol.Protocol, port uint16) bool {
+	for _, p := range pods {
+		if slices.Contains(p.IPs, src) && !p.Egress.Check(dst, proto, port).Allowed {
+			return false
+		}
+	}
+	for _, p := range pods {
+		if slices.Contains(p.IPs, dst) && !p.Ingress.Check(src, proto, port).Allowed {
+			return false
+		}
+	}
+	return true
 }

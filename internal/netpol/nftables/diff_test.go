@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/netpol"
+	"github.com/flatnet/flatnet/internal/netpol/netpoltest"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/nft/nfttrace"
 )
@@ -109,22 +110,6 @@ func randModel(r *rand.Rand) []netpol.Pod {
 	return pods
 }
 
-// want is the model's answer for a flow: the source pod's egress, then
-// the destination pod's ingress (a pod not on this node is not checked).
-func want(pods []netpol.Pod, src, dst netip.Addr, proto netpol.Protocol, port uint16) bool {
-	for _, p := range pods {
-		if slices.Contains(p.IPs, src) && !p.Egress.Check(dst, proto, port).Allowed {
-			return false
-		}
-	}
-	for _, p := range pods {
-		if slices.Contains(p.IPs, dst) && !p.Ingress.Check(src, proto, port).Allowed {
-			return false
-		}
-	}
-	return true
-}
-
 // checkFlows traces random flows through fake and compares with the model.
 func checkFlows(t *testing.T, r *rand.Rand, fake *nft.Fake, pods []netpol.Pod, n int) {
 	t.Helper()
@@ -145,7 +130,7 @@ func checkFlows(t *testing.T, r *rand.Rand, fake *nft.Fake, pods []netpol.Pod, n
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, w := res.Verdict == nfttrace.Accept, want(pods, src, dst, proto, port); got != w {
+		if got, w := res.Verdict == nfttrace.Accept, netpoltest.Allowed(pods, src, dst, proto, port); got != w {
 			t.Fatalf("%s -> %s %s/%d: nftables allowed=%v, model allowed=%v\nmodel:\n%s\ntrace:\n%s\nruleset:\n%s",
 				src, dst, traceTCP[proto], port, got, w, dumpModel(pods), strings.Join(res.Trace, "\n"), fake.Dump())
 		}
