@@ -45,6 +45,7 @@ require (
 	golang.org/x/tools v0.49.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/streaming v0.37.2 // indirect
+	sigs.k8s.io/gateway-api v1.6.3 // indirect
 )
 
 require (
