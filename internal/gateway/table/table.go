@@ -221,7 +221,7 @@ type Retry struct {
 type AppProtocol string
 
 const (
-	HTTP1 AppProtocol = ""                   // HTTP/1.1 (with upgrades)
+	HTTP1 AppProtocol = ""                  // HTTP/1.1 (with upgrades)
 	H2C   AppProtocol = "kubernetes.io/h2c" // HTTP/2 prior knowledge
 	WS    AppProtocol = "kubernetes.io/ws"  // WebSocket (HTTP/1.1 upgrade)
 )
