@@ -2,7 +2,11 @@ package lab
 
 // The lab installs the CustomResourceDefinitions that flatnet enforces but
 // Kubernetes does not ship: ClusterNetworkPolicy (sigs.k8s.io/network-policy-api
-// v0.3.0, standard channel; crds/README.md says where the file comes from).
+// v0.3.0, standard channel) and the Gateway API (sigs.k8s.io/gateway-api
+// v1.6.3, standard channel); crds/README.md says where the files come from.
+// Then the classes flatnet's gateway serves: GatewayClass flatnet and
+// IngressClass flatnet (labClasses), which users (and the Gateway API
+// conformance suite) name but nothing else creates.
 // Each is applied server-side under the lab's field manager, so a second
 // `up` changes nothing, and `up` waits until the apiserver serves it
 // (Established), so a client may create policies as soon as `up` returns.
@@ -65,7 +69,55 @@ func labCRDs() ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
-// ensureCRDs applies every embedded CRD and waits until each is Established.
+// Names of the classes the lab creates for flatnet's gateway.
+const (
+	GatewayClassName      = "flatnet"
+	GatewayControllerName = "flatnet.io/gateway-controller"
+	IngressClassName      = "flatnet"
+	IngressControllerName = "flatnet.io/ingress-controller"
+)
+
+// labClass is one object the lab applies after the CRDs.
+type labClass struct {
+	gvr schema.GroupVersionResource
+	obj *unstructured.Unstructured
+}
+
+// labClasses are GatewayClass flatnet and IngressClass flatnet. Only their
+// spec is applied: flatnet's gateway writes the GatewayClass status.
+func labClasses() []labClass {
+	labels := map[string]any{"app.kubernetes.io/managed-by": "flatnet-lab"}
+	return []labClass{
+		{schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"},
+			&unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+				"metadata": map[string]any{"name": GatewayClassName, "labels": labels},
+				"spec": map[string]any{"controllerName": GatewayControllerName,
+					"description": "flatnet: Gateway API served on every node"},
+			}}},
+		{schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "ingressclasses"},
+			&unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+				"metadata": map[string]any{"name": IngressClassName, "labels": labels},
+				"spec":     map[string]any{"controller": IngressControllerName},
+			}}},
+	}
+}
+
+// apply applies obj server-side under the lab's field manager.
+func apply(ctx context.Context, res dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+	body, err := json.Marshal(obj.Object)
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = res.Patch(ctx, obj.GetName(), types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: "flatnet-lab", Force: &force})
+	return err
+}
+
+// ensureCRDs applies every embedded CRD, waits until each is Established,
+// then applies the classes.
 func ensureCRDs(ctx context.Context, kubeconfig string) error {
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -82,13 +134,9 @@ func ensureCRDs(ctx context.Context, kubeconfig string) error {
 	}
 	res := dc.Resource(crdGVR)
 	for _, crd := range crds {
-		body, err := json.Marshal(crd.Object)
-		if err != nil {
-			return err
-		}
-		force := true
-		if _, err := res.Patch(ctx, crd.GetName(), types.ApplyPatchType, body,
-			metav1.PatchOptions{FieldManager: "flatnet-lab", Force: &force}); err != nil {
+		// Server-side: httproutes is 429 KB, over the 256 KiB a
+		// client-side apply's last-applied annotation may hold.
+		if err := apply(ctx, res, crd); err != nil {
 			return fmt.Errorf("applying CRD %s: %w", crd.GetName(), err)
 		}
 	}
@@ -107,6 +155,18 @@ func ensureCRDs(ctx context.Context, kubeconfig string) error {
 		})
 		if err != nil {
 			return fmt.Errorf("CRD %s not Established after %s (%s): see the apiserver's log", name, crdEstablishTimeout, last)
+		}
+	}
+	for _, c := range labClasses() {
+		// Established can come a moment before the API serves the kind
+		// (404): retry that briefly.
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, crdEstablishTimeout, true, func(ctx context.Context) (bool, error) {
+			last = apply(ctx, dc.Resource(c.gvr), c.obj)
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("applying %s %s: %w", c.obj.GetKind(), c.obj.GetName(), last)
 		}
 	}
 	return nil

@@ -1,32 +1,82 @@
 package lab
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// The embedded CRD is the one the ClusterNetworkPolicy conformance suite
-// v0.3.0 accepts: it refuses a cluster whose CRDs carry another bundle
-// version or channel annotation.
+// The embedded CRDs are the ones the conformance suites accept: both
+// refuse a cluster whose CRDs carry another bundle version or channel
+// annotation (ClusterNetworkPolicy v0.3.0, Gateway API v1.6.3).
 func TestLabCRDs(t *testing.T) {
 	crds, err := labCRDs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 1 {
-		t.Fatalf("want 1 CRD, got %d", len(crds))
+	want := map[string]string{
+		"clusternetworkpolicies.policy.networking.k8s.io": "policy.networking.k8s.io/=v0.3.0",
 	}
-	c := crds[0]
-	if c.GetName() != "clusternetworkpolicies.policy.networking.k8s.io" {
-		t.Errorf("name %q", c.GetName())
+	for _, r := range []string{"backendtlspolicies", "gatewayclasses", "gateways", "grpcroutes", "httproutes",
+		"listenersets", "referencegrants", "tcproutes", "tlsroutes", "udproutes"} {
+		want[r+".gateway.networking.k8s.io"] = "gateway.networking.k8s.io/=v1.6.3"
 	}
-	a := c.GetAnnotations()
-	if a["policy.networking.k8s.io/bundle-version"] != "v0.3.0" || a["policy.networking.k8s.io/channel"] != "standard" {
-		t.Errorf("annotations %v: want bundle-version v0.3.0, channel standard", a)
+	got := map[string]bool{}
+	for _, c := range crds {
+		name := c.GetName()
+		got[name] = true
+		w, ok := want[name]
+		if !ok {
+			t.Errorf("unexpected CRD %s", name)
+			continue
+		}
+		prefix, version, _ := strings.Cut(w, "=")
+		a := c.GetAnnotations()
+		if a[prefix+"bundle-version"] != version || a[prefix+"channel"] != "standard" {
+			t.Errorf("%s: annotations %v: want %sbundle-version %s, channel standard", name, a, prefix, version)
+		}
+		if _, found, _ := unstructured.NestedFieldNoCopy(c.Object, "status"); found {
+			t.Errorf("%s: status is still set: the apiserver owns it", name)
+		}
 	}
-	if _, found, _ := unstructured.NestedFieldNoCopy(c.Object, "status"); found {
-		t.Error("status is still set: the apiserver owns it")
+	for name := range want {
+		if !got[name] {
+			t.Errorf("CRD %s missing", name)
+		}
+	}
+}
+
+// The classes name flatnet's controllers, and each is served by a CRD the
+// lab installs or by Kubernetes itself.
+func TestLabClasses(t *testing.T) {
+	crds, err := labCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{"networking.k8s.io/ingressclasses": true}
+	for _, c := range crds {
+		group, _, _ := unstructured.NestedString(c.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(c.Object, "spec", "names", "plural")
+		served[group+"/"+plural] = true
+	}
+	want := map[string]string{"GatewayClass": "flatnet.io/gateway-controller", "IngressClass": "flatnet.io/ingress-controller"}
+	for _, c := range labClasses() {
+		if !served[c.gvr.Group+"/"+c.gvr.Resource] {
+			t.Errorf("%s: %s not served", c.obj.GetKind(), c.gvr)
+		}
+		field := "controllerName"
+		if c.obj.GetKind() == "IngressClass" {
+			field = "controller"
+		}
+		got, _, _ := unstructured.NestedString(c.obj.Object, "spec", field)
+		if c.obj.GetName() != "flatnet" || got != want[c.obj.GetKind()] {
+			t.Errorf("%s %s: spec.%s %q, want name flatnet, %q", c.obj.GetKind(), c.obj.GetName(), field, got, want[c.obj.GetKind()])
+		}
+		delete(want, c.obj.GetKind())
+	}
+	if len(want) != 0 {
+		t.Errorf("missing %v", want)
 	}
 }
 

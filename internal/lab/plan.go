@@ -147,7 +147,7 @@ func Plan(s *Spec, o Observed) []Step {
 		controllerWhat += fmt.Sprintf("; LoadBalancer IPs %s, was %s", orNone(s.LoadBalancerPool()), orNone(o.ControllerLBPool))
 	}
 	steps = append(steps,
-		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler; CRD clusternetworkpolicies.policy.networking.k8s.io", s.HostAddr), Present: o.ControlPlane})
+		Step{Kind: StepControlPlane, What: fmt.Sprintf("etcd, kube-apiserver on %s, kube-controller-manager, kube-scheduler; CRDs ClusterNetworkPolicy (network-policy-api v0.3.0) and Gateway API v1.6.3, GatewayClass and IngressClass flatnet", s.HostAddr), Present: o.ControlPlane})
 	if !s.Manifest() {
 		steps = append(steps, Step{Kind: StepController, What: controllerWhat,
 			Present: o.Controller && !controllerOutdated,
@@ -198,7 +198,7 @@ func Plan(s *Spec, o Observed) []Step {
 			steps = append(steps, Step{Kind: StepManifest, What: fmt.Sprintf("deploy/flatnet.yaml: DaemonSet flatnet-agent (%s, Services, DNS), Deployment flatnet-controller", s.Backend)})
 		}
 	}
-	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s; CRD clusternetworkpolicies.policy.networking.k8s.io (network-policy-api v0.3.0) Established", len(s.Nodes), s.KubeDNSIP())})
+	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s; CRDs (ClusterNetworkPolicy, Gateway API) Established, GatewayClass and IngressClass flatnet", len(s.Nodes), s.KubeDNSIP())})
 	return steps
 }
 
