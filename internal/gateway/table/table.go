@@ -64,6 +64,8 @@ type Port struct {
 	Wildcards []*Host
 	// Any holds the rules with no hostname; nil when there are none.
 	Any *Host
+
+	wild map[string]*Host // Wildcards by suffix (".example.com"), built by Finish
 }
 
 // Cert is one listener's certificate: Hostname is the listener's
@@ -77,6 +79,8 @@ type Cert struct {
 type Host struct {
 	Name  string
 	Rules []*Rule
+
+	index *ruleIndex // built by Finish for hosts with many rules
 }
 
 // Rule is one match of one route rule (a route rule with three matches
