@@ -185,7 +185,7 @@ func anchor(re *regexp.Regexp) *regexp.Regexp {
 
 // CanonicalPath normalizes an escaped URL path for matching: percent
 // escapes of unreserved characters decoded, the others in upper case,
-// "." and ".." segments removed. A path that needs none of it is
+// "." and ".." segments removed, a stray "%" escaped. A path that needs none of it is
 // returned as is, without allocating.
 func CanonicalPath(p string) string {
 	if !strings.Contains(p, "%") && !strings.Contains(p, "/.") {
@@ -205,6 +205,10 @@ func CanonicalPath(p string) string {
 				b.WriteByte(upper(p[i+2]))
 			}
 			i += 2
+			continue
+		}
+		if c == '%' { // not an escape: escape it, so a decoded byte cannot complete it
+			b.WriteString("%25")
 			continue
 		}
 		b.WriteByte(c)
