@@ -15,6 +15,13 @@
 //     actual behaviour; its help text promises 417 but the code never
 //     sends it). For http, request is a path ("hostname" or "/hostname").
 //     /shutdown    exit 0;  /exit?code=N  exit N
+//     /request, /request/...  (not agnhost's) the request as JSON
+//     (RequestInfo: proto, method, host, path, query, headers, the
+//     answering hostname), so a proxy's routing, rewrites and header
+//     filters can be checked at the backend
+//     /ws          (not agnhost's) a WebSocket that echoes every message
+//     The port speaks HTTP/1.1 and HTTP/2 with prior knowledge (h2c), as
+//     a backend whose Service port has appProtocol kubernetes.io/h2c.
 //   - UDP (--udp-port, default 8081 as agnhost, -1 disables): one datagram
 //     is one command, matched case-insensitively after trimming: "hostname",
 //     "echo <msg>" (answers <msg>; agnhost lowercases it, we keep its case),
@@ -45,6 +52,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/spf13/cobra"
+	"golang.org/x/net/websocket"
 )
 
 // Config says what to serve. A port of -1 disables that server; 0 picks a
@@ -70,7 +78,8 @@ func NewCommand() *cobra.Command {
 		Short: "Test workload for pods: HTTP (/hostname, /clientip, /echo, /dial, ...), UDP and TCP echo servers (like agnhost netexec)",
 		Long: "netexec serves HTTP on --http-port with /, /hostname, /clientip (\"IP:port\"), /echo?msg=, /healthz,\n" +
 			"/dial?host=&port=&protocol=http|udp|tcp&request=&tries= ({\"responses\":[...],\"errors\":[...]}),\n" +
-			"/shutdown and /exit?code=; a UDP server on --udp-port answering \"hostname\", \"echo MSG\" and\n" +
+			"/shutdown and /exit?code=, /request[/...] (the request as JSON) and /ws (WebSocket echo), over\n" +
+			"HTTP/1.1 and h2c; a UDP server on --udp-port answering \"hostname\", \"echo MSG\" and\n" +
 			"\"clientip\"; and with --tcp-port a line-based TCP server answering the same commands and\n" +
 			"echoing any other line.",
 		Args: cobra.NoArgs,
@@ -160,7 +169,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		}
 	}
 	if s.httpLn != nil {
-		s.httpSrv = &http.Server{Handler: s.mux(), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = &http.Server{Handler: s.mux(), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+		s.httpSrv.Protocols.SetHTTP1(true)
+		s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
 		s.log.Printf("serving HTTP on %s", s.httpLn.Addr())
 		s.wg.Add(1)
 		go func() {
@@ -356,6 +367,11 @@ func (s *Server) mux() *http.ServeMux {
 		fmt.Fprint(w, msg)
 	})
 	m.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	m.HandleFunc("/request", requestHandler)
+	m.HandleFunc("/request/", requestHandler)
+	// websocket.Server, not websocket.Handler: Handler refuses a client
+	// without an Origin header, which proxies and tests need not send.
+	m.Handle("/ws", websocket.Server{Handler: wsEcho})
 	m.HandleFunc("/dial", s.dialHandler)
 	m.HandleFunc("/shutdown", func(w http.ResponseWriter, _ *http.Request) {
 		s.log.Printf("GET /shutdown: exiting")
@@ -375,6 +391,56 @@ func (s *Server) mux() *http.ServeMux {
 		s.requestExit(code)
 	})
 	return m
+}
+
+// RequestInfo is /request's answer: the request as this server saw it.
+type RequestInfo struct {
+	Proto    string      `json:"proto"` // "HTTP/1.1", "HTTP/2.0"
+	Method   string      `json:"method"`
+	Host     string      `json:"host"`
+	Path     string      `json:"path"`
+	Query    string      `json:"query,omitempty"`
+	Headers  http.Header `json:"headers"`
+	Hostname string      `json:"hostname"` // the answering pod's
+	Remote   string      `json:"remote"`   // the peer, "IP:port"
+}
+
+func requestHandler(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(RequestInfo{
+		Proto: r.Proto, Method: r.Method, Host: r.Host, Path: r.URL.Path, Query: r.URL.RawQuery,
+		Headers: r.Header, Hostname: hostname(), Remote: r.RemoteAddr,
+	})
+}
+
+// wsMessage is one WebSocket message and its frame type (text or
+// binary); wsCodec keeps the type, which websocket.Message drops.
+type wsMessage struct {
+	Data []byte
+	Type byte
+}
+
+var wsCodec = websocket.Codec{
+	Marshal: func(v any) ([]byte, byte, error) { m := v.(wsMessage); return m.Data, m.Type, nil },
+	Unmarshal: func(data []byte, typ byte, v any) error {
+		m := v.(*wsMessage)
+		m.Data, m.Type = data, typ
+		return nil
+	},
+}
+
+// wsEcho sends each message back whole and of its type (io.Copy would
+// cut a large message into several frames).
+func wsEcho(c *websocket.Conn) {
+	for {
+		var m wsMessage
+		if err := wsCodec.Receive(c, &m); err != nil {
+			return
+		}
+		if err := wsCodec.Send(c, m); err != nil {
+			return
+		}
+	}
 }
 
 // DialResult is /dial's answer, agnhost's shape.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/websocket"
 )
 
 func start(t *testing.T) *Server {
@@ -290,5 +291,78 @@ func TestDNS(t *testing.T) {
 		if r.Rcode != c.rcode || len(r.Answer) != c.n || (c.n == 1 && !strings.Contains(r.Answer[0].String(), "10.250.9.250")) {
 			t.Errorf("%s %s: %s %v, want %s with %d answers", c.name, dns.TypeToString[c.qtype], dns.RcodeToString[r.Rcode], r.Answer, dns.RcodeToString[c.rcode], c.n)
 		}
+	}
+}
+
+// /request tells the proto, host, path, query and headers it got, over
+// HTTP/1.1 and over HTTP/2 with prior knowledge (h2c) on the same port.
+func TestRequestInfoHTTP1AndH2C(t *testing.T) {
+	s := start(t)
+	for _, proto := range []string{"HTTP/1.1", "HTTP/2.0"} {
+		tr := &http.Transport{Protocols: new(http.Protocols)}
+		if proto == "HTTP/2.0" {
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		} else {
+			tr.Protocols.SetHTTP1(true)
+		}
+		req, _ := http.NewRequest("GET", "http://"+s.HTTPAddr()+"/request/a/b?x=1", nil)
+		req.Host = "app.example"
+		req.Header.Set("X-Test", "yes")
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		var got RequestInfo
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		if err != nil {
+			t.Fatalf("%s: decoding: %v", proto, err)
+		}
+		host, _ := os.Hostname()
+		if got.Proto != proto || got.Method != "GET" || got.Host != "app.example" || got.Path != "/request/a/b" ||
+			got.Query != "x=1" || got.Headers.Get("X-Test") != "yes" || got.Hostname != host || got.Remote == "" {
+			t.Errorf("%s: %+v", proto, got)
+		}
+	}
+}
+
+// /ws echoes each message whole, and takes a client without an Origin
+// header (as a proxy may forward).
+func TestWebSocketEcho(t *testing.T) {
+	s := start(t)
+	c, err := websocket.Dial("ws://"+s.HTTPAddr()+"/ws", "", "http://test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, msg := range []string{"one", "two", strings.Repeat("x", 70000)} {
+		if err := websocket.Message.Send(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := websocket.Message.Receive(c, &got); err != nil || got != msg {
+			t.Errorf("sent %d bytes, got %d: %v", len(msg), len(got), err)
+		}
+	}
+	bin := wsMessage{Data: []byte{0, 1, 2}, Type: websocket.BinaryFrame}
+	if err := wsCodec.Send(c, bin); err != nil {
+		t.Fatal(err)
+	}
+	var got wsMessage
+	if err := wsCodec.Receive(c, &got); err != nil || string(got.Data) != string(bin.Data) || got.Type != bin.Type {
+		t.Errorf("binary %v: got %v, %v", bin, got, err)
+	}
+
+	raw, err := net.Dial("tcp", s.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	fmt.Fprintf(raw, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(raw), nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Errorf("handshake without Origin: %v, %v", resp, err)
 	}
 }
