@@ -1,0 +1,3 @@
+package compile
+
+func (c *compiler) ingresses() {}

@@ -1,0 +1,206 @@
+package compile
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/flatnet/flatnet/internal/gateway/table"
+)
+
+// route is what attachment needs of an HTTPRoute or GRPCRoute, with its
+// rules already compiled.
+type route struct {
+	kind       gwv1.Kind
+	namespace  string
+	name       string
+	generation int64
+	hostnames  []string
+	parentRefs []gwv1.ParentReference
+	rules      []*table.Rule
+
+	// notAccepted is the first reason the route cannot be accepted
+	// (RouteReasonUnsupportedValue, IncompatibleFilters), "" when it can.
+	notAccepted, notAcceptedMsg string
+	// unresolved is the first reason a reference does not resolve.
+	unresolved, unresolvedMsg string
+}
+
+func (r *route) reject(reason gwv1.RouteConditionReason, format string, args ...any) {
+	if r.notAccepted == "" {
+		r.notAccepted = string(reason)
+		r.notAcceptedMsg = fmt.Sprintf(format, args...)
+	}
+}
+
+func (r *route) unresolve(reason gwv1.RouteConditionReason, msg string) {
+	if r.unresolved == "" {
+		r.unresolved = string(reason)
+		r.unresolvedMsg = msg
+	}
+}
+
+func (r *route) key() string { return r.namespace + "/" + r.name }
+
+// portHost names one hostname of one table Port, to file a route's rules
+// there only once however many of its parentRefs lead to it.
+type portHost struct {
+	port *table.Port
+	host string
+}
+
+// attach resolves the route's parentRefs against our Gateways, files its
+// rules into the table and returns its parents status entries.
+func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
+	var parents []gwv1.RouteParentStatus
+	counted := map[*listener]bool{}
+	filed := map[portHost]bool{}
+	for _, ref := range r.parentRefs {
+		group, kind := gatewayGroup, "Gateway"
+		if ref.Group != nil {
+			group = string(*ref.Group)
+		}
+		if ref.Kind != nil {
+			kind = string(*ref.Kind)
+		}
+		if group != gatewayGroup || kind != "Gateway" {
+			continue
+		}
+		ns := r.namespace
+		if ref.Namespace != nil && *ref.Namespace != "" {
+			ns = string(*ref.Namespace)
+		}
+		g := c.gateways[nn(ns, string(ref.Name))]
+		if g == nil {
+			continue // not ours, or not there: another controller's business
+		}
+		ps := gwv1.RouteParentStatus{ParentRef: ref, ControllerName: ControllerName}
+		ps.ParentRef.Group = ptrTo(gwv1.Group(group))
+		ps.ParentRef.Kind = ptrTo(gwv1.Kind(kind))
+
+		accepted := cond(string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "", r.generation)
+		var candidates, allowed []*listener
+		type attachment struct {
+			l     *listener
+			hosts []string
+		}
+		var matched []attachment
+		for _, l := range g.listeners {
+			if ref.SectionName != nil && *ref.SectionName != l.spec.Name {
+				continue
+			}
+			if ref.Port != nil && *ref.Port != l.spec.Port {
+				continue
+			}
+			candidates = append(candidates, l)
+			if !l.accepted || !c.allows(l, r.kind, r.namespace) {
+				continue
+			}
+			allowed = append(allowed, l)
+			if hosts := intersectHostnames(l.hostname, r.hostnames); hosts != nil {
+				matched = append(matched, attachment{l, hosts})
+			}
+		}
+		switch {
+		case len(candidates) == 0:
+			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingParent),
+				"no listener of the Gateway matches the parentRef's sectionName and port", r.generation)
+		case len(allowed) == 0:
+			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNotAllowedByListeners),
+				fmt.Sprintf("no listener allows %s from namespace %s", r.kind, r.namespace), r.generation)
+		case len(matched) == 0:
+			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingListenerHostname),
+				"no hostname of the route matches a listener's hostname", r.generation)
+		case r.notAccepted != "":
+			accepted = cond(string(gwv1.RouteConditionAccepted), false, r.notAccepted, r.notAcceptedMsg, r.generation)
+		default:
+			for _, a := range matched {
+				if !counted[a.l] {
+					counted[a.l] = true
+					a.l.attached++
+				}
+				if a.l.bind == 0 {
+					continue
+				}
+				p := c.out.Table.Ports[a.l.bind]
+				for _, h := range a.hosts {
+					ph := portHost{p, h}
+					if filed[ph] {
+						continue
+					}
+					filed[ph] = true
+					for _, rule := range r.rules {
+						portAdd(p, h, rule)
+					}
+				}
+			}
+		}
+		resolved := cond(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "", r.generation)
+		if r.unresolved != "" {
+			resolved = cond(string(gwv1.RouteConditionResolvedRefs), false, r.unresolved, r.unresolvedMsg, r.generation)
+		}
+		ps.Conditions = []metav1.Condition{accepted, resolved}
+		parents = append(parents, ps)
+	}
+	return parents
+}
+
+// intersectHostnames returns the hostnames a route answers on a listener:
+// nil when they share none, [""] when neither names one.
+func intersectHostnames(listener string, route []string) []string {
+	if len(route) == 0 {
+		return []string{listener}
+	}
+	if listener == "" {
+		return route
+	}
+	var out []string
+	for _, h := range route {
+		switch {
+		case h == listener:
+			out = append(out, h)
+		case hostnameCovers(listener, h):
+			out = append(out, h)
+		case hostnameCovers(h, listener):
+			out = append(out, listener)
+		}
+	}
+	if len(out) > 1 {
+		slices.Sort(out)
+		out = slices.Compact(out)
+	}
+	return out
+}
+
+// hostnameCovers reports whether wildcard pattern w ("*.example.com")
+// matches h, an exact name or a narrower wildcard; the wildcard stands for
+// one or more labels, as the Gateway API says.
+func hostnameCovers(w, h string) bool {
+	if !strings.HasPrefix(w, "*.") {
+		return false
+	}
+	suffix := w[1:] // ".example.com"
+	return len(h) > len(suffix) && strings.HasSuffix(h, suffix) && h != w
+}
+
+// routeBase fills the fields every route kind shares.
+func routeBase(kind gwv1.Kind, meta *metav1.ObjectMeta, hostnames []gwv1.Hostname, refs []gwv1.ParentReference) *route {
+	r := &route{kind: kind, namespace: meta.Namespace, name: meta.Name, generation: meta.Generation, parentRefs: refs}
+	for _, h := range hostnames {
+		r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
+	}
+	return r
+}
+
+func sortedByKey[T any](objs []T, meta func(T) *metav1.ObjectMeta) []T {
+	out := slices.Clone(objs)
+	slices.SortFunc(out, func(a, b T) int {
+		ma, mb := meta(a), meta(b)
+		return cmp.Or(cmp.Compare(ma.Namespace, mb.Namespace), cmp.Compare(ma.Name, mb.Name))
+	})
+	return out
+}
