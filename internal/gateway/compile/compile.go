@@ -112,7 +112,7 @@ func Compile(in *Input) *Output {
 	c.finishGateways()
 	c.ingresses()
 	for _, p := range out.Table.Ports {
-		finishPort(p)
+		p.Finish()
 	}
 	return out
 }
@@ -216,7 +216,8 @@ func (c *compiler) referenceGranted(fromGroup, fromKind, fromNS, toGroup, toKind
 func (c *compiler) port(bind, listen int32, proto table.Protocol, gw string) *table.Port {
 	p := c.out.Table.Ports[bind]
 	if p == nil {
-		p = &table.Port{Bind: bind, Listen: listen, Protocol: proto, Gateway: gw, Exact: map[string]*table.Host{}}
+		p = table.NewPort(bind, listen, proto)
+		p.Gateway = gw
 		c.out.Table.Ports[bind] = p
 	}
 	return p

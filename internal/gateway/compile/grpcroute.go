@@ -70,26 +70,31 @@ func grpcMatch(r *route, m *gwv1.GRPCRouteMatch) (table.Match, bool) {
 			method = *mm.Method
 		}
 		regex := mm.Type != nil && *mm.Type == gwv1.GRPCMethodMatchRegularExpression
+		// The table's SortGRPC reads service and method back from these
+		// paths: Exact "/svc/method", PathPrefix "/svc", else a regular
+		// expression "/SVC/METHOD" with "[^/]+" for a part not given.
+		const anyPart = "[^/]+"
 		switch {
-		case regex:
+		case !regex && svc != "" && method != "":
+			out.Path = table.PathMatch{Type: table.PathExact, Value: "/" + svc + "/" + method}
+		case !regex && svc != "":
+			out.Path = table.PathMatch{Type: table.PathPrefix, Value: "/" + svc}
+		case svc != "" || method != "":
+			if !regex {
+				method = regexp.QuoteMeta(method)
+			}
 			if svc == "" {
-				svc = "[^/]+"
+				svc = anyPart
 			}
 			if method == "" {
-				method = "[^/]+"
+				method = anyPart
 			}
-			re, ok := compileRegexp(r, "/(?:"+svc+")/(?:"+method+")", "method")
+			v := "/" + svc + "/" + method
+			re, ok := compileRegexp(r, v, "method")
 			if !ok {
 				return out, false
 			}
-			out.Path = table.PathMatch{Type: table.PathRegex, Value: re.String(), Regexp: re}
-		case svc != "" && method != "":
-			out.Path = table.PathMatch{Type: table.PathExact, Value: "/" + svc + "/" + method}
-		case svc != "":
-			out.Path = table.PathMatch{Type: table.PathPrefix, Value: "/" + svc}
-		case method != "":
-			re := regexp.MustCompile("^/[^/]+/" + regexp.QuoteMeta(method) + "$")
-			out.Path = table.PathMatch{Type: table.PathRegex, Value: re.String(), Regexp: re}
+			out.Path = table.PathMatch{Type: table.PathRegex, Value: v, Regexp: re}
 		}
 	}
 	for _, h := range m.Headers {

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"net/http"
 	"os"
@@ -217,9 +218,8 @@ func certSecret(t testing.TB, ns, name string) *corev1.Secret {
 		Data: map[string][]byte{corev1.TLSCertKey: testCertPEM, corev1.TLSPrivateKeyKey: testKeyPEM}}
 }
 
-// lookup answers a request the way the data plane does, with a small
-// matcher of its own (Exact, PathPrefix, headers exactly; enough for the
-// core scenarios): it returns the matched rule or nil for 404.
+// lookup answers a request through the table as the data plane does: it
+// returns the matched rule or nil for 404.
 func lookup(t testing.TB, out *Output, in *Input, gw types.NamespacedName, port int32, host, path string, hdr http.Header) *table.Rule {
 	t.Helper()
 	bind := in.Binds[BindKey{Gateway: gw, Port: port}]
@@ -227,58 +227,19 @@ func lookup(t testing.TB, out *Output, in *Input, gw types.NamespacedName, port 
 	if p == nil {
 		return nil
 	}
-	if h, _, ok := strings.Cut(host, ":"); ok {
-		host = h
-	}
-	host = strings.ToLower(host)
-	var h *table.Host
-	if x := p.Exact[host]; x != nil {
-		h = x
-	} else {
-		for _, w := range p.Wildcards {
-			if hostnameCovers(w.Name, host) {
-				h = w
-				break
-			}
-		}
-		if h == nil {
-			h = p.Any
-		}
-	}
+	h := p.Lookup(host)
 	if h == nil {
 		return nil
 	}
-	for _, r := range h.Rules {
-		if testMatch(&r.Match, path, hdr) {
-			return r
-		}
+	req, err := http.NewRequest(http.MethodGet, "http://"+host+path, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil
-}
-
-func testMatch(m *table.Match, path string, hdr http.Header) bool {
-	switch m.Path.Type {
-	case table.PathExact:
-		if path != m.Path.Value {
-			return false
-		}
-	case table.PathPrefix:
-		pre := strings.TrimSuffix(m.Path.Value, "/")
-		if !(path == pre || strings.HasPrefix(path, pre+"/") || pre == "") {
-			return false
-		}
-	case table.PathRegex:
-		if !m.Path.Regexp.MatchString(path) {
-			return false
-		}
+	if host == "" {
+		req.Host = ""
 	}
-	for _, h := range m.Headers {
-		v := hdr.Get(h.Name)
-		if h.Regexp != nil && !h.Regexp.MatchString(v) || h.Regexp == nil && v != h.Value {
-			return false
-		}
-	}
-	return true
+	maps.Copy(req.Header, hdr)
+	return h.Match(req)
 }
 
 // backendOf names the one backend a rule sends to ("" for none, "500"

@@ -134,7 +134,7 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 					}
 					filed[ph] = true
 					for _, rule := range r.rules {
-						portAdd(p, h, rule)
+						p.Add(h, rule)
 					}
 				}
 			}
