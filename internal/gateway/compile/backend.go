@@ -17,7 +17,7 @@ import (
 
 // backendRef is an HTTPBackendRef or GRPCBackendRef.
 type backendRef struct {
-	ref     gwv1.BackendObjectReference
+	ref     *gwv1.BackendObjectReference
 	weight  *int32
 	filters []gwv1.HTTPRouteFilter // GRPCRoute's in this shape
 }
@@ -36,8 +36,10 @@ func (c *compiler) backends(r *route, a *table.Action, refs []backendRef, grpc b
 		return
 	}
 	weights := make([]int32, 0, len(refs))
-	for _, br := range refs {
-		b := c.backend(r, br.ref, grpc)
+	slab := make([]table.Backend, len(refs)) // one allocation for the rule
+	for i, br := range refs {
+		b := &slab[i]
+		c.backend(r, br.ref, grpc, b)
 		b.Weight = 1
 		if br.weight != nil {
 			b.Weight = *br.weight
@@ -67,7 +69,8 @@ func (c *compiler) backends(r *route, a *table.Action, refs []backendRef, grpc b
 
 // mirror adds a RequestMirror; a ref that does not resolve mirrors nothing.
 func (c *compiler) mirror(r *route, a *table.Action, m *gwv1.HTTPRequestMirrorFilter) {
-	b := c.backend(r, m.BackendRef, a.GRPC)
+	b := &table.Backend{}
+	c.backend(r, &m.BackendRef, a.GRPC, b)
 	if b.Invalid {
 		return
 	}
@@ -87,9 +90,9 @@ func (c *compiler) mirror(r *route, a *table.Action, m *gwv1.HTTPRequestMirrorFi
 	a.Mirrors = append(a.Mirrors, &table.Mirror{Backend: b, Percent: min(max(pct, 0), 100)})
 }
 
-// backend resolves one reference to a Service port; a reference that does
-// not resolve gives an Invalid backend and sets the route's ResolvedRefs.
-func (c *compiler) backend(r *route, ref gwv1.BackendObjectReference, grpc bool) *table.Backend {
+// backend resolves one reference to a Service port into b; a reference
+// that does not resolve makes b Invalid and sets the route's ResolvedRefs.
+func (c *compiler) backend(r *route, ref *gwv1.BackendObjectReference, grpc bool, b *table.Backend) {
 	group, kind := "", "Service"
 	if ref.Group != nil {
 		group = string(*ref.Group)
@@ -105,24 +108,27 @@ func (c *compiler) backend(r *route, ref gwv1.BackendObjectReference, grpc bool)
 	if ref.Port != nil {
 		port = int32(*ref.Port)
 	}
-	b := &table.Backend{Name: ns + "/" + string(ref.Name) + ":" + strconv.Itoa(int(port))}
-	fail := func(reason gwv1.RouteConditionReason, format string, args ...any) *table.Backend {
+	b.Name = c.backendName(ns, string(ref.Name), port)
+	fail := func(reason gwv1.RouteConditionReason, format string, args ...any) {
 		r.unresolve(reason, fmt.Sprintf(format, args...))
 		b.Invalid = true
-		return b
 	}
 	if group != "" || kind != "Service" {
-		return fail(gwv1.RouteReasonInvalidKind, "backendRef %s: kind %s/%s is not supported; use a Service", ref.Name, group, kind)
+		fail(gwv1.RouteReasonInvalidKind, "backendRef %s: kind %s/%s is not supported; use a Service", ref.Name, group, kind)
+		return
 	}
 	if ns != r.namespace && !c.referenceGranted(gatewayGroup, string(r.kind), r.namespace, "", "Service", ns, string(ref.Name)) {
-		return fail(gwv1.RouteReasonRefNotPermitted, "backendRef %s/%s: no ReferenceGrant in %s allows %ss from %s", ns, ref.Name, ns, r.kind, r.namespace)
+		fail(gwv1.RouteReasonRefNotPermitted, "backendRef %s/%s: no ReferenceGrant in %s allows %ss from %s", ns, ref.Name, ns, r.kind, r.namespace)
+		return
 	}
 	svc := c.services[nn(ns, string(ref.Name))]
 	if svc == nil {
-		return fail(gwv1.RouteReasonBackendNotFound, "Service %s/%s not found", ns, ref.Name)
+		fail(gwv1.RouteReasonBackendNotFound, "Service %s/%s not found", ns, ref.Name)
+		return
 	}
 	if ref.Port == nil {
-		return fail(gwv1.RouteReasonBackendNotFound, "backendRef %s/%s needs a port", ns, ref.Name)
+		fail(gwv1.RouteReasonBackendNotFound, "backendRef %s/%s needs a port", ns, ref.Name)
+		return
 	}
 	var sp *corev1.ServicePort
 	for i := range svc.Spec.Ports {
@@ -132,18 +138,36 @@ func (c *compiler) backend(r *route, ref gwv1.BackendObjectReference, grpc bool)
 		}
 	}
 	if sp == nil {
-		return fail(gwv1.RouteReasonBackendNotFound, "Service %s/%s has no port %d", ns, ref.Name, port)
+		fail(gwv1.RouteReasonBackendNotFound, "Service %s/%s has no port %d", ns, ref.Name, port)
+		return
 	}
 	proto, ok := appProtocol(sp.AppProtocol)
 	if !ok {
-		return fail(gwv1.RouteReasonUnsupportedProtocol, "Service %s/%s port %d: appProtocol %q is not supported", ns, ref.Name, port, *sp.AppProtocol)
+		fail(gwv1.RouteReasonUnsupportedProtocol, "Service %s/%s port %d: appProtocol %q is not supported", ns, ref.Name, port, *sp.AppProtocol)
+		return
 	}
 	if grpc {
 		proto = table.H2C // gRPC without TLS is HTTP/2 with prior knowledge
 	}
 	b.Protocol = proto
 	b.Endpoints = c.endpoints(svc, sp)
-	return b
+}
+
+// svcPort names one port of one Service.
+type svcPort struct {
+	namespace, name string
+	port            int32
+}
+
+// backendName is "namespace/service:port", made once per Compile.
+func (c *compiler) backendName(ns, name string, port int32) string {
+	k := svcPort{ns, name, port}
+	if s, ok := c.names[k]; ok {
+		return s
+	}
+	s := ns + "/" + name + ":" + strconv.Itoa(int(port))
+	c.names[k] = s
+	return s
 }
 
 // appProtocol maps a Service port's appProtocol to the protocol the proxy

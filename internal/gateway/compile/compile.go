@@ -131,6 +131,7 @@ type compiler struct {
 	gateways    map[types.NamespacedName]*gateway // ours only
 	gwOrder     []*gateway
 	endpointMem map[backendKey][]string
+	names       map[svcPort]string
 }
 
 func newCompiler(in *Input) *compiler {
@@ -144,6 +145,7 @@ func newCompiler(in *Input) *compiler {
 		grants:      map[string][]*gwv1.ReferenceGrant{},
 		gateways:    map[types.NamespacedName]*gateway{},
 		endpointMem: map[backendKey][]string{},
+		names:       map[svcPort]string{},
 	}
 	for _, gc := range in.GatewayClasses {
 		if gc.Spec.ControllerName == ControllerName {

@@ -33,14 +33,14 @@ func httpFilters(fs []gwv1.GRPCRouteFilter) []gwv1.HTTPRouteFilter {
 func (c *compiler) grpcRules(r *route, gr *gwv1.GRPCRoute) {
 	for i := range gr.Spec.Rules {
 		rule := &gr.Spec.Rules[i]
-		a := &table.Action{Route: "GRPCRoute/" + r.key(), RuleName: ruleName(rule.Name, i), GRPC: true}
+		a := &table.Action{Route: r.kindName, RuleName: ruleName(rule.Name, i), GRPC: true}
 		for _, f := range httpFilters(rule.Filters) {
 			c.httpFilter(r, a, &f)
 		}
-		var refs []backendRef
+		refs := make([]backendRef, 0, len(rule.BackendRefs))
 		for j := range rule.BackendRefs {
 			br := &rule.BackendRefs[j]
-			refs = append(refs, backendRef{ref: br.BackendObjectReference, weight: br.Weight, filters: httpFilters(br.Filters)})
+			refs = append(refs, backendRef{ref: &br.BackendObjectReference, weight: br.Weight, filters: httpFilters(br.Filters)})
 		}
 		c.backends(r, a, refs, true)
 		matches := rule.Matches

@@ -54,7 +54,7 @@ func (c *compiler) hasOurParent(r *route) bool {
 func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 	for i := range hr.Spec.Rules {
 		rule := &hr.Spec.Rules[i]
-		a := &table.Action{Route: "HTTPRoute/" + r.key(), RuleName: ruleName(rule.Name, i)}
+		a := &table.Action{Route: r.kindName, RuleName: ruleName(rule.Name, i)}
 		for _, f := range rule.Filters {
 			c.httpFilter(r, a, &f)
 		}
@@ -62,10 +62,10 @@ func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 			r.reject(gwv1.RouteReasonIncompatibleFilters, "rule %d: RequestRedirect and URLRewrite cannot be combined", i)
 		}
 		if a.Redirect == nil {
-			var refs []backendRef
+			refs := make([]backendRef, 0, len(rule.BackendRefs))
 			for j := range rule.BackendRefs {
 				br := &rule.BackendRefs[j]
-				refs = append(refs, backendRef{ref: br.BackendObjectReference, weight: br.Weight, filters: br.Filters})
+				refs = append(refs, backendRef{ref: &br.BackendObjectReference, weight: br.Weight, filters: br.Filters})
 			}
 			c.backends(r, a, refs, false)
 		}
@@ -87,13 +87,15 @@ func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 		if len(matches) == 0 {
 			matches = []gwv1.HTTPRouteMatch{{}}
 		}
+		slab := make([]table.Rule, len(matches)) // one allocation for the rule's matches
 		for j := range matches {
 			m, ok := httpMatch(r, &matches[j])
 			if !ok {
 				continue
 			}
-			r.rules = append(r.rules, &table.Rule{Match: m, Action: withPrefix(a, m.Path),
-				Created: hr.CreationTimestamp.Time, RouteKey: r.key(), RuleIndex: i, MatchIndex: j})
+			slab[j] = table.Rule{Match: m, Action: withPrefix(a, m.Path),
+				Created: hr.CreationTimestamp.Time, RouteKey: r.key(), RuleIndex: i, MatchIndex: j}
+			r.rules = append(r.rules, &slab[j])
 		}
 	}
 }

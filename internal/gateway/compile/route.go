@@ -18,6 +18,8 @@ type route struct {
 	kind       gwv1.Kind
 	namespace  string
 	name       string
+	nsName     string // namespace/name
+	kindName   string // kind/namespace/name, for Action.Route
 	generation int64
 	hostnames  []string
 	parentRefs []gwv1.ParentReference
@@ -44,7 +46,7 @@ func (r *route) unresolve(reason gwv1.RouteConditionReason, msg string) {
 	}
 }
 
-func (r *route) key() string { return r.namespace + "/" + r.name }
+func (r *route) key() string { return r.nsName }
 
 // portHost names one hostname of one table Port, to file a route's rules
 // there only once however many of its parentRefs lead to it.
@@ -190,6 +192,8 @@ func hostnameCovers(w, h string) bool {
 // routeBase fills the fields every route kind shares.
 func routeBase(kind gwv1.Kind, meta *metav1.ObjectMeta, hostnames []gwv1.Hostname, refs []gwv1.ParentReference) *route {
 	r := &route{kind: kind, namespace: meta.Namespace, name: meta.Name, generation: meta.Generation, parentRefs: refs}
+	r.kindName = string(kind) + "/" + meta.Namespace + "/" + meta.Name
+	r.nsName = r.kindName[len(kind)+1:]
 	for _, h := range hostnames {
 		r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
 	}
