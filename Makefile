@@ -37,7 +37,8 @@ node:
 # images: what a lab with real nodes imports into containerd (pause,
 # agnhost (also as agnhost:2.45 for the ClusterNetworkPolicy suite, with
 # hack/build-agnhost-cnp.sh's porter), glibc-dns-testing, busybox, nginx under
-# their upstream names, and
+# their upstream names, the Gateway API conformance suite's echo-basic
+# (hack/build-echo-basic.sh, v1.5.1 and v1.6.0-dev.3) and coredns:v1.12.2, and
 # flatnet:dev) as docker-archive tarballs in
 # ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images, rebuilt only when their
 # inputs change. agnhost carries CoreDNS (hack/build-coredns.sh) as
@@ -47,6 +48,7 @@ images: build
 	hack/build-k8s.sh agnhost
 	hack/build-agnhost-cnp.sh
 	hack/build-coredns.sh
+	hack/build-echo-basic.sh
 	bin/flatnet lab images
 
 # install-cni: the multi-call binary under every plugin name (a contract).

@@ -185,7 +185,7 @@ func Plan(s *Spec, o Observed) []Step {
 		for _, n := range s.Nodes {
 			all = all && o.Kubelets[n.Name] && !o.Rewired[n.Name]
 		}
-		steps = append(steps, Step{Kind: StepImages, What: "pause, agnhost, glibc-dns-testing, busybox, nginx, flatnet:dev (built once, cached)", Present: all})
+		steps = append(steps, Step{Kind: StepImages, What: "pause, agnhost, glibc-dns-testing, busybox, nginx, coredns, echo-basic, flatnet:dev (built once, cached)", Present: all})
 		for _, n := range s.Nodes {
 			steps = append(steps, Step{Kind: StepKubelet, Node: n.Name,
 				What:    fmt.Sprintf("containerd, runc and kubelet on %s", n.Name),

@@ -95,11 +95,18 @@ func buildImages(ctx context.Context, s *Spec, k8sBin, flatnetBin string) ([]str
 	if _, err := os.Stat(cnp); err != nil {
 		cnp = ""
 	}
+	// echo-basic (hack/build-echo-basic.sh) too: without it the lab has
+	// no Gateway API conformance backends.
+	echo := filepath.Join(k8sBin, "echo-basic")
+	if _, err := os.Stat(echo); err != nil {
+		echo = ""
+	}
 	ts, err := images.E2E(ctx, images.Config{
 		CacheDir:   cache,
 		Agnhost:    filepath.Join(k8sBin, "agnhost"),
 		AgnhostCNP: cnp,
 		CoreDNS:    filepath.Join(k8sBin, "coredns"),
+		EchoBasic:  echo,
 		FlatnetBin: filepath.Dir(flatnetBin),
 		Log:        io.Discard,
 	})

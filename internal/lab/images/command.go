@@ -21,10 +21,11 @@ func NewCommand() *cobra.Command {
 	var cfg Config
 	cmd := &cobra.Command{
 		Use:   "images",
-		Short: "Build the images of a lab with real nodes (pause, agnhost, glibc-dns-testing, busybox, nginx, flatnet:dev) as tarballs for `ctr images import`",
+		Short: "Build the images of a lab with real nodes (pause, agnhost, glibc-dns-testing, busybox, nginx, coredns, echo-basic, flatnet:dev) as tarballs for `ctr images import`",
 		Long: "Builds the images without a registry or a container engine: a Debian root made once with\n" +
 			"debootstrap (needs root and the Debian mirror the first time), agnhost from\n" +
-			"`hack/build-k8s.sh agnhost`, CoreDNS from `hack/build-coredns.sh`, flatnet's binaries from `make build`. Each image is one\n" +
+			"`hack/build-k8s.sh agnhost`, CoreDNS from `hack/build-coredns.sh`, echo-basic (the Gateway API conformance suite's\n" +
+			"backend; its images are left out without it) from `hack/build-echo-basic.sh`, flatnet's binaries from `make build`. Each image is one\n" +
 			"docker-archive tarball under its upstream name, rebuilt only when its inputs change. See docs/lab.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,7 +49,8 @@ func NewCommand() *cobra.Command {
 	f.StringVar(&cfg.CacheDir, "cache-dir", "", "where the Debian root and the tarballs are kept (default ${FLATNET_CACHE:-$HOME/.cache/flatnet}/images)")
 	f.StringVar(&cfg.FlatnetBin, "bin-dir", "", "directory with flatnet, flatnet-cni and flatnet-pause (default: this flatnet's directory)")
 	f.StringVar(&cfg.Agnhost, "agnhost", "", "the agnhost binary (default: where hack/build-k8s.sh agnhost puts it)")
-	f.StringVar(&cfg.CoreDNS, "coredns", "", "the coredns binary for agnhost's /coredns (default: where hack/build-coredns.sh puts it)")
+	f.StringVar(&cfg.CoreDNS, "coredns", "", "the coredns binary for agnhost's /coredns and the coredns image (default: where hack/build-coredns.sh puts it)")
+	f.StringVar(&cfg.EchoBasic, "echo-basic", "", "the echo-basic binary (default: where hack/build-echo-basic.sh puts it, when it is there)")
 	f.StringVar(&cfg.Mirror, "mirror", DefaultMirror, "Debian archive for debootstrap")
 	return cmd
 }
@@ -67,7 +69,7 @@ func defaults(cfg *Config) error {
 		}
 		cfg.FlatnetBin = filepath.Dir(exe)
 	}
-	if cfg.Agnhost == "" || cfg.CoreDNS == "" {
+	if cfg.Agnhost == "" || cfg.CoreDNS == "" || cfg.EchoBasic == "" {
 		dir, err := controlplane.CacheBinDir()
 		if err != nil {
 			return err
@@ -78,8 +80,17 @@ func defaults(cfg *Config) error {
 		if cfg.CoreDNS == "" {
 			cfg.CoreDNS = filepath.Join(dir, "coredns")
 		}
+		// Optional: without it, no echo-basic images.
+		if p := filepath.Join(dir, "echo-basic"); cfg.EchoBasic == "" && fileExists(p) {
+			cfg.EchoBasic = p
+		}
 	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // PrintTable writes one line per tarball: name, size, time, cached.

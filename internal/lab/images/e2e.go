@@ -33,6 +33,13 @@ const (
 	GlibcDNSRef   = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
 	BusyboxRef    = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
 	NginxRef      = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	// The Gateway API conformance suite's backends (sigs.k8s.io/gateway-api
+	// conformance v1.6.3, base/manifests.yaml): echo-basic under both tags
+	// it names (v1.6.0-dev.3 runs infra-backend-v3, for the retry tests; the
+	// v1.6.3 source serves those too), and CoreDNS for its UDP backend.
+	EchoBasicRef    = "registry.k8s.io/gateway-api/echo-basic:v1.5.1"
+	EchoBasicDevRef = "registry.k8s.io/gateway-api/echo-basic:v1.6.0-dev.3"
+	CoreDNSRef      = "registry.k8s.io/coredns/coredns:v1.12.2"
 	// deploy/flatnet.yaml's "flatnet:dev", as the kubelet normalizes it.
 	FlatnetRef  = "docker.io/library/flatnet:dev"
 	defaultPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -63,6 +70,9 @@ type Inputs struct {
 	// /coredns, which the DNS spec "should support configurable pod
 	// resolv.conf" runs.
 	CoreDNS string
+	// EchoBasic, when set, is the echo-basic binary
+	// (hack/build-echo-basic.sh): the echo-basic images are made only then.
+	EchoBasic string
 	// FlatnetBin holds flatnet, flatnet-cni and flatnet-pause (bin/
 	// after make build).
 	FlatnetBin string
@@ -74,8 +84,8 @@ type Inputs struct {
 }
 
 // E2ESpecs are the images a lab with real nodes imports: the sandbox, the
-// e2e suite's sig-network images under their upstream names, and
-// flatnet's own. Upstream's defaults are kept where a spec can see them
+// e2e suite's sig-network images under their upstream names, the Gateway
+// API conformance suite's backends, and flatnet's own. Upstream's defaults are kept where a spec can see them
 // (entrypoint and command, agnhost's extra files, nginx in the foreground
 // on port 80).
 func E2ESpecs(in Inputs) []Spec {
@@ -122,7 +132,7 @@ func E2ESpecs(in Inputs) []Spec {
 	if in.AgnhostCNP != "" {
 		cnpBin = in.AgnhostCNP
 	}
-	return []Spec{
+	specs := []Spec{
 		Pause(filepath.Join(in.FlatnetBin, "flatnet-pause")),
 		agnhost(AgnhostRef, in.Agnhost),
 		agnhost(AgnhostCNPRef, cnpBin),
@@ -154,7 +164,20 @@ func E2ESpecs(in Inputs) []Spec {
 			Entrypoint: []string{"/usr/local/bin/flatnet"},
 			Env:        []string{defaultPATH},
 		},
+		// Upstream's is the coredns binary alone, entrypoint /coredns; the
+		// suite's Deployment passes -conf /root/Corefile (a ConfigMap).
+		{Ref: CoreDNSRef, Files: []File{{Path: "/coredns", Mode: 0o755, Source: in.CoreDNS}}, Entrypoint: []string{"/coredns"}},
 	}
+	if in.EchoBasic != "" {
+		// Upstream's (docker/Dockerfile.echo-basic) is the static binary
+		// on distroless, entrypoint /echo-basic; the suite's Deployments
+		// give it no command, only POD_NAME, NAMESPACE and TLS_* variables.
+		for _, ref := range []string{EchoBasicRef, EchoBasicDevRef} {
+			specs = append(specs, Spec{Ref: ref, Files: []File{{Path: "/echo-basic", Mode: 0o755, Source: in.EchoBasic}},
+				Entrypoint: []string{"/echo-basic"}, Env: []string{defaultPATH}})
+		}
+	}
+	return specs
 }
 
 const nginxSite = `server {
@@ -172,10 +195,12 @@ const nginxSite = `server {
 type Config struct {
 	// CacheDir holds the Debian root and the tarballs (DefaultCacheDir).
 	CacheDir string
-	// Agnhost, AgnhostCNP (optional), CoreDNS and FlatnetBin: see Inputs.
+	// Agnhost, AgnhostCNP (optional), CoreDNS, EchoBasic (optional) and
+	// FlatnetBin: see Inputs.
 	Agnhost    string
 	AgnhostCNP string
 	CoreDNS    string
+	EchoBasic  string
 	FlatnetBin string
 	// Mirror is the Debian archive (DefaultMirror when empty).
 	Mirror string
@@ -224,6 +249,9 @@ func E2E(ctx context.Context, cfg Config) ([]Tarball, error) {
 	if cfg.AgnhostCNP != "" {
 		inputs = append(inputs, struct{ path, hint string }{cfg.AgnhostCNP, "run `hack/build-agnhost-cnp.sh`"})
 	}
+	if cfg.EchoBasic != "" {
+		inputs = append(inputs, struct{ path, hint string }{cfg.EchoBasic, "run `hack/build-echo-basic.sh`"})
+	}
 	for _, p := range inputs {
 		if st, err := os.Stat(p.path); err != nil || !st.Mode().IsRegular() {
 			return nil, fmt.Errorf("image input %s not found: %s", p.path, p.hint)
@@ -251,7 +279,7 @@ func E2E(ctx context.Context, cfg Config) ([]Tarball, error) {
 		names = append(names, path.Base(a))
 	}
 	specs := E2ESpecs(Inputs{
-		Root: root, Agnhost: cfg.Agnhost, AgnhostCNP: cfg.AgnhostCNP, CoreDNS: cfg.CoreDNS, FlatnetBin: cfg.FlatnetBin,
+		Root: root, Agnhost: cfg.Agnhost, AgnhostCNP: cfg.AgnhostCNP, CoreDNS: cfg.CoreDNS, EchoBasic: cfg.EchoBasic, FlatnetBin: cfg.FlatnetBin,
 		BusyboxApplets: names, RootLacks: rootLacks(root.Dir, applets),
 	})
 	h := hasher{}

@@ -54,7 +54,12 @@ func TestE2EImagesRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{CacheDir: cache, Agnhost: agnhost, CoreDNS: coredns, FlatnetBin: bin, Log: testLog{t}}
+	echo := filepath.Join(k8sBin, "echo-basic")
+	if _, err := os.Stat(echo); err != nil {
+		t.Logf("%s not built (hack/build-echo-basic.sh): no echo-basic images", echo)
+		echo = ""
+	}
+	cfg := Config{CacheDir: cache, Agnhost: agnhost, CoreDNS: coredns, EchoBasic: echo, FlatnetBin: bin, Log: testLog{t}}
 	ts, err := E2E(t.Context(), cfg)
 	if errors.Is(err, ErrMirror) {
 		testutil.Skip(t, "the Debian root is not cached and debootstrap cannot reach the mirror: %v", err)
@@ -86,6 +91,10 @@ func TestE2EImagesRoot(t *testing.T) {
 		config string
 		files  []string
 		run    string
+		// argv runs in a chroot of an image without a shell; its output
+		// must hold want.
+		argv []string
+		want string
 	}{
 		PauseRef: {config: "[/pause] [] ", files: []string{"pause"}},
 		AgnhostRef: {
@@ -121,6 +130,12 @@ func TestE2EImagesRoot(t *testing.T) {
 			files:  []string{"usr/local/bin/flatnet", "usr/local/bin/flatnet-cni", "usr/sbin/nft"},
 			run:    "flatnet --help >/dev/null && nft --version && iptables --version && command -v cp mv ln",
 		},
+		// The Gateway API suite's coredns runs `-conf /root/Corefile` with
+		// forward, log, errors and whoami.
+		CoreDNSRef: {config: "[/coredns] [] ", files: []string{"coredns"}, argv: []string{"/coredns", "-plugins"}, want: "whoami"},
+		// echo-basic -h fails (no flags) but names itself.
+		EchoBasicRef:    {config: "[/echo-basic] [] " + defaultPATH, files: []string{"echo-basic"}},
+		EchoBasicDevRef: {config: "[/echo-basic] [] " + defaultPATH, files: []string{"echo-basic"}},
 	}
 	for _, tb := range ts {
 		t.Run(tarballName(tb.Ref), func(t *testing.T) {
@@ -150,6 +165,12 @@ func TestE2EImagesRoot(t *testing.T) {
 			for _, f := range c.files {
 				if _, err := os.Lstat(filepath.Join(dir, f)); err != nil {
 					t.Errorf("no /%s in the image", f)
+				}
+			}
+			if c.argv != nil {
+				out, err := exec.Command("chroot", append([]string{dir}, c.argv...)...).CombinedOutput()
+				if err != nil || !strings.Contains(string(out), c.want) {
+					t.Errorf("in the image: %v: %v, want %q in\n%s", c.argv, err, c.want, out)
 				}
 			}
 			if c.run == "" {

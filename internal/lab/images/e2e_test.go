@@ -62,6 +62,7 @@ func TestE2ESpecsMatchUpstream(t *testing.T) {
 		BusyboxRef:    "[] [sh]",
 		NginxRef:      "[] [nginx -g daemon off;]",
 		FlatnetRef:    "[/usr/local/bin/flatnet] []",
+		CoreDNSRef:    "[/coredns] []",
 	} {
 		s, ok := byRef[ref]
 		if !ok {
@@ -72,8 +73,8 @@ func TestE2ESpecsMatchUpstream(t *testing.T) {
 			t.Errorf("%s: entrypoint and cmd %s, want %s", ref, got, want)
 		}
 	}
-	if len(specs) != 7 {
-		t.Errorf("%d images, want 7", len(specs))
+	if len(specs) != 8 {
+		t.Errorf("%d images, want 8 (no echo-basic without its binary)", len(specs))
 	}
 	var agnhost []string
 	for _, f := range byRef[AgnhostRef].Files {
@@ -267,5 +268,41 @@ func TestAgnhostCNP(t *testing.T) {
 	}
 	if _, b := agnhostBin(specs, AgnhostRef); b != in.Agnhost {
 		t.Errorf("with AgnhostCNP: agnhost:2.66.1's /agnhost from %s, want %s", b, in.Agnhost)
+	}
+}
+
+// TestEchoBasic: with its binary, echo-basic under both tags the Gateway
+// API conformance suite v1.6.3 names (base/manifests.yaml, read from the
+// module cache when it is there), upstream's entrypoint, no command.
+func TestEchoBasic(t *testing.T) {
+	in := fakeInputs(t)
+	in.EchoBasic = filepath.Join(t.TempDir(), "echo-basic")
+	if err := os.WriteFile(in.EchoBasic, []byte("echo"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]bool{}
+	for _, s := range E2ESpecs(in) {
+		refs[s.Ref] = true
+		if s.Ref != EchoBasicRef && s.Ref != EchoBasicDevRef {
+			continue
+		}
+		if got := fmt.Sprint(s.Entrypoint, s.Cmd, " ", len(s.Files), " ", s.Files[0].Path, " ", s.Files[0].Source); got != "[/echo-basic] [] 1 /echo-basic "+in.EchoBasic {
+			t.Errorf("%s: %s", s.Ref, got)
+		}
+		if _, err := Build(s); err != nil {
+			t.Errorf("%s: %v", s.Ref, err)
+		}
+	}
+	if !refs[EchoBasicRef] || !refs[EchoBasicDevRef] || !refs[CoreDNSRef] {
+		t.Errorf("images %v: want %s, %s and %s", refs, EchoBasicRef, EchoBasicDevRef, CoreDNSRef)
+	}
+	manifests := moduleFile(t, "sigs.k8s.io/gateway-api/conformance@v1.6.3", "base/manifests.yaml")
+	if manifests == "" {
+		return
+	}
+	for _, m := range regexp.MustCompile(`image: (\S+)`).FindAllStringSubmatch(manifests, -1) {
+		if !refs[m[1]] {
+			t.Errorf("base/manifests.yaml runs %s: the lab has no such image", m[1])
+		}
 	}
 }

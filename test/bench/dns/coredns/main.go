@@ -11,7 +11,10 @@ import (
 
 	// The plugins the benchmark's Corefiles name, and hosts and log for
 	// the e2e suite's (generateCoreDNSConfigmap in test/e2e/network/
-	// dns_common.go); registering them is all an import does (their order
+	// dns_common.go), and whoami for the Gateway API conformance suite's
+	// coredns Deployment (its Corefile: forward, log, errors, whoami; the lab
+	// tags this binary registry.k8s.io/coredns/coredns:v1.12.2 too);
+	// registering them is all an import does (their order
 	// in a server block comes from dnsserver.Directives, upstream's list,
 	// not from here).
 	_ "github.com/coredns/coredns/plugin/autopath"
@@ -24,6 +27,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
 	_ "github.com/coredns/coredns/plugin/template"
+	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
 func main() { coremain.Run() }

@@ -1,0 +1,17 @@
+module github.com/flatnet/flatnet/test/gateway
+
+go 1.26.6
+
+require (
+	go.opentelemetry.io/otel v1.44.0 // indirect
+	go.opentelemetry.io/otel/sdk/metric v1.44.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/grpc v1.82.1 // indirect
+	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
+	sigs.k8s.io/gateway-api/conformance v1.6.3 // indirect
+)
+
+tool sigs.k8s.io/gateway-api/conformance/echo-basic
