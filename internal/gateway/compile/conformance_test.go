@@ -7,6 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/flatnet/flatnet/internal/gateway/table"
 )
 
 const (
@@ -442,17 +444,7 @@ func TestConformanceCore(t *testing.T) {
 		}},
 		{"HTTPRouteWeight", []string{"httproute-weight.yaml"}, func(t *testing.T, in *Input, out *Output) {
 			checkRoute(t, out, nn(infra, "weighted-backends"), "same-namespace", accepted, resolved)
-			r := lookup(t, out, in, gwKey("same-namespace"), 80, "", "/", nil)
-			if r == nil || len(r.Action.Backends) != 3 || r.Action.Balancer == nil {
-				t.Fatalf("rule %+v", r)
-			}
-			counts := map[string]int{}
-			for range 100 {
-				counts[r.Action.Backends[r.Action.Balancer.Pick()].Name]++
-			}
-			if counts[infra+"/infra-backend-v1:8080"] != 70 || counts[infra+"/infra-backend-v2:8080"] != 30 {
-				t.Errorf("100 picks: %v, want 70/30/0", counts)
-			}
+			checkSplit(t, lookup(t, out, in, gwKey("same-namespace"), 80, "", "/", nil), "infra-backend")
 		}},
 	}
 	for _, tc := range tests {
@@ -465,5 +457,21 @@ func TestConformanceCore(t *testing.T) {
 			}
 			tc.check(t, in, out)
 		})
+	}
+}
+
+// checkSplit checks the suite's 70/30/0 weights over prefix-v1..v3: the
+// smooth weighted round robin gives exactly that over 100 picks.
+func checkSplit(t *testing.T, r *table.Rule, prefix string) {
+	t.Helper()
+	if r == nil || len(r.Action.Backends) != 3 || r.Action.Balancer == nil {
+		t.Fatalf("rule %+v", r)
+	}
+	n := map[string]int{}
+	for range 100 {
+		n[r.Action.Backends[r.Action.Balancer.Pick()].Name]++
+	}
+	if n[infra+"/"+prefix+"-v1:8080"] != 70 || n[infra+"/"+prefix+"-v2:8080"] != 30 {
+		t.Errorf("100 picks: %v, want 70/30/0", n)
 	}
 }
