@@ -110,6 +110,7 @@ func Compile(in *Input) *Output {
 	c.httpRoutes()
 	c.grpcRoutes()
 	c.finishGateways()
+	c.reserveListenerHosts()
 	c.ingresses()
 	for _, p := range out.Table.Ports {
 		p.Finish()

@@ -313,6 +313,41 @@ func TestAttachment(t *testing.T) {
 	}
 }
 
+// TestListenerIsolation: a request reaches only the routes of the listener
+// with the most specific hostname that matches it, even when a route on a
+// wider listener names that host, and even when that listener has no route.
+func TestListenerIsolation(t *testing.T) {
+	in := world(
+		httpListener("any", 80, "", gwv1.NamespacesFromAll),
+		httpListener("wild", 80, "*.example.com", gwv1.NamespacesFromAll),
+		httpListener("exact", 80, "quiet.example.com", gwv1.NamespacesFromAll),
+	)
+	section := func(r *gwv1.HTTPRoute, s string, hosts ...gwv1.Hostname) *gwv1.HTTPRoute {
+		r.Spec.ParentRefs[0].SectionName = ptrTo(gwv1.SectionName(s))
+		r.Spec.Hostnames = hosts
+		return r
+	}
+	in.HTTPRoutes = []*gwv1.HTTPRoute{
+		section(httpRoute("a", "on-any", svcRef("", "svc", 80, 1)), "any", "a.example.com", "a.example.org"),
+		section(httpRoute("b", "on-wild", svcRef("", "svc", 80, 1)), "wild"),
+	}
+	out := Compile(in)
+	for _, tc := range []struct{ host, want string }{
+		{"a.example.org", "a/svc"},     // only the catch-all listener matches
+		{"a.example.com", "b/svc"},     // *.example.com is more specific than the catch-all
+		{"quiet.example.com", "404"},   // its own listener, no routes
+		{"other.example.com", "b/svc"}, // the wildcard listener
+		{"example.net", "404"},
+	} {
+		if got := backendOf(lookup(t, out, in, nn("gw", "gw"), 80, tc.host, "/", nil)); got != tc.want {
+			t.Errorf("%s -> %s, want %s", tc.host, got, tc.want)
+		}
+	}
+	// The route is still accepted and attached: some of its hostnames are
+	// served through the catch-all listener.
+	checkConds(t, "on-any", parentConds(t, out, "a", "on-any"), 5, want{"Accepted", true, "Accepted"})
+}
+
 func TestNotOurs(t *testing.T) {
 	in := world(httpListener("http", 80, "", gwv1.NamespacesFromAll))
 	r := httpRoute("a", "r", svcRef("", "svc", 80, 1))

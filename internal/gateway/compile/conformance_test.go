@@ -231,6 +231,19 @@ func TestConformanceCore(t *testing.T) {
 				want{"Programmed", false, ""}, want{"ResolvedRefs", false, ""})
 			checkRoute(t, out, nn(infra, "http-route-4"), "unresolved-gateway-with-one-attached-unresolved-route", want{"ResolvedRefs", false, ""})
 		}},
+		{"GatewayHTTPListenerIsolation (extended)", []string{"gateway-http-listener-isolation.yaml"}, func(t *testing.T, in *Input, out *Output) {
+			gw, v1 := "http-listener-isolation", infra+"/infra-backend-v1"
+			paths := []string{"/empty-hostname", "/wildcard-example-com", "/wildcard-foo-example-com", "/abc-foo-example-com"}
+			for i, host := range []string{"bar.com", "bar.example.com", "bar.foo.example.com", "abc.foo.example.com"} {
+				for j, path := range paths {
+					want := "404"
+					if i == j {
+						want = v1
+					}
+					checkRequests(t, in, out, request{gw: gw, host: host, path: path, want: want})
+				}
+			}
+		}},
 		{"HTTPRouteCrossNamespace", []string{"httproute-cross-namespace.yaml"}, func(t *testing.T, in *Input, out *Output) {
 			gatewayReady(t, out, "backend-namespaces")
 			checkRoute(t, out, nn(web, "cross-namespace"), "backend-namespaces", accepted, resolved)

@@ -18,11 +18,16 @@ import (
 )
 
 // SupportedFeatures is what GatewayClass status.supportedFeatures lists
-// (the conformance suite runs the tests of exactly these); sorted. Trim it to
-// what the data plane passes.
+// (the conformance suite runs the tests of exactly these). Trim it to what
+// the data plane passes. Compile itself also does
+// HTTPRouteBackendRequestHeaderModification (Backend.RequestHeaders) and
+// HTTPRouteRetry (Action.Retry) if the proxy applies them.
 var SupportedFeatures = []features.FeatureName{
 	features.SupportGRPCRoute,
+	features.SupportGRPCRouteNamedRouteRule,
 	features.SupportGateway,
+	features.SupportGatewayHTTPListenerIsolation,
+	features.SupportGatewayPort8080,
 	features.SupportHTTPRoute,
 	features.SupportHTTPRoute303RedirectStatusCode,
 	features.SupportHTTPRoute307RedirectStatusCode,
@@ -32,6 +37,8 @@ var SupportedFeatures = []features.FeatureName{
 	features.SupportHTTPRouteBackendTimeout,
 	features.SupportHTTPRouteHostRewrite,
 	features.SupportHTTPRouteMethodMatching,
+	features.SupportHTTPRouteNamedRouteRule,
+	features.SupportHTTPRouteParentRefPort,
 	features.SupportHTTPRoutePathRedirect,
 	features.SupportHTTPRoutePathRewrite,
 	features.SupportHTTPRoutePortRedirect,

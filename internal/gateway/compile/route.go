@@ -131,7 +131,7 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 				p := c.out.Table.Ports[a.l.bind]
 				for _, h := range a.hosts {
 					ph := portHost{p, h}
-					if filed[ph] {
+					if filed[ph] || hostOwner(a.l.gw, a.l.spec.Port, h) != a.l {
 						continue
 					}
 					filed[ph] = true
@@ -149,6 +149,66 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 		parents = append(parents, ps)
 	}
 	return parents
+}
+
+// hostOwner is the listener that requests for hostname h (a name, a
+// wildcard standing for the names under it, or "" for any) reach on a port
+// of a Gateway: the one with the most specific hostname that covers h. A
+// route's rules go under h only through that listener, which is how one
+// table lookup by host keeps listeners isolated (GatewayHTTPListenerIsolation):
+// a route on the catch-all listener with hostname a.example.com is not
+// served when a listener *.example.com shares the port.
+func hostOwner(g *gateway, port gwv1.PortNumber, h string) *listener {
+	var best *listener
+	rank := func(l *listener) (int, int) {
+		switch {
+		case l.hostname == "":
+			return 0, 0
+		case strings.HasPrefix(l.hostname, "*."):
+			return 1, len(l.hostname)
+		}
+		return 2, 0
+	}
+	for _, l := range g.listeners {
+		if !l.accepted || l.spec.Port != port {
+			continue
+		}
+		if l.hostname != "" && l.hostname != h && !hostnameCovers(l.hostname, h) {
+			continue
+		}
+		if best == nil {
+			best = l
+			continue
+		}
+		r1, n1 := rank(l)
+		r2, n2 := rank(best)
+		if r1 > r2 || r1 == r2 && n1 > n2 {
+			best = l
+		}
+	}
+	return best
+}
+
+// reserveListenerHosts gives every listener hostname a Host on its port,
+// even with no rules: a request for that name belongs to that listener
+// and must not fall through to a wider hostname's rules. It runs after
+// every Add and before Finish.
+func (c *compiler) reserveListenerHosts() {
+	for _, g := range c.gwOrder {
+		for _, l := range g.listeners {
+			p := c.out.Table.Ports[l.bind]
+			if l.bind == 0 || l.hostname == "" || p == nil {
+				continue
+			}
+			if strings.HasPrefix(l.hostname, "*.") {
+				if !slices.ContainsFunc(p.Wildcards, func(h *table.Host) bool { return h.Name == l.hostname }) {
+					p.Wildcards = append(p.Wildcards, &table.Host{Name: l.hostname})
+				}
+			} else if p.Exact[l.hostname] == nil {
+				p.Exact[l.hostname] = &table.Host{Name: l.hostname}
+			}
+		}
+	}
 }
 
 // intersectHostnames returns the hostnames a route answers on a listener:
