@@ -465,6 +465,39 @@ func TestRouteValues(t *testing.T) {
 	}
 }
 
+// TestPartiallyInvalid: a rule with an unsupported value is dropped and
+// the route says so; the other rules serve.
+func TestPartiallyInvalid(t *testing.T) {
+	exact := gwv1.PathMatchExact
+	in := world(httpListener("http", 80, "", gwv1.NamespacesFromAll))
+	r := httpRoute("a", "r", svcRef("", "svc", 80, 1))
+	good := r.Spec.Rules[0]
+	good.Matches = []gwv1.HTTPRouteMatch{{Path: &gwv1.HTTPPathMatch{Type: &exact, Value: ptrTo("/good")}}}
+	bad := good
+	bad.Name = ptrTo(gwv1.SectionName("cors"))
+	bad.Matches = []gwv1.HTTPRouteMatch{{Path: &gwv1.HTTPPathMatch{Type: &exact, Value: ptrTo("/bad")}}}
+	bad.Filters = []gwv1.HTTPRouteFilter{{Type: gwv1.HTTPRouteFilterCORS, CORS: &gwv1.HTTPCORSFilter{}}}
+	r.Spec.Rules = []gwv1.HTTPRouteRule{good, bad}
+	in.HTTPRoutes = []*gwv1.HTTPRoute{r}
+	out := Compile(in)
+	conds := parentConds(t, out, "a", "r")
+	checkConds(t, "route", conds, 5, want{"Accepted", true, "Accepted"}, want{"PartiallyInvalid", true, "UnsupportedValue"})
+	if msg := conds[2].Message; !strings.HasPrefix(msg, "Dropped Rule") || !strings.Contains(msg, "cors") {
+		t.Errorf("message %q", msg)
+	}
+	if got := backendOf(lookup(t, out, in, nn("gw", "gw"), 80, "x", "/good", nil)); got != "a/svc" {
+		t.Errorf("/good -> %s", got)
+	}
+	if got := backendOf(lookup(t, out, in, nn("gw", "gw"), 80, "x", "/bad", nil)); got != "404" {
+		t.Errorf("/bad -> %s, want the rule dropped", got)
+	}
+	// Valid again: no PartiallyInvalid at all (it is only ever True).
+	r.Spec.Rules = r.Spec.Rules[:1]
+	if conds := parentConds(t, Compile(in), "a", "r"); len(conds) != 2 {
+		t.Errorf("conditions %v", conds)
+	}
+}
+
 // TestDeterministic compiles the same objects in two orders.
 func TestDeterministic(t *testing.T) {
 	in := loadConformance(t, "httproute-hostname-intersection.yaml", "httproute-matching-across-routes.yaml", "httproute-reference-grant.yaml")

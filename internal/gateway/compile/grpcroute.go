@@ -33,6 +33,7 @@ func httpFilters(fs []gwv1.GRPCRouteFilter) []gwv1.HTTPRouteFilter {
 func (c *compiler) grpcRules(r *route, gr *gwv1.GRPCRoute) {
 	for i := range gr.Spec.Rules {
 		rule := &gr.Spec.Rules[i]
+		r.startRule(i)
 		a := &table.Action{Route: r.kindName, RuleName: ruleName(rule.Name, i), GRPC: true}
 		for _, f := range httpFilters(rule.Filters) {
 			c.httpFilter(r, a, &f)
@@ -47,14 +48,16 @@ func (c *compiler) grpcRules(r *route, gr *gwv1.GRPCRoute) {
 		if len(matches) == 0 {
 			matches = []gwv1.GRPCRouteMatch{{}}
 		}
+		rules := make([]*table.Rule, 0, len(matches))
 		for j := range matches {
 			m, ok := grpcMatch(r, &matches[j])
 			if !ok {
 				continue
 			}
-			r.rules = append(r.rules, &table.Rule{Match: m, Action: a,
+			rules = append(rules, &table.Rule{Match: m, Action: a,
 				Created: gr.CreationTimestamp.Time, RouteKey: r.key(), RuleIndex: i, MatchIndex: j})
 		}
+		r.endRule(a.RuleName, rules)
 	}
 }
 

@@ -54,12 +54,13 @@ func (c *compiler) hasOurParent(r *route) bool {
 func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 	for i := range hr.Spec.Rules {
 		rule := &hr.Spec.Rules[i]
+		r.startRule(i)
 		a := &table.Action{Route: r.kindName, RuleName: ruleName(rule.Name, i)}
 		for _, f := range rule.Filters {
 			c.httpFilter(r, a, &f)
 		}
 		if a.Redirect != nil && a.Rewrite != nil {
-			r.reject(gwv1.RouteReasonIncompatibleFilters, "rule %d: RequestRedirect and URLRewrite cannot be combined", i)
+			r.reject(gwv1.RouteReasonIncompatibleFilters, "RequestRedirect and URLRewrite cannot be combined")
 		}
 		if a.Redirect == nil {
 			refs := make([]backendRef, 0, len(rule.BackendRefs))
@@ -88,6 +89,7 @@ func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 			matches = []gwv1.HTTPRouteMatch{{}}
 		}
 		slab := make([]table.Rule, len(matches)) // one allocation for the rule's matches
+		rules := make([]*table.Rule, 0, len(matches))
 		for j := range matches {
 			m, ok := httpMatch(r, &matches[j])
 			if !ok {
@@ -95,8 +97,9 @@ func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 			}
 			slab[j] = table.Rule{Match: m, Action: withPrefix(a, m.Path),
 				Created: hr.CreationTimestamp.Time, RouteKey: r.key(), RuleIndex: i, MatchIndex: j}
-			r.rules = append(r.rules, &slab[j])
+			rules = append(rules, &slab[j])
 		}
+		r.endRule(a.RuleName, rules)
 	}
 }
 

@@ -25,18 +25,56 @@ type route struct {
 	parentRefs []gwv1.ParentReference
 	rules      []*table.Rule
 
-	// notAccepted is the first reason the route cannot be accepted
-	// (RouteReasonUnsupportedValue, IncompatibleFilters), "" when it can.
+	// Rules with a value flatnet does not support are dropped (the spec's
+	// "Drop Rule" way): with every rule dropped the route is not
+	// accepted, with some it is PartiallyInvalid. notAccepted is the first
+	// reason (RouteReasonUnsupportedValue, IncompatibleFilters).
 	notAccepted, notAcceptedMsg string
+	ruleIndex                   int  // the rule being compiled
+	ruleBad                     bool // it has an unsupported value
+	rulesTotal, rulesBad        int
+	dropped                     []string
 	// unresolved is the first reason a reference does not resolve.
 	unresolved, unresolvedMsg string
 }
 
+// reject drops the rule being compiled.
 func (r *route) reject(reason gwv1.RouteConditionReason, format string, args ...any) {
+	r.ruleBad = true
 	if r.notAccepted == "" {
 		r.notAccepted = string(reason)
-		r.notAcceptedMsg = fmt.Sprintf(format, args...)
+		r.notAcceptedMsg = fmt.Sprintf("rule %d: ", r.ruleIndex) + fmt.Sprintf(format, args...)
 	}
+}
+
+// startRule begins compiling rule i.
+func (r *route) startRule(i int) {
+	r.ruleIndex, r.ruleBad = i, false
+	r.rulesTotal++
+}
+
+// endRule keeps the rule's table rules unless it was rejected.
+func (r *route) endRule(name string, rules []*table.Rule) {
+	if r.ruleBad {
+		r.rulesBad++
+		r.dropped = append(r.dropped, name)
+		return
+	}
+	r.rules = append(r.rules, rules...)
+}
+
+// acceptance is the Accepted condition a route's rules allow, and the
+// PartiallyInvalid one when some rules were dropped.
+func (r *route) acceptance() (metav1.Condition, *metav1.Condition) {
+	if r.rulesBad == 0 {
+		return cond(string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "", r.generation), nil
+	}
+	if r.rulesBad == r.rulesTotal {
+		return cond(string(gwv1.RouteConditionAccepted), false, r.notAccepted, r.notAcceptedMsg, r.generation), nil
+	}
+	partial := cond(string(gwv1.RouteConditionPartiallyInvalid), true, string(gwv1.RouteReasonUnsupportedValue),
+		fmt.Sprintf("Dropped Rule(s) %s: %s", strings.Join(r.dropped, ", "), r.notAcceptedMsg), r.generation)
+	return cond(string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "", r.generation), &partial
 }
 
 func (r *route) unresolve(reason gwv1.RouteConditionReason, msg string) {
@@ -84,7 +122,7 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 		ps.ParentRef.Group = ptrTo(gwv1.Group(group))
 		ps.ParentRef.Kind = ptrTo(gwv1.Kind(kind))
 
-		accepted := cond(string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "", r.generation)
+		accepted, partial := r.acceptance()
 		var candidates, allowed []*listener
 		type attachment struct {
 			l     *listener
@@ -117,8 +155,7 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 		case len(matched) == 0:
 			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingListenerHostname),
 				"no hostname of the route matches a listener's hostname", r.generation)
-		case r.notAccepted != "":
-			accepted = cond(string(gwv1.RouteConditionAccepted), false, r.notAccepted, r.notAcceptedMsg, r.generation)
+		case accepted.Status != metav1.ConditionTrue:
 		default:
 			for _, a := range matched {
 				if !counted[a.l] {
@@ -146,6 +183,9 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 			resolved = cond(string(gwv1.RouteConditionResolvedRefs), false, r.unresolved, r.unresolvedMsg, r.generation)
 		}
 		ps.Conditions = []metav1.Condition{accepted, resolved}
+		if partial != nil && accepted.Status == metav1.ConditionTrue {
+			ps.Conditions = append(ps.Conditions, *partial)
+		}
 		parents = append(parents, ps)
 	}
 	return parents
