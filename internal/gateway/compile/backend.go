@@ -9,42 +9,29 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flatnet/flatnet/internal/gateway/table"
 )
 
-// backendRef is an HTTPBackendRef or GRPCBackendRef.
-type backendRef struct {
-	ref     *gwv1.BackendObjectReference
-	weight  *int32
-	filters []gwv1.HTTPRouteFilter // GRPCRoute's in this shape
-}
-
-// backendKey is one port of one Service, whose endpoints many routes share.
-type backendKey struct {
-	svc  types.NamespacedName
-	port string
-}
-
 // backends fills a rule's weighted backends. An invalid ref stays in the
 // list, marked Invalid, so its share of the traffic gets a 500.
-func (c *compiler) backends(r *route, a *table.Action, refs []backendRef, grpc bool) {
+func (c *compiler) backends(r *route, a *table.Action, refs []gwv1.HTTPBackendRef, grpc bool) {
 	if len(refs) == 0 {
 		a.Direct = 500
 		return
 	}
 	weights := make([]int32, 0, len(refs))
 	slab := make([]table.Backend, len(refs)) // one allocation for the rule
-	for i, br := range refs {
+	for i := range refs {
+		br := &refs[i]
 		b := &slab[i]
-		c.backend(r, br.ref, grpc, b)
+		c.backend(r, &br.BackendObjectReference, grpc, b)
 		b.Weight = 1
-		if br.weight != nil {
-			b.Weight = *br.weight
+		if br.Weight != nil {
+			b.Weight = *br.Weight
 		}
-		for _, f := range br.filters {
+		for _, f := range br.Filters {
 			switch f.Type {
 			case gwv1.HTTPRouteFilterRequestHeaderModifier:
 				if f.RequestHeaderModifier != nil {
@@ -108,49 +95,32 @@ func (c *compiler) backend(r *route, ref *gwv1.BackendObjectReference, grpc bool
 	if ref.Port != nil {
 		port = int32(*ref.Port)
 	}
-	b.Name = c.backendName(ns, string(ref.Name), port)
+	sp := c.servicePort(ns, string(ref.Name), port)
+	b.Name = sp.name
 	fail := func(reason gwv1.RouteConditionReason, format string, args ...any) {
 		r.unresolve(reason, fmt.Sprintf(format, args...))
 		b.Invalid = true
 	}
-	if group != "" || kind != "Service" {
+	switch {
+	case group != "" || kind != "Service":
 		fail(gwv1.RouteReasonInvalidKind, "backendRef %s: kind %s/%s is not supported; use a Service", ref.Name, group, kind)
-		return
-	}
-	if ns != r.namespace && !c.referenceGranted(gatewayGroup, string(r.kind), r.namespace, "", "Service", ns, string(ref.Name)) {
+	case ns != r.namespace && !c.referenceGranted(gatewayGroup, string(r.kind), r.namespace, "", "Service", ns, string(ref.Name)):
 		fail(gwv1.RouteReasonRefNotPermitted, "backendRef %s/%s: no ReferenceGrant in %s allows %ss from %s", ns, ref.Name, ns, r.kind, r.namespace)
-		return
-	}
-	svc := c.services[nn(ns, string(ref.Name))]
-	if svc == nil {
+	case sp.svc == nil:
 		fail(gwv1.RouteReasonBackendNotFound, "Service %s/%s not found", ns, ref.Name)
-		return
-	}
-	if ref.Port == nil {
+	case ref.Port == nil:
 		fail(gwv1.RouteReasonBackendNotFound, "backendRef %s/%s needs a port", ns, ref.Name)
-		return
-	}
-	var sp *corev1.ServicePort
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].Port == port {
-			sp = &svc.Spec.Ports[i]
-			break
-		}
-	}
-	if sp == nil {
+	case sp.port == nil:
 		fail(gwv1.RouteReasonBackendNotFound, "Service %s/%s has no port %d", ns, ref.Name, port)
-		return
+	case !sp.protoOK:
+		fail(gwv1.RouteReasonUnsupportedProtocol, "Service %s/%s port %d: appProtocol %q is not supported", ns, ref.Name, port, *sp.port.AppProtocol)
+	default:
+		b.Protocol = sp.proto
+		if grpc {
+			b.Protocol = table.H2C // gRPC without TLS is HTTP/2 with prior knowledge
+		}
+		b.Endpoints = sp.endpoints
 	}
-	proto, ok := appProtocol(sp.AppProtocol)
-	if !ok {
-		fail(gwv1.RouteReasonUnsupportedProtocol, "Service %s/%s port %d: appProtocol %q is not supported", ns, ref.Name, port, *sp.AppProtocol)
-		return
-	}
-	if grpc {
-		proto = table.H2C // gRPC without TLS is HTTP/2 with prior knowledge
-	}
-	b.Protocol = proto
-	b.Endpoints = c.endpoints(svc, sp)
 }
 
 // svcPort names one port of one Service.
@@ -159,15 +129,40 @@ type svcPort struct {
 	port            int32
 }
 
-// backendName is "namespace/service:port", made once per Compile.
-func (c *compiler) backendName(ns, name string, port int32) string {
+// servicePortInfo is a Service port resolved once per Compile, however
+// many backendRefs name it.
+type servicePortInfo struct {
+	name      string // "namespace/service:port"
+	svc       *corev1.Service
+	port      *corev1.ServicePort
+	proto     table.AppProtocol
+	protoOK   bool
+	endpoints []string
+}
+
+func (c *compiler) servicePort(ns, name string, port int32) *servicePortInfo {
 	k := svcPort{ns, name, port}
-	if s, ok := c.names[k]; ok {
-		return s
+	if sp := c.ports[k]; sp != nil {
+		return sp
 	}
-	s := ns + "/" + name + ":" + strconv.Itoa(int(port))
-	c.names[k] = s
-	return s
+	sp := &servicePortInfo{name: ns + "/" + name + ":" + strconv.Itoa(int(port))}
+	c.ports[k] = sp
+	sp.svc = c.services[nn(ns, name)]
+	if sp.svc == nil {
+		return sp
+	}
+	for i := range sp.svc.Spec.Ports {
+		if sp.svc.Spec.Ports[i].Port == port {
+			sp.port = &sp.svc.Spec.Ports[i]
+			break
+		}
+	}
+	if sp.port == nil {
+		return sp
+	}
+	sp.proto, sp.protoOK = appProtocol(sp.port.AppProtocol)
+	sp.endpoints = c.endpoints(sp.svc, sp.port)
+	return sp
 }
 
 // appProtocol maps a Service port's appProtocol to the protocol the proxy
@@ -190,15 +185,11 @@ func appProtocol(p *string) (table.AppProtocol, bool) {
 // endpoints lists "ip:port" of a Service port's ready endpoints, or of its
 // serving terminating ones when none is ready, sorted.
 func (c *compiler) endpoints(svc *corev1.Service, sp *corev1.ServicePort) []string {
-	k := backendKey{nn(svc.Namespace, svc.Name), sp.Name}
-	if eps, ok := c.endpointMem[k]; ok {
-		return eps
-	}
 	var ready, terminating []string
 	if svc.Spec.Type == corev1.ServiceTypeExternalName && svc.Spec.ExternalName != "" {
 		ready = append(ready, net.JoinHostPort(svc.Spec.ExternalName, strconv.Itoa(int(sp.Port))))
 	}
-	for _, s := range c.slices[k.svc] {
+	for _, s := range c.slices[nn(svc.Namespace, svc.Name)] {
 		if s.AddressType == discoveryv1.AddressTypeFQDN {
 			continue
 		}
@@ -237,6 +228,5 @@ func (c *compiler) endpoints(svc *corev1.Service, sp *corev1.ServicePort) []stri
 	}
 	slices.Sort(eps)
 	eps = slices.Compact(eps)
-	c.endpointMem[k] = eps
 	return eps
 }

@@ -100,8 +100,8 @@ func Compile(in *Input) *Output {
 		Table:          &table.Table{Ports: map[int32]*table.Port{}},
 		GatewayClasses: map[string]gwv1.GatewayClassStatus{},
 		Gateways:       map[types.NamespacedName]gwv1.GatewayStatus{},
-		HTTPRoutes:     map[types.NamespacedName]gwv1.HTTPRouteStatus{},
-		GRPCRoutes:     map[types.NamespacedName]gwv1.GRPCRouteStatus{},
+		HTTPRoutes:     make(map[types.NamespacedName]gwv1.HTTPRouteStatus, len(in.HTTPRoutes)),
+		GRPCRoutes:     make(map[types.NamespacedName]gwv1.GRPCRouteStatus, len(in.GRPCRoutes)),
 		Ingresses:      map[types.NamespacedName]networkingv1.IngressStatus{},
 	}
 	c.out = out
@@ -123,30 +123,30 @@ type compiler struct {
 	in  *Input
 	out *Output
 
-	classes     map[string]*gwv1.GatewayClass // ours only
-	nsLabels    map[string]map[string]string
-	services    map[types.NamespacedName]*corev1.Service
-	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice // by Service
-	secrets     map[types.NamespacedName]*corev1.Secret
-	grants      map[string][]*gwv1.ReferenceGrant // by namespace
-	gateways    map[types.NamespacedName]*gateway // ours only
-	gwOrder     []*gateway
-	endpointMem map[backendKey][]string
-	names       map[svcPort]string
+	classes  map[string]*gwv1.GatewayClass // ours only
+	nsLabels map[string]map[string]string
+	services map[types.NamespacedName]*corev1.Service
+	slices   map[types.NamespacedName][]*discoveryv1.EndpointSlice // by Service
+	secrets  map[types.NamespacedName]*corev1.Secret
+	grants   map[string][]*gwv1.ReferenceGrant // by namespace
+	gateways map[types.NamespacedName]*gateway // ours only
+	gwOrder  []*gateway
+	ports    map[svcPort]*servicePortInfo
+	names    map[svcPort]string
 }
 
 func newCompiler(in *Input) *compiler {
 	c := &compiler{
-		in:          in,
-		classes:     map[string]*gwv1.GatewayClass{},
-		nsLabels:    map[string]map[string]string{},
-		services:    map[types.NamespacedName]*corev1.Service{},
-		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
-		secrets:     map[types.NamespacedName]*corev1.Secret{},
-		grants:      map[string][]*gwv1.ReferenceGrant{},
-		gateways:    map[types.NamespacedName]*gateway{},
-		endpointMem: map[backendKey][]string{},
-		names:       map[svcPort]string{},
+		in:       in,
+		classes:  map[string]*gwv1.GatewayClass{},
+		nsLabels: make(map[string]map[string]string, len(in.Namespaces)),
+		services: make(map[types.NamespacedName]*corev1.Service, len(in.Services)),
+		slices:   make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(in.Services)),
+		secrets:  make(map[types.NamespacedName]*corev1.Secret, len(in.Secrets)),
+		grants:   map[string][]*gwv1.ReferenceGrant{},
+		gateways: map[types.NamespacedName]*gateway{},
+		ports:    make(map[svcPort]*servicePortInfo, len(in.Services)),
+		names:    make(map[svcPort]string, len(in.Services)),
 	}
 	for _, gc := range in.GatewayClasses {
 		if gc.Spec.ControllerName == ControllerName {

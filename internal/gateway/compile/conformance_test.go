@@ -268,6 +268,14 @@ func TestConformanceCore(t *testing.T) {
 			if p == nil || p.Protocol != "HTTPS" || len(p.Certs) != 4 {
 				t.Fatalf("HTTPS port %+v", p)
 			}
+			gw := "same-namespace-with-https-listener"
+			checkRoute(t, out, nn(infra, "httproute-https-test"), gw, accepted, resolved)
+			checkRoute(t, out, nn(infra, "httproute-https-test-no-hostname"), gw, accepted, resolved)
+			checkRequests(t, in, out,
+				request{gw: gw, port: 443, host: "example.org", path: "/", want: infra + "/infra-backend-v1"},
+				request{gw: gw, port: 443, host: "second-example.org", path: "/", want: infra + "/infra-backend-v2"},
+				request{gw: gw, port: 443, host: "unknown-example.org", path: "/", want: "404"},
+			)
 		}},
 		{"HTTPRouteHeaderMatching", []string{"httproute-header-matching.yaml"}, func(t *testing.T, in *Input, out *Output) {
 			checkRoute(t, out, nn(infra, "header-matching"), "same-namespace", accepted, resolved)

@@ -38,10 +38,9 @@ func (c *compiler) grpcRules(r *route, gr *gwv1.GRPCRoute) {
 		for _, f := range httpFilters(rule.Filters) {
 			c.httpFilter(r, a, &f)
 		}
-		refs := make([]backendRef, 0, len(rule.BackendRefs))
-		for j := range rule.BackendRefs {
-			br := &rule.BackendRefs[j]
-			refs = append(refs, backendRef{ref: &br.BackendObjectReference, weight: br.Weight, filters: httpFilters(br.Filters)})
+		refs := make([]gwv1.HTTPBackendRef, 0, len(rule.BackendRefs))
+		for _, br := range rule.BackendRefs {
+			refs = append(refs, gwv1.HTTPBackendRef{BackendRef: br.BackendRef, Filters: httpFilters(br.Filters)})
 		}
 		c.backends(r, a, refs, true)
 		matches := rule.Matches

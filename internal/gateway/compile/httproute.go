@@ -26,9 +26,10 @@ func compileRoutes[T any](c *compiler, objs []T, kind gwv1.Kind,
 	spec func(T) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname),
 	rules func(*route, T), status func(T, []gwv1.RouteParentStatus)) {
 	routes := sortedByKey(objs, func(o T) *metav1.ObjectMeta { m, _, _ := spec(o); return m })
+	r := &route{}
 	for _, o := range routes {
 		meta, common, hostnames := spec(o)
-		r := routeBase(kind, meta, hostnames, common.ParentRefs)
+		r.reset(kind, meta, hostnames, common.ParentRefs)
 		if c.hasOurParent(r) {
 			rules(r, o)
 		}
@@ -63,12 +64,7 @@ func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
 			r.reject(gwv1.RouteReasonIncompatibleFilters, "RequestRedirect and URLRewrite cannot be combined")
 		}
 		if a.Redirect == nil {
-			refs := make([]backendRef, 0, len(rule.BackendRefs))
-			for j := range rule.BackendRefs {
-				br := &rule.BackendRefs[j]
-				refs = append(refs, backendRef{ref: &br.BackendObjectReference, weight: br.Weight, filters: br.Filters})
-			}
-			c.backends(r, a, refs, false)
+			c.backends(r, a, rule.BackendRefs, false)
 		}
 		if t := rule.Timeouts; t != nil {
 			a.Timeout = parseDuration(r, t.Request, "timeouts.request")

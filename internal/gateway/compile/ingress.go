@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/flatnet/flatnet/internal/gateway/table"
@@ -159,29 +158,20 @@ func (c *compiler) ingressAction(ing *networkingv1.Ingress, be *networkingv1.Ing
 		b.Name = ing.Namespace + "/resource"
 		return a
 	}
-	svc := c.services[nn(ing.Namespace, be.Service.Name)]
-	var sp *corev1.ServicePort
-	if svc != nil {
-		for i := range svc.Spec.Ports {
-			p := &svc.Spec.Ports[i]
-			if be.Service.Port.Name != "" && p.Name == be.Service.Port.Name ||
-				be.Service.Port.Name == "" && p.Port == be.Service.Port.Number {
-				sp = p
-				break
+	port := be.Service.Port.Number
+	if svc := c.services[nn(ing.Namespace, be.Service.Name)]; svc != nil && be.Service.Port.Name != "" {
+		for _, p := range svc.Spec.Ports {
+			if p.Name == be.Service.Port.Name {
+				port = p.Port
 			}
 		}
 	}
-	if sp == nil {
-		b.Name = c.backendName(ing.Namespace, be.Service.Name, be.Service.Port.Number)
-		return a
+	sp := c.servicePort(ing.Namespace, be.Service.Name, port)
+	b.Name = sp.name
+	if sp.port != nil && sp.protoOK {
+		b.Invalid = false
+		b.Protocol = sp.proto
+		b.Endpoints = sp.endpoints
 	}
-	b.Name = c.backendName(ing.Namespace, svc.Name, sp.Port)
-	proto, ok := appProtocol(sp.AppProtocol)
-	if !ok {
-		return a
-	}
-	b.Invalid = false
-	b.Protocol = proto
-	b.Endpoints = c.endpoints(svc, sp)
 	return a
 }

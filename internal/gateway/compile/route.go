@@ -289,22 +289,35 @@ func hostnameCovers(w, h string) bool {
 	return len(h) > len(suffix) && strings.HasSuffix(h, suffix) && h != w
 }
 
-// routeBase fills the fields every route kind shares.
-func routeBase(kind gwv1.Kind, meta *metav1.ObjectMeta, hostnames []gwv1.Hostname, refs []gwv1.ParentReference) *route {
-	r := &route{kind: kind, namespace: meta.Namespace, name: meta.Name, generation: meta.Generation, parentRefs: refs}
+// reset makes r the route of meta, keeping its slices' memory: one route
+// value serves a whole Compile (its rules live on in the table's hosts,
+// not in r).
+func (r *route) reset(kind gwv1.Kind, meta *metav1.ObjectMeta, hostnames []gwv1.Hostname, refs []gwv1.ParentReference) {
+	*r = route{kind: kind, namespace: meta.Namespace, name: meta.Name, generation: meta.Generation, parentRefs: refs,
+		hostnames: r.hostnames[:0], rules: r.rules[:0], dropped: r.dropped[:0]}
 	r.kindName = string(kind) + "/" + meta.Namespace + "/" + meta.Name
 	r.nsName = r.kindName[len(kind)+1:]
 	for _, h := range hostnames {
 		r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
 	}
-	return r
 }
 
 func sortedByKey[T any](objs []T, meta func(T) *metav1.ObjectMeta) []T {
-	out := slices.Clone(objs)
-	slices.SortFunc(out, func(a, b T) int {
-		ma, mb := meta(a), meta(b)
-		return cmp.Or(cmp.Compare(ma.Namespace, mb.Namespace), cmp.Compare(ma.Name, mb.Name))
+	type keyed struct {
+		ns, name string
+		o        T
+	}
+	ks := make([]keyed, len(objs))
+	for i, o := range objs {
+		m := meta(o)
+		ks[i] = keyed{m.Namespace, m.Name, o}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.name, b.name))
 	})
+	out := make([]T, len(objs))
+	for i := range ks {
+		out[i] = ks[i].o
+	}
 	return out
 }
