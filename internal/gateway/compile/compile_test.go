@@ -382,6 +382,44 @@ func TestNotProgrammed(t *testing.T) {
 	checkConds(t, "gateway", Compile(in).Gateways[nn("gw", "gw")].Conditions, 2, want{"Programmed", false, "AddressNotAssigned"})
 }
 
+func TestGatewaySpec(t *testing.T) {
+	ip, host := gwv1.IPAddressType, gwv1.HostnameAddressType
+	for _, tc := range []struct {
+		name    string
+		spec    func(*gwv1.GatewaySpec)
+		wants   []want
+		serving bool
+	}{
+		{"parametersRef", func(s *gwv1.GatewaySpec) {
+			s.Infrastructure = &gwv1.GatewayInfrastructure{ParametersRef: &gwv1.LocalParametersReference{Kind: "ConfigMap", Name: "x"}}
+		}, []want{{"Accepted", false, "InvalidParameters"}, {"Programmed", false, "Invalid"}}, false},
+		{"hostname address", func(s *gwv1.GatewaySpec) {
+			s.Addresses = []gwv1.GatewaySpecAddress{{Type: &host, Value: "gw.example.com"}}
+		}, []want{{"Accepted", false, "UnsupportedAddress"}, {"Programmed", false, "Invalid"}}, false},
+		{"an IP the load balancer did not give", func(s *gwv1.GatewaySpec) {
+			s.Addresses = []gwv1.GatewaySpecAddress{{Type: &ip, Value: "10.200.0.77"}}
+		}, []want{{"Accepted", true, "Accepted"}, {"Programmed", false, "AddressNotUsable"}}, true},
+		{"the IP the load balancer gave", func(s *gwv1.GatewaySpec) {
+			s.Addresses = []gwv1.GatewaySpecAddress{{Value: "10.200.0.1"}}
+		}, []want{{"Accepted", true, "Accepted"}, {"Programmed", true, "Programmed"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := world(httpListener("http", 80, "", gwv1.NamespacesFromAll))
+			tc.spec(&in.Gateways[0].Spec)
+			in.HTTPRoutes = []*gwv1.HTTPRoute{httpRoute("a", "r", svcRef("", "svc", 80, 1))}
+			out := Compile(in)
+			st := out.Gateways[nn("gw", "gw")]
+			checkConds(t, "gateway", st.Conditions, 2, tc.wants...)
+			if !tc.serving {
+				checkConds(t, "listener", st.Listeners[0].Conditions, 2, want{"Programmed", false, "Invalid"})
+			}
+			if got := backendOf(lookup(t, out, in, nn("gw", "gw"), 80, "x", "/", nil)); (got == "a/svc") != tc.serving {
+				t.Errorf("request -> %s, serving %v", got, tc.serving)
+			}
+		})
+	}
+}
+
 func TestRouteValues(t *testing.T) {
 	prefix, regex := gwv1.PathMatchPathPrefix, gwv1.PathMatchRegularExpression
 	for _, tc := range []struct {

@@ -98,6 +98,10 @@ type gateway struct {
 	obj       *gwv1.Gateway
 	key       types.NamespacedName
 	listeners []*listener
+	// rejected is the reason the Gateway is not Accepted whatever its
+	// listeners (InvalidParameters, UnsupportedAddress); it then serves
+	// nothing.
+	rejected, rejectedMsg string
 }
 
 // listener is one Gateway listener and what was decided about it.
@@ -139,8 +143,9 @@ func (c *compiler) compileGateways() {
 			g.listeners = append(g.listeners, c.listener(g, &obj.Spec.Listeners[i]))
 		}
 		markConflicts(g.listeners)
+		g.validate()
 		for _, l := range g.listeners {
-			if l.accepted && l.resolved {
+			if l.accepted && l.resolved && g.rejected == "" {
 				if b := c.in.Binds[BindKey{Gateway: g.key, Port: int32(l.spec.Port)}]; b != 0 {
 					l.bind = b
 					proto := table.HTTP
@@ -154,6 +159,24 @@ func (c *compiler) compileGateways() {
 		}
 		c.gateways[g.key] = g
 		c.gwOrder = append(c.gwOrder, g)
+	}
+}
+
+// validate rejects what flatnet cannot honour in a Gateway's spec: it takes
+// no parameters, and its addresses come from the load balancer, so only IP
+// addresses can be asked for (finishGateways checks they were given).
+func (g *gateway) validate() {
+	if inf := g.obj.Spec.Infrastructure; inf != nil && inf.ParametersRef != nil {
+		g.rejected = string(gwv1.GatewayReasonInvalidParameters)
+		g.rejectedMsg = "flatnet takes no parameters; remove spec.infrastructure.parametersRef"
+		return
+	}
+	for _, a := range g.obj.Spec.Addresses {
+		if a.Type != nil && *a.Type != gwv1.IPAddressType {
+			g.rejected = string(gwv1.GatewayReasonUnsupportedAddress)
+			g.rejectedMsg = fmt.Sprintf("address type %s is not supported; ask for an IPAddress or none", *a.Type)
+			return
+		}
 	}
 }
 
@@ -344,14 +367,22 @@ func (c *compiler) finishGateways() {
 			} else {
 				invalid++
 			}
-			st.Listeners = append(st.Listeners, listenerStatus(l, gen))
+			st.Listeners = append(st.Listeners, listenerStatus(l, gen, g.rejected != ""))
 		}
 		addrs := c.in.Addresses[g.key]
 		for _, a := range addrs {
 			st.Addresses = append(st.Addresses, gwv1.GatewayStatusAddress{Type: addressType(a), Value: a})
 		}
 		acc := cond(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "accepted by "+ControllerName, gen)
+		unusable := ""
+		for _, a := range g.obj.Spec.Addresses {
+			if a.Value != "" && !slices.Contains(addrs, a.Value) {
+				unusable = a.Value
+			}
+		}
 		switch {
+		case g.rejected != "":
+			acc = cond(string(gwv1.GatewayConditionAccepted), false, g.rejected, g.rejectedMsg, gen)
 		case valid == 0:
 			acc = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid), "no listener is valid", gen)
 		case invalid > 0:
@@ -360,19 +391,24 @@ func (c *compiler) finishGateways() {
 		}
 		prog := cond(string(gwv1.GatewayConditionProgrammed), true, string(gwv1.GatewayReasonProgrammed), "", gen)
 		switch {
+		case g.rejected != "":
+			prog = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "the Gateway is not accepted", gen)
 		case valid == 0:
 			prog = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "no listener is valid", gen)
 		case missingBind:
 			prog = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonPending), "waiting for a bind port for every listener port", gen)
 		case len(addrs) == 0:
 			prog = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonAddressNotAssigned), "waiting for the load balancer address", gen)
+		case unusable != "":
+			prog = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonAddressNotUsable),
+				fmt.Sprintf("the load balancer did not give the requested address %s", unusable), gen)
 		}
 		st.Conditions = []metav1.Condition{acc, prog}
 		c.out.Gateways[g.key] = st
 	}
 }
 
-func listenerStatus(l *listener, gen int64) gwv1.ListenerStatus {
+func listenerStatus(l *listener, gen int64, gwRejected bool) gwv1.ListenerStatus {
 	ls := gwv1.ListenerStatus{Name: l.spec.Name, SupportedKinds: slices.Clone(l.kinds), AttachedRoutes: l.attached}
 	if ls.SupportedKinds == nil {
 		ls.SupportedKinds = []gwv1.RouteGroupKind{}
@@ -381,6 +417,8 @@ func listenerStatus(l *listener, gen int64) gwv1.ListenerStatus {
 	switch {
 	case !l.accepted || !l.resolved:
 		progReason, progMsg = string(gwv1.ListenerReasonInvalid), "the listener is not valid"
+	case gwRejected:
+		progReason, progMsg = string(gwv1.ListenerReasonInvalid), "the Gateway is not accepted"
 	case l.bind == 0:
 		progReason, progMsg = string(gwv1.ListenerReasonPending), "waiting for a bind port"
 	}

@@ -97,8 +97,9 @@ type portHost struct {
 // rules into the table and returns its parents status entries.
 func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 	var parents []gwv1.RouteParentStatus
-	counted := map[*listener]bool{}
-	filed := map[portHost]bool{}
+	// A route has a parentRef or two: slices beat maps here.
+	var counted []*listener
+	var filed []portHost
 	for _, ref := range r.parentRefs {
 		group, kind := gatewayGroup, "Gateway"
 		if ref.Group != nil {
@@ -156,10 +157,11 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingListenerHostname),
 				"no hostname of the route matches a listener's hostname", r.generation)
 		case accepted.Status != metav1.ConditionTrue:
+			// Every rule was dropped: nothing to attach.
 		default:
 			for _, a := range matched {
-				if !counted[a.l] {
-					counted[a.l] = true
+				if !slices.Contains(counted, a.l) {
+					counted = append(counted, a.l)
 					a.l.attached++
 				}
 				if a.l.bind == 0 {
@@ -168,10 +170,10 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 				p := c.out.Table.Ports[a.l.bind]
 				for _, h := range a.hosts {
 					ph := portHost{p, h}
-					if filed[ph] || hostOwner(a.l.gw, a.l.spec.Port, h) != a.l {
+					if slices.Contains(filed, ph) || hostOwner(a.l.gw, a.l.spec.Port, h) != a.l {
 						continue
 					}
-					filed[ph] = true
+					filed = append(filed, ph)
 					for _, rule := range r.rules {
 						p.Add(h, rule)
 					}
@@ -302,6 +304,7 @@ func (r *route) reset(kind gwv1.Kind, meta *metav1.ObjectMeta, hostnames []gwv1.
 	}
 }
 
+// sortedByKey returns objs in namespace/name order.
 func sortedByKey[T any](objs []T, meta func(T) *metav1.ObjectMeta) []T {
 	type keyed struct {
 		ns, name string
