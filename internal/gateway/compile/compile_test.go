@@ -536,10 +536,15 @@ func TestPartiallyInvalid(t *testing.T) {
 	}
 }
 
-// TestDeterministic compiles the same objects in two orders.
+// TestDeterministic compiles the same objects in two orders, and checks
+// that Compile leaves its input alone (it holds the informers' objects).
 func TestDeterministic(t *testing.T) {
-	in := loadConformance(t, "httproute-hostname-intersection.yaml", "httproute-matching-across-routes.yaml", "httproute-reference-grant.yaml")
+	files := []string{"httproute-hostname-intersection.yaml", "httproute-matching-across-routes.yaml", "httproute-reference-grant.yaml", "gateway-modify-listeners.yaml"}
+	in := loadConformance(t, files...)
 	a := Compile(in)
+	if !reflect.DeepEqual(in, loadConformance(t, files...)) {
+		t.Error("Compile modified its input")
+	}
 	shuffled := *in
 	rng := rand.New(rand.NewPCG(1, 2))
 	shuffled.HTTPRoutes = slices.Clone(in.HTTPRoutes)
