@@ -29,8 +29,6 @@ type reqState struct {
 	rp httputil.ReverseProxy
 	rw respWriter
 
-	modifyResponse func(*http.Response) error
-
 	start   time.Time
 	a       *table.Action
 	rs      *routeStats
@@ -46,13 +44,13 @@ type reqState struct {
 
 func (s *Server) newState() *reqState {
 	st := &reqState{s: s}
-	st.modifyResponse = st.modifyResp
 	st.rp = httputil.ReverseProxy{
-		Rewrite:      st.rewrite,
-		Transport:    st, // RoundTrip: endpoint, per-try timeout, retries
-		ErrorHandler: st.proxyError,
-		BufferPool:   &s.bufs,
-		ErrorLog:     s.errLog,
+		Rewrite:        st.rewrite,
+		Transport:      st, // RoundTrip: endpoint, per-try timeout, retries
+		ErrorHandler:   st.proxyError,
+		ModifyResponse: st.modifyResp,
+		BufferPool:     &s.bufs,
+		ErrorLog:       s.errLog,
 	}
 	return st
 }
@@ -131,10 +129,6 @@ func (h *portHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.rp.FlushInterval = 0 // bodies of unknown length are flushed as they come anyway
 	if a.GRPC {
 		st.rp.FlushInterval = -1
-	}
-	st.rp.ModifyResponse = nil
-	if !a.ResponseHeaders.Empty() || !b.ResponseHeaders.Empty() {
-		st.rp.ModifyResponse = st.modifyResponse
 	}
 	// A WebSocket outlives any request timeout: Timeout bounds requests.
 	if a.Timeout > 0 && !st.upgrade {
@@ -218,6 +212,8 @@ func (st *reqState) rewrite(pr *httputil.ProxyRequest) {
 	applyHeaders(out.Header, &st.b.RequestHeaders)
 }
 
+// modifyResp applies the response header filters. (A streamed answer,
+// of no length, has its headers flushed at once by ReverseProxy.)
 func (st *reqState) modifyResp(resp *http.Response) error {
 	applyHeaders(resp.Header, &st.a.ResponseHeaders)
 	applyHeaders(resp.Header, &st.b.ResponseHeaders)
