@@ -96,6 +96,7 @@ func (c *compiler) backend(r *route, ref *gwv1.BackendObjectReference, grpc bool
 		port = int32(*ref.Port)
 	}
 	sp := c.servicePort(ns, string(ref.Name), port)
+	r.deps = append(r.deps, sp)
 	b.Name = sp.name
 	fail := func(reason gwv1.RouteConditionReason, format string, args ...any) {
 		r.unresolve(reason, fmt.Sprintf(format, args...))
@@ -132,6 +133,7 @@ type svcPort struct {
 // servicePortInfo is a Service port resolved once per Compile, however
 // many backendRefs name it.
 type servicePortInfo struct {
+	key       svcPort
 	name      string // "namespace/service:port"
 	svc       *corev1.Service
 	port      *corev1.ServicePort
@@ -145,8 +147,14 @@ func (c *compiler) servicePort(ns, name string, port int32) *servicePortInfo {
 	if sp := c.ports[k]; sp != nil {
 		return sp
 	}
-	sp := &servicePortInfo{name: ns + "/" + name + ":" + strconv.Itoa(int(port))}
+	sp := c.memoPort(k, func() *servicePortInfo { return c.resolvePort(k) })
 	c.ports[k] = sp
+	return sp
+}
+
+func (c *compiler) resolvePort(k svcPort) *servicePortInfo {
+	ns, name, port := k.namespace, k.name, k.port
+	sp := &servicePortInfo{key: k, name: ns + "/" + name + ":" + strconv.Itoa(int(port))}
 	sp.svc = c.services[nn(ns, name)]
 	if sp.svc == nil {
 		return sp

@@ -96,6 +96,7 @@ type Output struct {
 // Compile computes the table and statuses for in. It does not modify in.
 func Compile(in *Input) *Output {
 	c := newCompiler(in)
+	c.loadMemo()
 	out := &Output{
 		Table:          &table.Table{Ports: map[int32]*table.Port{}},
 		GatewayClasses: map[string]gwv1.GatewayClassStatus{},
@@ -115,6 +116,7 @@ func Compile(in *Input) *Output {
 	for _, p := range out.Table.Ports {
 		p.Finish()
 	}
+	c.saveMemo()
 	return out
 }
 
@@ -123,16 +125,18 @@ type compiler struct {
 	in  *Input
 	out *Output
 
-	classes  map[string]*gwv1.GatewayClass // ours only
-	nsLabels map[string]map[string]string
-	services map[types.NamespacedName]*corev1.Service
-	slices   map[types.NamespacedName][]*discoveryv1.EndpointSlice // by Service
-	secrets  map[types.NamespacedName]*corev1.Secret
-	grants   map[string][]*gwv1.ReferenceGrant // by namespace
-	gateways map[types.NamespacedName]*gateway // ours only
-	gwOrder  []*gateway
-	ports    map[svcPort]*servicePortInfo
-	names    map[svcPort]string
+	classes     map[string]*gwv1.GatewayClass // ours only
+	nsLabels    map[string]map[string]string
+	services    map[types.NamespacedName]*corev1.Service
+	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice // by Service
+	secrets     map[types.NamespacedName]*corev1.Secret
+	grants      map[string][]*gwv1.ReferenceGrant // by namespace
+	gateways    map[types.NamespacedName]*gateway // ours only
+	gwOrder     []*gateway
+	ports       map[svcPort]*servicePortInfo
+	memo        memoState
+	lastGateway lastGateway
+	names       map[svcPort]string
 }
 
 func newCompiler(in *Input) *compiler {

@@ -104,6 +104,24 @@ type gateway struct {
 	rejected, rejectedMsg string
 }
 
+// gateway returns our Gateway namespace/name, or nil. Routes come in runs
+// with the same parent, so the last answer is kept.
+func (c *compiler) gateway(namespace, name string) *gateway {
+	if l := &c.lastGateway; l.ok && l.namespace == namespace && l.name == name {
+		return l.g
+	}
+	g := c.gateways[nn(namespace, name)]
+	c.lastGateway = lastGateway{namespace, name, g, true}
+	return g
+}
+
+// lastGateway is the last lookup of gateway.
+type lastGateway struct {
+	namespace, name string
+	g               *gateway
+	ok              bool
+}
+
 // listener is one Gateway listener and what was decided about it.
 type listener struct {
 	gw       *gateway

@@ -31,6 +31,7 @@ func httpFilters(fs []gwv1.GRPCRouteFilter) []gwv1.HTTPRouteFilter {
 }
 
 func (c *compiler) grpcRules(r *route, gr *gwv1.GRPCRoute) {
+	r.names()
 	for i := range gr.Spec.Rules {
 		rule := &gr.Spec.Rules[i]
 		r.startRule(i)

@@ -20,18 +20,22 @@ func (c *compiler) httpRoutes() {
 	})
 }
 
-// compileRoutes compiles the routes of one kind in namespace/name order:
-// the rules of those with a parent of ours, then their attachments.
+// compileRoutes compiles the routes of one kind: the rules of those with a
+// parent of ours, then their attachments. Input order does not matter
+// (so routes are not sorted: that was a tenth of a 10,000-route Compile):
+// each route's status depends on it alone, the attachment counts are sums,
+// and the table's Finish orders every host's rules by keys that tell any
+// two rules apart (creation, namespace/name, rule and match index).
 func compileRoutes[T any](c *compiler, objs []T, kind gwv1.Kind,
 	spec func(T) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname),
 	rules func(*route, T), status func(T, []gwv1.RouteParentStatus)) {
-	routes := sortedByKey(objs, func(o T) *metav1.ObjectMeta { m, _, _ := spec(o); return m })
 	r := &route{}
-	for _, o := range routes {
+	for _, o := range objs {
 		meta, common, hostnames := spec(o)
 		r.reset(kind, meta, hostnames, common.ParentRefs)
-		if c.hasOurParent(r) {
+		if c.hasOurParent(r) && !c.memoRoute(r, o, meta.ResourceVersion) {
 			rules(r, o)
+			c.keepRoute(r, o, meta.ResourceVersion)
 		}
 		status(o, c.attach(r))
 	}
@@ -45,7 +49,7 @@ func (c *compiler) hasOurParent(r *route) bool {
 		if ref.Namespace != nil && *ref.Namespace != "" {
 			ns = string(*ref.Namespace)
 		}
-		if c.gateways[nn(ns, string(ref.Name))] != nil {
+		if c.gateway(ns, string(ref.Name)) != nil {
 			return true
 		}
 	}
@@ -53,6 +57,7 @@ func (c *compiler) hasOurParent(r *route) bool {
 }
 
 func (c *compiler) httpRules(r *route, hr *gwv1.HTTPRoute) {
+	r.names()
 	for i := range hr.Spec.Rules {
 		rule := &hr.Spec.Rules[i]
 		r.startRule(i)

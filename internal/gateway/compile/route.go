@@ -18,24 +18,15 @@ type route struct {
 	kind       gwv1.Kind
 	namespace  string
 	name       string
-	nsName     string // namespace/name
+	nsName     string // namespace/name, set by names
 	kindName   string // kind/namespace/name, for Action.Route
 	generation int64
 	hostnames  []string
 	parentRefs []gwv1.ParentReference
-	rules      []*table.Rule
 
-	// Rules with a value flatnet does not support are dropped (the spec's
-	// "Drop Rule" way): with every rule dropped the route is not
-	// accepted, with some it is PartiallyInvalid. notAccepted is the first
-	// reason (RouteReasonUnsupportedValue, IncompatibleFilters).
-	notAccepted, notAcceptedMsg string
-	ruleIndex                   int  // the rule being compiled
-	ruleBad                     bool // it has an unsupported value
-	rulesTotal, rulesBad        int
-	dropped                     []string
-	// unresolved is the first reason a reference does not resolve.
-	unresolved, unresolvedMsg string
+	compiledRules
+	ruleIndex int  // the rule being compiled
+	ruleBad   bool // it has an unsupported value
 }
 
 // reject drops the rule being compiled.
@@ -86,6 +77,13 @@ func (r *route) unresolve(reason gwv1.RouteConditionReason, msg string) {
 
 func (r *route) key() string { return r.nsName }
 
+// names sets kindName and nsName, which only compiling rules needs (a
+// memoized route skips the allocation).
+func (r *route) names() {
+	r.kindName = string(r.kind) + "/" + r.namespace + "/" + r.name
+	r.nsName = r.kindName[len(r.kind)+1:]
+}
+
 // portHost names one hostname of one table Port, to file a route's rules
 // there only once however many of its parentRefs lead to it.
 type portHost struct {
@@ -115,7 +113,7 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 		if ref.Namespace != nil && *ref.Namespace != "" {
 			ns = string(*ref.Namespace)
 		}
-		g := c.gateways[nn(ns, string(ref.Name))]
+		g := c.gateway(ns, string(ref.Name))
 		if g == nil {
 			continue // not ours, or not there: another controller's business
 		}
@@ -296,9 +294,7 @@ func hostnameCovers(w, h string) bool {
 // not in r).
 func (r *route) reset(kind gwv1.Kind, meta *metav1.ObjectMeta, hostnames []gwv1.Hostname, refs []gwv1.ParentReference) {
 	*r = route{kind: kind, namespace: meta.Namespace, name: meta.Name, generation: meta.Generation, parentRefs: refs,
-		hostnames: r.hostnames[:0], rules: r.rules[:0], dropped: r.dropped[:0]}
-	r.kindName = string(kind) + "/" + meta.Namespace + "/" + meta.Name
-	r.nsName = r.kindName[len(kind)+1:]
+		hostnames: r.hostnames[:0], compiledRules: compiledRules{rules: r.rules[:0], dropped: r.dropped[:0], deps: r.deps[:0]}}
 	for _, h := range hostnames {
 		r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
 	}
