@@ -19,9 +19,7 @@ import (
 
 // SupportedFeatures is what GatewayClass status.supportedFeatures lists
 // (the conformance suite runs the tests of exactly these). Trim it to what
-// the data plane passes. Compile itself also does
-// HTTPRouteBackendRequestHeaderModification (Backend.RequestHeaders) and
-// HTTPRouteRetry (Action.Retry) if the proxy applies them.
+// the data plane passes.
 var SupportedFeatures = []features.FeatureName{
 	features.SupportGRPCRoute,
 	features.SupportGRPCRouteNamedRouteRule,
@@ -34,6 +32,7 @@ var SupportedFeatures = []features.FeatureName{
 	features.SupportHTTPRoute308RedirectStatusCode,
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteBackendProtocolWebSocket,
+	features.SupportHTTPRouteBackendRequestHeaderModification,
 	features.SupportHTTPRouteBackendTimeout,
 	features.SupportHTTPRouteHostRewrite,
 	features.SupportHTTPRouteMethodMatching,
@@ -45,8 +44,10 @@ var SupportedFeatures = []features.FeatureName{
 	features.SupportHTTPRouteQueryParamMatching,
 	features.SupportHTTPRouteRequestMirror,
 	features.SupportHTTPRouteRequestMultipleMirrors,
+	features.SupportHTTPRouteRequestPercentageMirror,
 	features.SupportHTTPRouteRequestTimeout,
 	features.SupportHTTPRouteResponseHeaderModification,
+	features.SupportHTTPRouteRetry,
 	features.SupportHTTPRouteSchemeRedirect,
 	features.SupportReferenceGrant,
 }
