@@ -319,6 +319,17 @@ func TestConformanceCore(t *testing.T) {
 				request{gw: gw, host: "specific.but.wrong.com", path: "/s5", want: "404"},
 				request{gw: gw, host: "wildcard.io", path: "/s5", want: "404"},
 			)
+			all := "httproute-hostname-intersection-all"
+			gatewayReady(t, out, all)
+			checkRoute(t, out, nn(infra, all), all, accepted, resolved)
+			checkRequests(t, in, out,
+				request{gw: all, host: "first.com", path: "/", want: v2},
+				request{gw: all, host: "sub.first.com", path: "/", want: v2},
+				request{gw: all, host: "second.com", path: "/", want: v2},
+				request{gw: all, host: "sub.second.com", path: "/", want: v2},
+				request{gw: all, host: "third.com", path: "/", want: "404"},
+				request{gw: all, host: "sub.third.com", path: "/", want: "404"},
+			)
 		}},
 		{"HTTPRouteInvalidBackendRefUnknownKind", []string{"httproute-invalid-backendref-unknown-kind.yaml"}, func(t *testing.T, in *Input, out *Output) {
 			checkRoute(t, out, nn(infra, "invalid-backend-ref-unknown-kind"), "same-namespace", accepted, want{"ResolvedRefs", false, "InvalidKind"})
