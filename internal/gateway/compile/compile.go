@@ -2,12 +2,14 @@
 // gateway's routing table and the statuses the controller writes back.
 //
 // Design. Compile is a pure function of its Input: no API calls, no clock,
-// no randomness, every map walked in sorted order, so the same objects give
-// the same table and the same statuses (the writer compares them with what
-// the API holds and writes only differences). It runs on every change, so it
-// indexes the input once (namespaces, Services, EndpointSlices by Service,
-// Secrets, ReferenceGrants by namespace) and then makes one pass over the
-// Gateways and one over each route kind:
+// no randomness, no output that depends on the order of the input or of a
+// map, so the same objects give the same table and the same statuses (the
+// writer compares them with what the API holds and writes only
+// differences). It runs on every change, so it indexes the input once
+// (namespaces, Services, EndpointSlices by Service, Secrets, ReferenceGrants
+// by namespace), reuses the previous Compile's rules for routes that did
+// not change (memo.go), and makes one pass over the Gateways and one over
+// each route kind:
 //
 //  1. GatewayClasses with our controllerName are Accepted.
 //  2. Each Gateway of such a class: its listeners are validated (protocol,
@@ -15,12 +17,14 @@
 //  3. Each route's parentRefs pick listeners (sectionName, port), which
 //     must allow the route (namespaces, kinds) and share a hostname with
 //     it; each attachment files the route's rules into the Port of that
-//     listener's bind under the intersected hostname, and counts towards
-//     the listener's attachedRoutes.
+//     listener's bind under the intersected hostname (when that listener
+//     owns it: listener isolation, see hostOwner), and counts towards the
+//     listener's attachedRoutes.
 //  4. The Gateway statuses are finished last, once attachedRoutes are known.
 //
 // Statuses are desired data: conditions carry ObservedGeneration and a zero
-// LastTransitionTime; the writer merges them with meta.SetStatusCondition.
+// LastTransitionTime; the writer merges them with the current ones
+// (status.go: Merge*).
 package compile
 
 import (
@@ -82,10 +86,11 @@ type Output struct {
 	Table *table.Table
 	// Desired statuses of the objects this controller owns, conditions with
 	// ObservedGeneration set and LastTransitionTime zero (the writer merges
-	// with meta.SetStatusCondition, which keeps the old time when the status
-	// did not change). Route statuses hold only the parents entries with our
-	// ControllerName; every route in the Input has an entry, with no parents
-	// when none of its parentRefs is ours, so the writer can drop stale ones.
+	// them with the current status: MergeGatewayStatus, MergeRouteParents,
+	// which keep the old time when the status did not change). Route
+	// statuses hold only the parents entries with our ControllerName; every
+	// route in the Input has an entry, with no parents when none of its
+	// parentRefs is ours, so the writer can drop stale ones.
 	GatewayClasses map[string]gwv1.GatewayClassStatus
 	Gateways       map[types.NamespacedName]gwv1.GatewayStatus
 	HTTPRoutes     map[types.NamespacedName]gwv1.HTTPRouteStatus
