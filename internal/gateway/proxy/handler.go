@@ -35,8 +35,8 @@ type reqState struct {
 	bi      int // index of b in a.Backends; len(a.Backends) for none
 	b       *table.Backend
 	ep      string
-	tr      http.RoundTripper
-	inCtx   context.Context // the inbound request's context, with its Timeout
+	tr      http.RoundTripper // s.fast or s.h2c
+	inCtx   context.Context   // the inbound request's context, with its Timeout
 	upgrade bool
 
 	logBuf []byte
@@ -122,7 +122,7 @@ func (h *portHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = s.mirror(r, a)
 	}
 
-	st.tr = s.h1
+	st.tr = s.fast
 	if (b.Protocol == table.H2C || a.GRPC) && !st.upgrade {
 		st.tr = s.h2c
 	}
@@ -314,7 +314,7 @@ func (st *reqState) proxyError(w http.ResponseWriter, r *http.Request, err error
 	reason := errorReason(err)
 	code := http.StatusBadGateway
 	switch {
-	case st.inCtx != nil && errors.Is(st.inCtx.Err(), context.DeadlineExceeded):
+	case st.inCtx != nil && expired(st.inCtx):
 		reason, code = "timeout", http.StatusGatewayTimeout
 	case st.inCtx != nil && st.inCtx.Err() != nil:
 		reason, code = "canceled", 499 // nginx's "client closed request", for logs only
@@ -334,6 +334,16 @@ func (st *reqState) proxyError(w http.ResponseWriter, r *http.Request, err error
 		return // too late for an error answer
 	}
 	st.answer(r, code)
+}
+
+// expired reports whether ctx's deadline has passed, also in the moment
+// before its timer marks it done (a connection deadline can fire first).
+func expired(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func errorReason(err error) string {

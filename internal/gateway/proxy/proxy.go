@@ -69,6 +69,7 @@ type Server struct {
 	draining  sync.WaitGroup
 
 	h1, h2c *http.Transport
+	fast    *fastTransport // h1's synchronous front for bodiless GETs
 	bufs    bufferPool
 	states  sync.Pool // *reqState
 	mirrors chan struct{}
@@ -98,6 +99,7 @@ func New(o Options) *Server {
 		mirrors:   make(chan struct{}, maxMirrors),
 		errLog:    log.New(logWriter{o.Logger}, "", 0),
 	}
+	s.fast = newFastTransport(s.h1)
 	s.states.New = func() any { return s.newState() }
 	return s
 }
@@ -234,6 +236,7 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("gateway proxy: draining removed ports: %w", ctx.Err()))
 	}
+	s.fast.CloseIdleConnections()
 	s.h1.CloseIdleConnections()
 	s.h2c.CloseIdleConnections()
 	return errors.Join(errs...)
