@@ -3,11 +3,10 @@ package proxy
 // A synchronous HTTP/1.1 client for the common request: an idempotent
 // method with no body. http.Transport runs two goroutines per connection
 // (a read loop and a write loop) and hands every request and response
-// between them and the caller over channels; on one core that handoff
-// cost more than the proxying itself (BenchmarkProxy and wrk against
-// nginx: the Transport's side was ~70 % of a request's CPU). Here the
-// handler's goroutine writes the request and reads the answer on a pooled
-// connection itself. Everything else (bodies, upgrades, h2c) goes to
+// between them and the caller over channels. Here the handler's goroutine
+// writes the request and reads the answer on a pooled connection itself:
+// on one core, wrk through the proxy to a loopback nginx measured 47-56 µs
+// of proxy CPU per request with it, 53-71 µs with http.Transport. Everything else (bodies, upgrades, h2c) goes to
 // http.Transport, which streams a body while the answer arrives.
 //
 // A pooled connection the backend closed while idle is found on use: the
