@@ -188,3 +188,7 @@ func crdEstablished(crd *unstructured.Unstructured) (bool, string) {
 	}
 	return false, "no Established condition yet"
 }
+
+// EnsureCRDs is ensureCRDs for tests outside the lab that need the
+// lab's CRDs and classes on their own API server.
+func EnsureCRDs(ctx context.Context, kubeconfig string) error { return ensureCRDs(ctx, kubeconfig) }

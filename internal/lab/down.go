@@ -90,7 +90,7 @@ func Down(root, name string, out io.Writer) error {
 	step("agents", func() (string, error) {
 		var errs []error
 		n := 0
-		for _, p := range pidFiles(s.StateDir, "agent-") {
+		for _, p := range append(pidFiles(s.StateDir, "agent-"), pidFiles(s.StateDir, "gateway-")...) {
 			if _, ok := proc.Running(s.StateDir, p); ok {
 				n++
 			}
@@ -99,7 +99,8 @@ func Down(root, name string, out io.Writer) error {
 		// Daemons whose pid files were lost or cut short are found by
 		// their command lines, here and below.
 		stray, err := stopDaemonsOf(s.StateDir, flatnetDaemon("agent"), 10*time.Second)
-		return fmt.Sprintf("%d stopped%s", n, stray), errors.Join(append(errs, err)...)
+		gstray, gerr := stopDaemonsOf(s.StateDir, flatnetDaemon("gateway"), 10*time.Second)
+		return fmt.Sprintf("%d stopped%s%s", n, stray, gstray), errors.Join(append(errs, err, gerr)...)
 	})
 	step("pods", func() (string, error) {
 		inodes := map[uint64]bool{}

@@ -20,6 +20,7 @@ const (
 	StepControlPlane StepKind = "control plane"
 	StepController   StepKind = "controller"
 	StepAgent        StepKind = "agent"
+	StepGateway      StepKind = "gateway"
 	StepImages       StepKind = "images"
 	StepKubelet      StepKind = "kubelet"
 	StepManifest     StepKind = "manifest"
@@ -58,6 +59,10 @@ type Observed struct {
 	ControlPlane bool
 	Controller   bool
 	Agents       map[string]bool // node name -> agent process running
+	// Gateways: node name -> its `flatnet gateway` runs (process install);
+	// GatewaysOutdated: with other flags than up would give it.
+	Gateways         map[string]bool
+	GatewaysOutdated map[string]bool
 	// Kubelets: node name -> its containerd and kubelet run
 	// (--runtime containerd).
 	Kubelets map[string]bool
@@ -178,6 +183,15 @@ func Plan(s *Spec, o Observed) []Step {
 			What:    what,
 			Present: o.Agents[n.Name] && !o.Rewired[n.Name] && !other,
 			Restart: o.Agents[n.Name] && (o.Rewired[n.Name] || other)})
+	}
+	for _, n := range s.Nodes {
+		if s.Manifest() {
+			break
+		}
+		steps = append(steps, Step{Kind: StepGateway, Node: n.Name,
+			What:    fmt.Sprintf("flatnet gateway on %s (Gateway API, Ingress)", n.Name),
+			Present: o.Gateways[n.Name] && !o.Rewired[n.Name] && !o.GatewaysOutdated[n.Name],
+			Restart: o.Gateways[n.Name] && (o.Rewired[n.Name] || o.GatewaysOutdated[n.Name])})
 	}
 	if s.Containerd() {
 		// The images are needed only by a node whose kubelet starts.

@@ -202,6 +202,9 @@ const (
 // AgentProc is the process name of a node's agent.
 func AgentProc(node string) string { return "agent-" + node }
 
+// GatewayProc is the process name of a node's `flatnet gateway`.
+func GatewayProc(node string) string { return "gateway-" + node }
+
 // ValidateName checks a lab name: it becomes part of Kubernetes node names
 // and of namespace and interface names.
 func ValidateName(name string) error {

@@ -232,13 +232,14 @@ func TestPlanContainerd(t *testing.T) {
 	all := Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
 		Nodes:    map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true},
 		Agents:   map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true},
+		Gateways: map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true},
 		Kubelets: map[string]bool{s.Nodes[0].Name: true, s.Nodes[1].Name: true}}
-	if got := kinds(Plan(s, all)); got != "=state dir,=binaries,=underlay,=node,=node,=control plane,=controller,=agent,=agent,=images,=kubelet,=kubelet,ready" {
+	if got := kinds(Plan(s, all)); got != "=state dir,=binaries,=underlay,=node,=node,=control plane,=controller,=agent,=agent,=gateway,=gateway,=images,=kubelet,=kubelet,ready" {
 		t.Errorf("running containerd lab: %s", got)
 	}
 	// One kubelet gone: the images (to import) and that node's kubelet.
 	all.Kubelets = map[string]bool{s.Nodes[0].Name: true}
-	if got := kinds(Plan(s, all)); got != "=state dir,=binaries,=underlay,=node,=node,=control plane,=controller,=agent,=agent,images,=kubelet,kubelet,ready" {
+	if got := kinds(Plan(s, all)); got != "=state dir,=binaries,=underlay,=node,=node,=control plane,=controller,=agent,=agent,=gateway,=gateway,images,=kubelet,kubelet,ready" {
 		t.Errorf("one kubelet down: %s", got)
 	}
 }
@@ -267,48 +268,49 @@ func TestPlan(t *testing.T) {
 	}
 	all := Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
 		Nodes:  map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
-		Agents: map[string]bool{"flatnet-node1": true, "flatnet-node2": true}}
+		Agents:   map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
+		Gateways: map[string]bool{"flatnet-node1": true, "flatnet-node2": true}}
 	cases := []struct {
 		name string
 		obs  Observed
 		want string
 	}{
-		{"new", Observed{}, "+state dir +binaries +underlay +node(flatnet-node1) +node(flatnet-node2) +control plane +controller +agent(flatnet-node1) +agent(flatnet-node2) +ready"},
-		{"running", all, "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
+		{"new", Observed{}, "+state dir +binaries +underlay +node(flatnet-node1) +node(flatnet-node2) +control plane +controller +agent(flatnet-node1) +agent(flatnet-node2) +gateway(flatnet-node1) +gateway(flatnet-node2) +ready"},
+		{"running", all, "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 		{"dead agent", func() Observed {
 			o := all
 			o.Agents = map[string]bool{"flatnet-node1": true}
 			return o
-		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) +agent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) +agent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 		{"node netns gone under its agent", func() Observed {
 			o := all
 			o.Nodes = map[string]bool{"flatnet-node2": true}
 			o.Rewired = map[string]bool{"flatnet-node1": true}
 			return o
-		}(), "=state dir =binaries =underlay +node(flatnet-node1) =node(flatnet-node2) =control plane =controller ragent(flatnet-node1) =agent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries =underlay +node(flatnet-node1) =node(flatnet-node2) =control plane =controller ragent(flatnet-node1) =agent(flatnet-node2) rgateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 		{"a route gone from a node: its agent keeps running", func() Observed {
 			o := all
 			o.Nodes = map[string]bool{"flatnet-node2": true}
 			return o
-		}(), "=state dir =binaries =underlay +node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries =underlay +node(flatnet-node1) =node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 		{"bridge gone (the veths are attached again; the agents keep running)", func() Observed {
 			o := all
 			o.Underlay = false
 			o.Nodes = map[string]bool{}
 			return o
-		}(), "=state dir =binaries +underlay +node(flatnet-node1) +node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries +underlay +node(flatnet-node1) +node(flatnet-node2) =control plane =controller =agent(flatnet-node1) =agent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 		{"running without Services (no --endpointslices, one agent without --proxy)", func() Observed {
 			o := all
 			o.ControllerOutdated = true
 			o.AgentsWithoutProxy = map[string]bool{"flatnet-node2": true}
 			return o
-		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane rcontroller =agent(flatnet-node1) ragent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane rcontroller =agent(flatnet-node1) ragent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 		{"dead controller started without --endpointslices", func() Observed {
 			o := all
 			o.Controller = false
 			o.ControllerOutdated = true
 			return o
-		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane +controller =agent(flatnet-node1) =agent(flatnet-node2) +ready"},
+		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane +controller =agent(flatnet-node1) =agent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -710,6 +712,7 @@ func TestPlanTwoSubnets(t *testing.T) {
 			Router: true, External: true, ExternalServer: true,
 			Nodes:         map[string]bool{"x-node1": true, "x-node2": true},
 			Agents:        map[string]bool{"x-node1": true, "x-node2": true},
+			Gateways:      map[string]bool{"x-node1": true, "x-node2": true},
 			AgentBackends: map[string]string{"x-node1": "vxlan", "x-node2": "vxlan"}}
 	}
 	cases := []struct {
@@ -717,29 +720,29 @@ func TestPlanTwoSubnets(t *testing.T) {
 		obs  func() Observed
 		want string
 	}{
-		{"new", func() Observed { return Observed{} }, "+state dir +binaries +underlay +router +node(x-node1) +node(x-node2) +external +control plane +controller +agent(x-node1) +agent(x-node2) +ready"},
-		{"running", all, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
+		{"new", func() Observed { return Observed{} }, "+state dir +binaries +underlay +router +node(x-node1) +node(x-node2) +external +control plane +controller +agent(x-node1) +agent(x-node2) +gateway(x-node1) +gateway(x-node2) +ready"},
+		{"running", all, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller =agent(x-node1) =agent(x-node2) =gateway(x-node1) =gateway(x-node2) +ready"},
 		{"router rebuilt under node 2", func() Observed {
 			o := all()
 			o.Router, o.Nodes["x-node2"] = false, false
 			o.Rewired = map[string]bool{"x-node2": true}
 			return o
-		}, "=state dir =binaries =underlay +router =node(x-node1) +node(x-node2) =external =control plane =controller =agent(x-node1) ragent(x-node2) +ready"},
+		}, "=state dir =binaries =underlay +router =node(x-node1) +node(x-node2) =external =control plane =controller =agent(x-node1) ragent(x-node2) =gateway(x-node1) rgateway(x-node2) +ready"},
 		{"external server died", func() Observed {
 			o := all()
 			o.ExternalServer = false
 			return o
-		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) +external =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) +external =control plane =controller =agent(x-node1) =agent(x-node2) =gateway(x-node1) =gateway(x-node2) +ready"},
 		{"external netns gone under its server", func() Observed {
 			o := all()
 			o.External, o.ExternalRewired = false, true
 			return o
-		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) rexternal =control plane =controller =agent(x-node1) =agent(x-node2) +ready"},
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) rexternal =control plane =controller =agent(x-node1) =agent(x-node2) =gateway(x-node1) =gateway(x-node2) +ready"},
 		{"agents run another backend", func() Observed {
 			o := all()
 			o.AgentBackends["x-node1"] = "host-gw"
 			return o
-		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller ragent(x-node1) =agent(x-node2) +ready"},
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller ragent(x-node1) =agent(x-node2) =gateway(x-node1) =gateway(x-node2) +ready"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

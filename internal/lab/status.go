@@ -129,7 +129,7 @@ func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Dur
 func agentProcs(s *Spec) []string {
 	var out []string
 	for _, n := range s.Nodes {
-		out = append(out, AgentProc(n.Name))
+		out = append(out, AgentProc(n.Name), GatewayProc(n.Name))
 	}
 	return out
 }

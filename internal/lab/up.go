@@ -190,6 +190,14 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			if err = os.MkdirAll(s.NodeDir(n), 0o755); err == nil {
 				_, err = proc.Start(AgentProc(n.Name), agentArgv(s, n), nil, s.StateDir, NetnsPath(n.Netns))
 			}
+		case StepGateway:
+			n, _ := s.Node(st.Node)
+			if st.Restart {
+				if err = proc.Stop(s.StateDir, GatewayProc(n.Name), 10*time.Second); err != nil {
+					break
+				}
+			}
+			_, err = proc.Start(GatewayProc(n.Name), gatewayArgv(s, n), nil, s.StateDir, NetnsPath(n.Netns))
 		case StepImages:
 			tarballs, err = buildImages(ctx, s, k8sBin, flatnetBin)
 		case StepKubelet:
@@ -256,7 +264,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -275,6 +283,10 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 		o.Rewired[n.Name] = rewired(fixes, nodePart(n.Name))
 		if s.Containerd() {
 			o.Kubelets[n.Name] = containerdRunning(s, n)
+		}
+		if gpid, ok := proc.Running(s.StateDir, GatewayProc(n.Name)); ok {
+			o.Gateways[n.Name] = true
+			o.GatewaysOutdated[n.Name] = !sameArgs(gpid, gatewayArgv(s, n))
 		}
 		var pid int
 		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
@@ -473,6 +485,17 @@ func agentArgv(s *Spec, n Node) []string {
 		"--dns-upstreams", s.dnsUpstreams(),
 		"--dns-reverse-cidrs", s.ServiceCIDR.String()+","+s.ClusterCIDR.String(),
 	)
+}
+
+// gatewayArgv runs `flatnet gateway` in node n's namespace, like the
+// DaemonSet in deploy/flatnet.yaml does on a real node.
+func gatewayArgv(s *Spec, n Node) []string {
+	return []string{
+		filepath.Join(s.BinDir(), "flatnet"), "gateway",
+		"--kubeconfig", s.Kubeconfig(),
+		"--node-name", n.Name,
+		"--namespace", "kube-system",
+	}
 }
 
 // dnsUpstreams is where the lab's cluster DNS forwards other names: the

@@ -1,0 +1,434 @@
+// Package controller is `flatnet gateway`: on every node, a control loop
+// that watches Gateway API objects, Ingresses and what they refer to,
+// compiles them into one routing table (internal/gateway/compile) and
+// hands it to the HTTP data plane (internal/gateway/proxy), which swaps it
+// in atomically. One instance, elected with a Lease, also writes the
+// objects' statuses and keeps each Gateway's frontend Service
+// (frontends.go).
+//
+// Design. Every change, whatever the object, triggers one full compile
+// from the informers' caches: compiling 10,000 routes takes milliseconds,
+// and a full compile cannot miss a dependency (a Secret a listener uses, a
+// ReferenceGrant a backend needs). Triggers coalesce: a burst of events
+// costs one compile after the one running. Statuses and frontends are
+// written by a second loop that always works on the newest result, so
+// thousands of status writes at start never hold up the data plane.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gwlisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/flatnet/flatnet/internal/gateway/compile"
+	"github.com/flatnet/flatnet/internal/gateway/proxy"
+	"github.com/flatnet/flatnet/internal/gateway/table"
+)
+
+// ControllerName is the GatewayClass controllerName flatnet answers to.
+const ControllerName = compile.ControllerName
+
+type desiredStatus = compile.Output
+
+// Options configure the controller.
+type Options struct {
+	NodeName string
+	// Namespace holds the leader Lease and the Ingress frontend Service.
+	Namespace string
+	Range     PortRange
+	// Ingress serves Ingresses of class flatnet on these bind ports.
+	Ingress                   bool
+	IngressHTTP, IngressHTTPS int32
+	// LeaderElect off makes this instance write statuses unconditionally
+	// (a single instance).
+	LeaderElect bool
+}
+
+// Controller is one gateway instance's control loop.
+type Controller struct {
+	opts  Options
+	kube  kubernetes.Interface
+	gw    gwclient.Interface
+	proxy Updater
+	log   klog.Logger
+
+	listers listers
+	synced  []cache.InformerSynced
+	start   func(stop <-chan struct{})
+
+	trigger    chan struct{}
+	generation uint64 // of the tables handed over (sync's goroutine only)
+	leader     atomic.Bool
+	// latest is the newest compile result for the status loop.
+	latest  atomic.Pointer[desiredStatus]
+	written chan struct{}
+
+	mu       sync.Mutex
+	lastGen  uint64
+	lastSync time.Time
+}
+
+// Updater is the data plane (proxy.Server); tests swap a fake.
+type Updater interface {
+	Update(t *table.Table) error
+}
+
+var _ Updater = (*proxy.Server)(nil)
+
+type listers struct {
+	gatewayClasses gwlisters.GatewayClassLister
+	gateways       gwlisters.GatewayLister
+	httpRoutes     gwlisters.HTTPRouteLister
+	grpcRoutes     gwlisters.GRPCRouteLister
+	grants         gwlisters.ReferenceGrantLister
+	namespaces     corelisters.NamespaceLister
+	services       corelisters.ServiceLister
+	slices         discoverylisters.EndpointSliceLister
+	secrets        corelisters.SecretLister
+	nodes          corelisters.NodeLister
+	ingresses      networkinglisters.IngressLister
+	ingressClasses networkinglisters.IngressClassLister
+}
+
+// New wires the informers; Run starts them.
+func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Options, log klog.Logger) *Controller {
+	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1)}
+	kf := informers.NewSharedInformerFactory(kc, 0)
+	// Only TLS Secrets: a listener or an Ingress can use no other kind,
+	// and a cluster's other Secrets would only cost memory here.
+	sf := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "type=" + string(corev1.SecretTypeTLS)
+	}))
+	gf := gwinformers.NewSharedInformerFactory(gc, 0)
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.Trigger() },
+		UpdateFunc: func(any, any) { c.Trigger() },
+		DeleteFunc: func(any) { c.Trigger() },
+	}
+	add := func(i cache.SharedIndexInformer) {
+		_, _ = i.AddEventHandler(h)
+		c.synced = append(c.synced, i.HasSynced)
+	}
+	v1 := gf.Gateway().V1()
+	c.listers = listers{
+		gatewayClasses: v1.GatewayClasses().Lister(),
+		gateways:       v1.Gateways().Lister(),
+		httpRoutes:     v1.HTTPRoutes().Lister(),
+		grpcRoutes:     v1.GRPCRoutes().Lister(),
+		grants:         v1.ReferenceGrants().Lister(),
+		namespaces:     kf.Core().V1().Namespaces().Lister(),
+		services:       kf.Core().V1().Services().Lister(),
+		slices:         kf.Discovery().V1().EndpointSlices().Lister(),
+		secrets:        sf.Core().V1().Secrets().Lister(),
+		nodes:          kf.Core().V1().Nodes().Lister(),
+		ingresses:      kf.Networking().V1().Ingresses().Lister(),
+		ingressClasses: kf.Networking().V1().IngressClasses().Lister(),
+	}
+	for _, i := range []cache.SharedIndexInformer{
+		v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(),
+		v1.GRPCRoutes().Informer(), v1.ReferenceGrants().Informer(),
+		kf.Core().V1().Namespaces().Informer(), kf.Core().V1().Services().Informer(),
+		kf.Discovery().V1().EndpointSlices().Informer(), sf.Core().V1().Secrets().Informer(),
+		kf.Core().V1().Nodes().Informer(), kf.Networking().V1().Ingresses().Informer(),
+		kf.Networking().V1().IngressClasses().Informer(),
+	} {
+		add(i)
+	}
+	c.start = func(stop <-chan struct{}) {
+		kf.Start(stop)
+		sf.Start(stop)
+		gf.Start(stop)
+	}
+	return c
+}
+
+// Trigger asks for a sync; many triggers before it runs make one.
+func (c *Controller) Trigger() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts the informers and leader election and syncs on every
+// trigger until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	c.start(ctx.Done())
+	if err := c.lead(ctx); err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("gateway: caches did not sync: %w", ctx.Err())
+	}
+	c.log.Info("Caches synced; serving")
+	go c.statusLoop(ctx)
+	c.Trigger()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.trigger:
+			c.sync(ctx)
+		}
+	}
+}
+
+// sync compiles the caches into a table and hands it to the data plane.
+func (c *Controller) sync(ctx context.Context) {
+	t0 := time.Now()
+	in, err := c.input()
+	if err != nil {
+		c.log.Error(err, "Reading the caches")
+		return
+	}
+	out := compile.Compile(in)
+	c.generation++
+	out.Table.Generation = c.generation
+	if err := c.proxy.Update(out.Table); err != nil {
+		// A port that cannot be bound: the others serve; say which.
+		c.log.Error(err, "Data plane update left some ports unserved")
+	}
+	c.mu.Lock()
+	c.lastGen, c.lastSync = out.Table.Generation, time.Now()
+	c.mu.Unlock()
+	c.latest.Store(out)
+	select {
+	case c.written <- struct{}{}:
+	default:
+	}
+	c.log.V(2).Info("Synced", "generation", out.Table.Generation, "ports", len(out.Table.Ports), "took", time.Since(t0))
+}
+
+// statusLoop writes statuses and frontends from the newest compile while
+// this instance leads.
+func (c *Controller) statusLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.written:
+		}
+		if !c.leader.Load() {
+			continue
+		}
+		out := c.latest.Load()
+		if out == nil {
+			continue
+		}
+		if err := c.reconcileFrontends(ctx); err != nil {
+			c.log.Error(err, "Frontend Services")
+		}
+		if err := c.writeStatuses(ctx, out); err != nil {
+			c.log.Error(err, "Statuses")
+		}
+	}
+}
+
+// input reads everything compile needs from the caches.
+func (c *Controller) input() (*compile.Input, error) {
+	l := c.listers
+	in := &compile.Input{IngressHTTPBind: c.opts.IngressHTTP, IngressHTTPSBind: c.opts.IngressHTTPS}
+	var errs []error
+	var err error
+	in.GatewayClasses, err = l.gatewayClasses.List(labels.Everything())
+	errs = append(errs, err)
+	in.Gateways, err = l.gateways.List(labels.Everything())
+	errs = append(errs, err)
+	in.HTTPRoutes, err = l.httpRoutes.List(labels.Everything())
+	errs = append(errs, err)
+	in.GRPCRoutes, err = l.grpcRoutes.List(labels.Everything())
+	errs = append(errs, err)
+	in.ReferenceGrants, err = l.grants.List(labels.Everything())
+	errs = append(errs, err)
+	in.Namespaces, err = l.namespaces.List(labels.Everything())
+	errs = append(errs, err)
+	in.Services, err = l.services.List(labels.Everything())
+	errs = append(errs, err)
+	in.EndpointSlices, err = l.slices.List(labels.Everything())
+	errs = append(errs, err)
+	in.Secrets, err = l.secrets.List(labels.Everything())
+	errs = append(errs, err)
+	if c.opts.Ingress {
+		in.Ingresses, err = l.ingresses.List(labels.Everything())
+		errs = append(errs, err)
+		in.IngressClasses, err = l.ingressClasses.List(labels.Everything())
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	fronts := frontendServices(in.Services)
+	in.Binds = map[compile.BindKey]int32{}
+	for k, b := range bindsOf(fronts) {
+		in.Binds[compile.BindKey{Gateway: k.Gateway, Port: k.Port}] = b
+	}
+	in.Addresses = addressesOf(fronts)
+	for _, s := range fronts {
+		if s.Labels[LabelIngress] == "true" && s.Namespace == c.opts.Namespace && s.Name == IngressService {
+			in.IngressAddresses = lbIPs(s)
+		}
+	}
+	return in, nil
+}
+
+// frontendServices are the Services this controller keeps.
+func frontendServices(all []*corev1.Service) []*corev1.Service {
+	var out []*corev1.Service
+	for _, s := range all {
+		if _, ok := s.Labels[LabelGateway]; ok || s.Labels[LabelIngress] == "true" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// reconcileFrontends plans and applies the frontend Services.
+func (c *Controller) reconcileFrontends(ctx context.Context) error {
+	services, err := c.listers.services.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	fronts := frontendServices(services)
+	gws, err := c.ourGateways()
+	if err != nil {
+		return err
+	}
+	nodes, err := c.listers.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	p, errs := plan(planInput{
+		Gateways: gws, Existing: fronts, Nodes: nodes, Range: c.opts.Range,
+		Ingress: c.opts.Ingress, Namespace: c.opts.Namespace, IngressHTTP: c.opts.IngressHTTP, IngressHTTPS: c.opts.IngressHTTPS,
+	})
+	slices := map[types.NamespacedName]*discoveryv1.EndpointSlice{}
+	for _, s := range fronts {
+		if es, err := c.listers.slices.EndpointSlices(s.Namespace).Get(s.Name); err == nil {
+			slices[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = es
+		}
+	}
+	errs = append(errs, applyFrontends(ctx, c.kube, p, fronts, slices))
+	return errors.Join(errs...)
+}
+
+// ourGateways are the Gateways whose class names our controller.
+func (c *Controller) ourGateways() ([]*gwv1.Gateway, error) {
+	all, err := c.listers.gateways.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var out []*gwv1.Gateway
+	for _, g := range all {
+		gc, err := c.listers.gatewayClasses.Get(string(g.Spec.GatewayClassName))
+		if err == nil && gc.Spec.ControllerName == ControllerName && g.DeletionTimestamp == nil {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// lead runs leader election until ctx ends; without it this instance leads.
+func (c *Controller) lead(ctx context.Context) error {
+	if !c.opts.LeaderElect {
+		c.leader.Store(true)
+		return nil
+	}
+	id := c.opts.NodeName
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.opts.Namespace, Name: "flatnet-gateway"},
+		Client:     c.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		ReleaseOnCancel: true,
+		Name:            "flatnet-gateway",
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {
+				c.log.Info("Leading: writing statuses and frontend Services", "identity", id)
+				c.leader.Store(true)
+				select {
+				case c.written <- struct{}{}:
+				default:
+				}
+			},
+			OnStoppedLeading: func() {
+				c.log.Info("No longer leading", "identity", id)
+				c.leader.Store(false)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	go func() {
+		for ctx.Err() == nil {
+			le.Run(ctx)
+		}
+	}()
+	return nil
+}
+
+// Healthz answers 200 once a table has been applied, with its generation
+// and age.
+func (c *Controller) Healthz(w http.ResponseWriter, _ *http.Request) {
+	c.mu.Lock()
+	gen, at := c.lastGen, c.lastSync
+	c.mu.Unlock()
+	if at.IsZero() {
+		http.Error(w, "no routing table yet", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "ok generation=%d synced=%s leader=%t\n", gen, at.UTC().Format(time.RFC3339Nano), c.leader.Load())
+}
+
+// ParsePortRange reads "FIRST-LAST".
+func ParsePortRange(s string) (PortRange, error) {
+	a, b, ok := strings.Cut(s, "-")
+	first, err1 := strconv.ParseUint(a, 10, 16)
+	last, err2 := strconv.ParseUint(b, 10, 16)
+	if !ok || err1 != nil || err2 != nil || first == 0 || first > last {
+		return PortRange{}, fmt.Errorf("--bind-port-range %q: want FIRST-LAST, two ports 1-65535 with FIRST <= LAST, e.g. 20000-29999", s)
+	}
+	return PortRange{int32(first), int32(last)}, nil
+}
+
+// jsonConfig is cfg speaking JSON: the Gateway API types have no protobuf.
+func jsonConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.ContentType, c.AcceptContentTypes = "application/json", "application/json"
+	return c
+}

@@ -1,0 +1,100 @@
+package controller
+
+// Status writing. The compiler gives desired statuses with
+// LastTransitionTime unset; compile's Merge* functions merge them into
+// what the object has (a condition keeps its time while its status holds,
+// other controllers' route parents stay), and a status is written only
+// when that differs, so a sync that changes nothing writes nothing.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flatnet/flatnet/internal/gateway/compile"
+)
+
+// writeStatuses writes every desired status that differs from the
+// object's. Objects gone from the cache are skipped (a conflict or a
+// missing object is retried on the next sync, which the object's own
+// event triggers).
+func (c *Controller) writeStatuses(ctx context.Context, st *desiredStatus) error {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	var errs []error
+	note := func(what string, err error) {
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("writing %s status: %w", what, err))
+		}
+	}
+	gw := c.gw.GatewayV1()
+	for name, want := range st.GatewayClasses {
+		cur, err := c.listers.gatewayClasses.Get(name)
+		if err != nil {
+			continue
+		}
+		next := compile.MergeGatewayClassStatus(cur.Status, want, now)
+		if !equality.Semantic.DeepEqual(next, cur.Status) {
+			o := cur.DeepCopy()
+			o.Status = next
+			_, err = gw.GatewayClasses().UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+			note("GatewayClass "+name, err)
+		}
+	}
+	for key, want := range st.Gateways {
+		cur, err := c.listers.gateways.Gateways(key.Namespace).Get(key.Name)
+		if err != nil {
+			continue
+		}
+		next := compile.MergeGatewayStatus(cur.Status, want, now)
+		if !equality.Semantic.DeepEqual(next, cur.Status) {
+			o := cur.DeepCopy()
+			o.Status = next
+			_, err = gw.Gateways(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+			note("Gateway "+key.String(), err)
+		}
+	}
+	for key, want := range st.HTTPRoutes {
+		cur, err := c.listers.httpRoutes.HTTPRoutes(key.Namespace).Get(key.Name)
+		if err != nil {
+			continue
+		}
+		parents := compile.MergeRouteParents(cur.Status.Parents, want.Parents, now)
+		if !equality.Semantic.DeepEqual(parents, cur.Status.Parents) {
+			o := cur.DeepCopy()
+			o.Status.Parents = parents
+			_, err = gw.HTTPRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+			note("HTTPRoute "+key.String(), err)
+		}
+	}
+	for key, want := range st.GRPCRoutes {
+		cur, err := c.listers.grpcRoutes.GRPCRoutes(key.Namespace).Get(key.Name)
+		if err != nil {
+			continue
+		}
+		parents := compile.MergeRouteParents(cur.Status.Parents, want.Parents, now)
+		if !equality.Semantic.DeepEqual(parents, cur.Status.Parents) {
+			o := cur.DeepCopy()
+			o.Status.Parents = parents
+			_, err = gw.GRPCRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+			note("GRPCRoute "+key.String(), err)
+		}
+	}
+	for key, want := range st.Ingresses {
+		cur, err := c.listers.ingresses.Ingresses(key.Namespace).Get(key.Name)
+		if err != nil {
+			continue
+		}
+		if !equality.Semantic.DeepEqual(want, cur.Status) {
+			o := cur.DeepCopy()
+			o.Status = want
+			_, err = c.kube.NetworkingV1().Ingresses(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+			note("Ingress "+key.String(), err)
+		}
+	}
+	return errors.Join(errs...)
+}
