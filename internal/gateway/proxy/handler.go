@@ -474,6 +474,7 @@ func (s *Server) mirror(r *http.Request, a *table.Action) *http.Request {
 			defer cancel()
 			resp, err := tr.RoundTrip(mr.WithContext(ctx))
 			if err != nil {
+				s.m.seen("", b.Name)
 				s.m.upstreamErrors.WithLabelValues(b.Name, "mirror_"+errorReason(err)).Inc()
 				return
 			}

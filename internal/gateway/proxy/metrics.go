@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +23,11 @@ type metrics struct {
 	upstreamErrors *prometheus.CounterVec   // backend, reason
 	generation     prometheus.Gauge
 	updates        prometheus.Counter
+
+	mu     sync.Mutex // protects routes, backends
+	routes map[string]bool
+	// backends are the backend label values series were made for.
+	backends map[string]bool
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,10 +47,70 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		updates: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "table_updates_total",
 			Help: "Routing tables applied."}),
 	}
+	m.routes, m.backends = map[string]bool{}, map[string]bool{}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.upstreamErrors, m.generation, m.updates)
 	}
 	return m
+}
+
+// prune deletes the series of routes and backends t no longer has, so
+// a gateway whose routes churn does not keep every name it ever served.
+// It walks the whole table: callers run it off the request path, now and
+// then.
+func (m *metrics) prune(t *table.Table) {
+	liveRoutes, liveBackends := map[string]bool{"": true}, map[string]bool{"": true}
+	for _, p := range t.Ports {
+		hosts := append(slices.Collect(maps.Values(p.Exact)), p.Wildcards...)
+		if p.Any != nil {
+			hosts = append(hosts, p.Any)
+		}
+		for _, h := range hosts {
+			for _, r := range h.Rules {
+				a := r.Action
+				if a == nil {
+					continue
+				}
+				liveRoutes[a.Route] = true
+				for _, b := range a.Backends {
+					liveBackends[b.Name] = true
+				}
+				for _, mr := range a.Mirrors {
+					if mr.Backend != nil {
+						liveBackends[mr.Backend.Name] = true
+					}
+				}
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for r := range m.routes {
+		if !liveRoutes[r] {
+			m.requests.DeletePartialMatch(prometheus.Labels{"route": r})
+			m.duration.DeletePartialMatch(prometheus.Labels{"route": r})
+			delete(m.routes, r)
+		}
+	}
+	for b := range m.backends {
+		if !liveBackends[b] {
+			m.requests.DeletePartialMatch(prometheus.Labels{"backend": b})
+			m.upstreamErrors.DeletePartialMatch(prometheus.Labels{"backend": b})
+			delete(m.backends, b)
+		}
+	}
+}
+
+// seen records label values series are made for (see prune).
+func (m *metrics) seen(route, backend string) {
+	m.mu.Lock()
+	if route != "" {
+		m.routes[route] = true
+	}
+	if backend != "" {
+		m.backends[backend] = true
+	}
+	m.mu.Unlock()
 }
 
 // routeStats caches one Action's metric children for one table, so the hot
@@ -63,8 +131,10 @@ func newRouteStats(m *metrics, a *table.Action) *routeStats {
 		backends = a.Backends
 	}
 	rs := &routeStats{route: route, dur: m.duration.WithLabelValues(route), byBackend: make([]codeCounters, len(backends)+1)}
+	m.seen(route, "")
 	for i, b := range backends {
 		rs.byBackend[i].backend = b.Name
+		m.seen("", b.Name)
 	}
 	return rs
 }

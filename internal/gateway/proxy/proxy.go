@@ -73,6 +73,7 @@ type Server struct {
 	bufs    bufferPool
 	states  sync.Pool // *reqState
 	mirrors chan struct{}
+	done    chan struct{} // closed by Close
 	logMu   sync.Mutex // serializes AccessLog writes
 	errLog  *log.Logger
 }
@@ -97,12 +98,33 @@ func New(o Options) *Server {
 		h1:        newTransport(false),
 		h2c:       newTransport(true),
 		mirrors:   make(chan struct{}, maxMirrors),
+		done:      make(chan struct{}),
 		errLog:    log.New(logWriter{o.Logger}, "", 0),
 	}
 	s.fast = newFastTransport(s.h1)
 	s.states.New = func() any { return s.newState() }
+	go s.pruneMetrics()
 	return s
 }
+
+// pruneMetrics drops the metric series of routes and backends the
+// current table no longer has, every pruneInterval.
+func (s *Server) pruneMetrics() {
+	t := time.NewTicker(pruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			if g := s.cur.Load(); g != nil {
+				s.m.prune(g.t)
+			}
+		}
+	}
+}
+
+const pruneInterval = time.Minute
 
 // ErrClosed is returned by Update after Close.
 var ErrClosed = errors.New("gateway proxy: closed")
@@ -207,6 +229,9 @@ func (s *Server) drain(l *listener) {
 // requests; then it closes what is left.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.done)
+	}
 	s.closed = true
 	ls := s.listeners
 	s.listeners = map[int32]*listener{}

@@ -558,9 +558,22 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		t.Errorf("request_duration_seconds series: %d, %v; want 2", n, err)
 	}
 
+	// Series of a route the table lost are dropped by prune; the others stay.
+	v2 := newBackend(t, "v2")
+	tb2 := tableOf(port(bind, table.HTTP, hosted{"m.example.com", []*table.Rule{rule("/", forward("HTTPRoute/ns/n", backendOf("ns/v2:80", 1, v2)))}}))
+	mustUpdate(t, s, tb2)
+	getEcho(t, bind, "m.example.com", "/")
+	s.m.prune(tb2)
+	if n := testutil.CollectAndCount(s.m.requests); n != 2 { // n's 200 and the 404
+		t.Errorf("requests_total has %d series after prune, want 2", n)
+	}
+	if n := testutil.CollectAndCount(s.m.duration); n != 2 { // n and ""
+		t.Errorf("request_duration_seconds has %d series after prune, want 2", n)
+	}
+
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("access log has %d lines, want 4:\n%s", len(lines), log.String())
+	if len(lines) != 5 {
+		t.Fatalf("access log has %d lines, want 5:\n%s", len(lines), log.String())
 	}
 	var entry struct {
 		Time, Method, Host, Path, Route, Backend, Endpoint, Client string

@@ -313,3 +313,26 @@ func TestGRPCStream(t *testing.T) {
 		t.Errorf("grpc-status trailer %q, want 0 (trailers %v)", got, resp.Trailer)
 	}
 }
+
+// TestPortProtocolChange: a bind port that turns from HTTP to HTTPS (and
+// back) gets a new listener of the right kind on the same port.
+func TestPortProtocolChange(t *testing.T) {
+	v1 := newBackend(t, "v1")
+	ca := newCA(t)
+	cert := ca.issue(t, "a.example.com")
+	s := newTestServer(t, Options{})
+	bind := freePort(t)
+	rules := []*table.Rule{rule("/", forward("HTTPRoute/ns/a", backendOf("ns/v1:80", 1, v1)))}
+	plain := func() *table.Table { return tableOf(port(bind, table.HTTP, hosted{"", rules})) }
+	mustUpdate(t, s, plain())
+	getEcho(t, bind, "a.example.com", "/")
+
+	p := port(bind, table.HTTPS, hosted{"", rules})
+	p.Certs = []table.Cert{{Cert: cert}}
+	mustUpdate(t, s, tableOf(p))
+	if got := handshake(t, ca, bind, "a.example.com"); got != serial(cert) {
+		t.Errorf("served certificate %d, want %d", got, serial(cert))
+	}
+	mustUpdate(t, s, plain())
+	getEcho(t, bind, "a.example.com", "/")
+}
