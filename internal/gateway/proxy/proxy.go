@@ -74,7 +74,7 @@ type Server struct {
 	states  sync.Pool // *reqState
 	mirrors chan struct{}
 	done    chan struct{} // closed by Close
-	logMu   sync.Mutex // serializes AccessLog writes
+	logMu   sync.Mutex    // serializes AccessLog writes
 	errLog  *log.Logger
 }
 
