@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet-
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy conformance clean
+.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway conformance clean
 
 all: build
 
@@ -122,6 +122,14 @@ bench-dns: build
 # make k8s; run alone (it brings up a lab).
 bench-policy: build
 	hack/bench-policy.sh
+
+# bench-gateway: flatnet's gateway data plane against nginx (Debian) as the
+# equivalent reverse proxy, each alone on one core, to the same backends:
+# requests/s and p99 with keep-alive and with a new connection per request,
+# resident memory at 10,000 routes, the data plane's route change -> served
+# (hack/bench-gateway.sh; docs/benchmarks.md, "Gateway").
+bench-gateway:
+	hack/bench-gateway.sh
 
 # conformance: Kubernetes' sig-network e2e suite (e2e.test v1.37.2) on a
 # lab of its own, in phases (Conformance, NetworkPolicy, the other Services/
