@@ -29,6 +29,17 @@ func (p *Port) Add(hostname string, r *Rule) {
 	h.Rules = append(h.Rules, r)
 }
 
+// Reserve files an empty Host under hostname (a listener's hostname) if it
+// has none, so a request for it is answered from that hostname's rules
+// only, none meaning 404, and never falls through to a less specific
+// wildcard or to Any. That is listener isolation for a listener that no
+// route (or no route hostname) reaches: with listeners "*.example.com"
+// and "*.foo.example.com", a request for a.foo.example.com belongs to the
+// second even when only the first has routes.
+func (p *Port) Reserve(hostname string) {
+	p.host(canonicalHost(hostname))
+}
+
 func (p *Port) host(name string) *Host {
 	switch {
 	case name == "":

@@ -480,3 +480,24 @@ func TestCertificate(t *testing.T) {
 		}
 	}
 }
+
+// Listener isolation: a listener hostname with no rules still claims its
+// requests (404) instead of passing them to a less specific hostname.
+func TestReserve(t *testing.T) {
+	p := NewPort(8080, 80, HTTP)
+	p.Add("*.example.com", &Rule{Action: &Action{Route: "wild"}})
+	p.Add("", &Rule{Action: &Action{Route: "any"}})
+	p.Reserve("*.foo.example.com")
+	p.Reserve("Abc.Example.com")
+	p.Reserve("*.example.com") // has rules: unchanged
+	p.Finish()
+	check(t, p, []expect{
+		{"x.example.com", "/", nil, "wild"},
+		{"x.foo.example.com", "/", nil, "404"},
+		{"abc.example.com", "/", nil, "404"},
+		{"other.org", "/", nil, "any"},
+	})
+	if h := p.Lookup("x.example.com"); len(h.Rules) != 1 {
+		t.Errorf("*.example.com has %d rules after Reserve, want 1", len(h.Rules))
+	}
+}
