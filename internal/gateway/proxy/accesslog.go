@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -43,11 +45,57 @@ func (st *reqState) accessLog(r *http.Request, code int) {
 	b = appendJSON(b, r.RemoteAddr)
 	b = append(b, "}\n"...)
 	st.logBuf = b
+	st.s.alog.write(b)
+}
 
-	s := st.s
-	s.logMu.Lock()
-	s.o.AccessLog.Write(b)
-	s.logMu.Unlock()
+// logBuffer collects access log lines and writes them in batches: at
+// 64 KiB, every flushEvery and at Close, not one write(2) per request.
+type logBuffer struct {
+	mu  sync.Mutex // protects buf, and orders writes to w
+	w   io.Writer
+	buf []byte
+}
+
+const (
+	logBatch   = 64 << 10
+	flushEvery = 100 * time.Millisecond
+)
+
+func (l *logBuffer) write(line []byte) {
+	l.mu.Lock()
+	l.buf = append(l.buf, line...)
+	if len(l.buf) >= logBatch {
+		l.flushLocked()
+	}
+	l.mu.Unlock()
+}
+
+func (l *logBuffer) flush() {
+	l.mu.Lock()
+	l.flushLocked()
+	l.mu.Unlock()
+}
+
+func (l *logBuffer) flushLocked() {
+	if len(l.buf) > 0 {
+		l.w.Write(l.buf) // an access log that cannot be written is not a reason to fail requests
+		l.buf = l.buf[:0]
+	}
+}
+
+// run flushes every flushEvery until done is closed, then once more.
+func (l *logBuffer) run(done <-chan struct{}) {
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			l.flush()
+			return
+		case <-t.C:
+			l.flush()
+		}
+	}
 }
 
 const hexDigits = "0123456789abcdef"

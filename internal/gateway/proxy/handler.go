@@ -159,7 +159,7 @@ func (st *reqState) finish(g *generation, r *http.Request) {
 		rs.byBackend[bi].inc(s.m, rs.route, code)
 		rs.dur.Observe(time.Since(st.start).Seconds())
 	}
-	if s.o.AccessLog != nil {
+	if s.alog != nil {
 		st.accessLog(r, code)
 	}
 	st.reset()

@@ -48,7 +48,8 @@ type Options struct {
 	BindAddress string
 	// Registry receives the metrics; nil keeps them unregistered.
 	Registry prometheus.Registerer
-	// AccessLog receives one JSON line per request; nil for none.
+	// AccessLog receives one JSON line per request, in batches (at
+	// least every 100 ms, and at Close); nil for none.
 	AccessLog io.Writer
 	// Logger logs listener errors; the zero Logger discards.
 	Logger klog.Logger
@@ -74,7 +75,7 @@ type Server struct {
 	states  sync.Pool // *reqState
 	mirrors chan struct{}
 	done    chan struct{} // closed by Close
-	logMu   sync.Mutex    // serializes AccessLog writes
+	alog    *logBuffer    // nil without an AccessLog
 	errLog  *log.Logger
 }
 
@@ -104,6 +105,10 @@ func New(o Options) *Server {
 	s.fast = newFastTransport(s.h1)
 	s.states.New = func() any { return s.newState() }
 	go s.pruneMetrics()
+	if o.AccessLog != nil {
+		s.alog = &logBuffer{w: o.AccessLog}
+		go s.alog.run(s.done)
+	}
 	return s
 }
 
@@ -260,6 +265,9 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("gateway proxy: draining removed ports: %w", ctx.Err()))
+	}
+	if s.alog != nil {
+		s.alog.flush()
 	}
 	s.fast.CloseIdleConnections()
 	s.h1.CloseIdleConnections()

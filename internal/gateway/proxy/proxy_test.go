@@ -571,6 +571,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		t.Errorf("request_duration_seconds has %d series after prune, want 2", n)
 	}
 
+	s.alog.flush() // (also every 100 ms)
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
 	if len(lines) != 5 {
 		t.Fatalf("access log has %d lines, want 5:\n%s", len(lines), log.String())
