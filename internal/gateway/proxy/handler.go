@@ -79,6 +79,12 @@ func (h *portHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.answer(r, http.StatusNotFound)
 		return
 	}
+	if r.Method == http.MethodConnect {
+		// No route describes a tunnel: the gateway is not a forward proxy.
+		st.rs = g.routeStats(s.m, nil)
+		st.answer(r, http.StatusMethodNotAllowed)
+		return
+	}
 	var rule *table.Rule
 	if host := p.Lookup(r.Host); host != nil {
 		rule = host.Match(r)
