@@ -270,19 +270,34 @@ func TestGRPCStream(t *testing.T) {
 		}
 		w.Header().Set("Grpc-Status", "0")
 	}))
+	ca := newCA(t)
+	cert := ca.issue(t, "grpc.example.com")
 	s := newTestServer(t, Options{})
-	bind := freePort(t)
 	a := forward("GRPCRoute/ns/g", &table.Backend{Name: "ns/grpc:80", Weight: 1, Endpoints: []string{srv.Listener.Addr().String()}})
 	a.GRPC = true
-	mustUpdate(t, s, tableOf(port(bind, table.HTTP, hosted{"", []*table.Rule{rule("/echo.Echo/", a)}})))
+	clearBind, tlsBind := freePort(t), freePort(t)
+	secure := port(tlsBind, table.HTTPS, hosted{"", []*table.Rule{rule("/echo.Echo/", a)}})
+	secure.Certs = []table.Cert{{Cert: cert}}
+	mustUpdate(t, s, tableOf(port(clearBind, table.HTTP, hosted{"", []*table.Rule{rule("/echo.Echo/", a)}}), secure))
 
-	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
-	defer tr.CloseIdleConnections()
+	// h2c with prior knowledge on the clear text port.
+	h2c := &http.Transport{Protocols: new(http.Protocols)}
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	defer h2c.CloseIdleConnections()
+	t.Run("h2c", func(t *testing.T) { grpcEcho(t, h2c, fmt.Sprintf("http://127.0.0.1:%d", clearBind)) })
+	// h2 by ALPN on the TLS port.
+	h2 := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: ca.pool, ServerName: "grpc.example.com"}}
+	defer h2.CloseIdleConnections()
+	t.Run("h2", func(t *testing.T) { grpcEcho(t, h2, fmt.Sprintf("https://127.0.0.1:%d", tlsBind)) })
+}
+
+// grpcEcho streams five messages through base's /echo.Echo/Stream, each
+// echoed before the next is sent, and checks the grpc-status trailer.
+func grpcEcho(t *testing.T, tr http.RoundTripper, base string) {
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("http://127.0.0.1:%d/echo.Echo/Stream", bind), pr)
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/echo.Echo/Stream", pr)
 	req.Header.Set("Content-Type", "application/grpc")
 	req.Header.Set("Te", "trailers")
 	resp, err := tr.RoundTrip(req)
@@ -290,7 +305,7 @@ func TestGRPCStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 || resp.Header.Get("Content-Type") != "application/grpc" {
 		t.Fatalf("got %d over %s", resp.StatusCode, resp.Proto)
 	}
 	buf := make([]byte, 64)
