@@ -137,9 +137,13 @@ func (t *fastTransport) sweep() {
 // endpointPool is one endpoint's idle connections, most recently used
 // last (reused first, so the others age out under light load).
 type endpointPool struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // protects the fields below
 	idle     []*upConn
 	lastUsed time.Time
+	// dead is set once the sweeper dropped the pool from the map: a
+	// request that still holds it closes its connection instead of
+	// pooling it where nothing would ever sweep it.
+	dead bool
 }
 
 func (p *endpointPool) get() *upConn {
@@ -159,7 +163,7 @@ func (p *endpointPool) put(c *upConn) {
 	now := time.Now()
 	p.mu.Lock()
 	p.lastUsed = now
-	if len(p.idle) < maxIdlePerEndpoint {
+	if !p.dead && len(p.idle) < maxIdlePerEndpoint {
 		c.idleSince = now
 		p.idle = append(p.idle, c)
 		c = nil
@@ -183,6 +187,7 @@ func (p *endpointPool) closeIdle(cutoff time.Time) bool {
 	p.idle = append(p.idle[:0], p.idle[i:]...)
 	clear(p.idle[len(p.idle):cap(p.idle)])
 	empty := len(p.idle) == 0 && p.lastUsed.Before(cutoff)
+	p.dead = empty
 	p.mu.Unlock()
 	for _, c := range old {
 		c.close()

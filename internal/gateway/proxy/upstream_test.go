@@ -199,14 +199,15 @@ func TestUpstreamAnswers(t *testing.T) {
 func TestEndpointPoolIdle(t *testing.T) {
 	var p endpointPool
 	now := time.Now()
-	a, b := &upConn{nc: nopConn{}}, &upConn{nc: nopConn{}}
+	var aClosed, bClosed bool
+	a, b := &upConn{nc: closeConn{&aClosed}}, &upConn{nc: closeConn{&bClosed}}
 	p.put(a)
 	p.put(b)
 	a.idleSince = now.Add(-time.Minute)
 	if p.closeIdle(now.Add(-time.Second)) {
 		t.Error("a pool with an idle connection left reported empty")
 	}
-	if len(p.idle) != 1 || p.idle[0] != b {
+	if len(p.idle) != 1 || p.idle[0] != b || !aClosed || bClosed {
 		t.Errorf("closeIdle kept %v, want only the recent connection", p.idle)
 	}
 	if got := p.get(); got != b {
@@ -218,8 +219,22 @@ func TestEndpointPoolIdle(t *testing.T) {
 	if !p.closeIdle(time.Now().Add(time.Second)) {
 		t.Error("an empty pool unused since the cutoff did not report empty")
 	}
+	// Dropped from the map, the pool keeps nothing a late request returns.
+	closed := false
+	p.put(&upConn{nc: closeConn{&closed}})
+	if len(p.idle) != 0 || !closed {
+		t.Errorf("a dead pool kept a connection (closed %v)", closed)
+	}
 }
 
-type nopConn struct{ net.Conn }
+type closeConn struct{ closed *bool }
 
-func (nopConn) Close() error { return nil }
+func (c closeConn) Close() error { *c.closed = true; return nil }
+
+func (closeConn) Read([]byte) (int, error)         { return 0, io.EOF }
+func (closeConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (closeConn) LocalAddr() net.Addr              { return nil }
+func (closeConn) RemoteAddr() net.Addr             { return nil }
+func (closeConn) SetDeadline(time.Time) error      { return nil }
+func (closeConn) SetReadDeadline(time.Time) error  { return nil }
+func (closeConn) SetWriteDeadline(time.Time) error { return nil }
