@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -11,34 +9,17 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/flatnet/flatnet/test/gotestjson"
 )
 
-// event is one line of `go test -json` (cmd/test2json).
-type event struct {
-	Time    time.Time
-	Action  string
-	Test    string
-	Elapsed float64
-	Output  string
-}
-
 // Test is one test or subtest as the events tell it.
-type Test struct {
-	Name    string // full name, Root/ShortName/subtest
-	Result  string // pass, fail, skip; "" when it never ended
-	Elapsed float64
-	Output  []string
-}
+type Test = gotestjson.Test
 
 // Run is one run of the runner.
 type Run struct {
-	Root     string
-	Tests    map[string]*Test
-	Order    []string          // names in start order
-	Skips    map[string]string // ShortName -> reason, from SKIP-TEST lines
-	Finished bool              // the package reported pass or fail
-	Package  []string          // output outside any test (panics, timeouts)
-	Log      []string          // every output line, in order (the -v text)
+	*gotestjson.Run
+	Skips map[string]string // ShortName -> reason, from SKIP-TEST lines
 	// SetupStart and SetupReady are when the suite began applying its base
 	// manifests and when it found every StatefulSet Ready (zero: not seen).
 	SetupStart, SetupReady time.Time
@@ -48,70 +29,27 @@ const baselineName = "LabBaseline"
 
 var skipLine = regexp.MustCompile(`SKIP-TEST (\S+): (.*)$`)
 
-// Parse reads go test -json events. Lines that are not JSON (a build
-// failure printed before the events) go to Package.
+// Parse reads go test -json events (gotestjson.Parse) and the runner's
+// own lines.
 func Parse(r io.Reader) (*Run, error) {
-	run := &Run{Tests: map[string]*Test{}, Skips: map[string]string{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var e event
-		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
-			run.Package = append(run.Package, string(line))
-			continue
+	run := &Run{Skips: map[string]string{}}
+	var err error
+	run.Run, err = gotestjson.Parse(r, func(e gotestjson.Event, o string) {
+		switch {
+		case strings.Contains(o, "Test Setup: Applying base manifests"):
+			run.SetupStart = e.Time
+		case strings.Contains(o, "namespaces are ready") && run.SetupReady.IsZero():
+			run.SetupReady = e.Time
 		}
-		if e.Action == "output" {
-			run.Log = append(run.Log, e.Output)
+		if m := skipLine.FindStringSubmatch(o); m != nil {
+			run.Skips[m[1]] = m[2]
 		}
-		if e.Test == "" {
-			switch e.Action {
-			case "pass", "fail":
-				run.Finished = true
-			case "output":
-				run.Package = append(run.Package, strings.TrimRight(e.Output, "\n"))
-			}
-			continue
-		}
-		if run.Root == "" {
-			run.Root, _, _ = strings.Cut(e.Test, "/")
-		}
-		t := run.Tests[e.Test]
-		if t == nil {
-			t = &Test{Name: e.Test}
-			run.Tests[e.Test] = t
-			run.Order = append(run.Order, e.Test)
-		}
-		switch e.Action {
-		case "pass", "fail", "skip":
-			t.Result, t.Elapsed = e.Action, e.Elapsed
-		case "output":
-			o := strings.TrimRight(e.Output, "\n")
-			t.Output = append(t.Output, o)
-			switch {
-			case strings.Contains(o, "Test Setup: Applying base manifests"):
-				run.SetupStart = e.Time
-			case strings.Contains(o, "namespaces are ready") && run.SetupReady.IsZero():
-				run.SetupReady = e.Time
-			}
-			if m := skipLine.FindStringSubmatch(o); m != nil {
-				run.Skips[m[1]] = m[2]
-			}
-		}
-	}
-	return run, sc.Err()
+	})
+	return run, err
 }
 
 // children are the direct subtests of name, in start order.
-func (r *Run) children(name string) []*Test {
-	var out []*Test
-	for _, n := range r.Order {
-		if rest, ok := strings.CutPrefix(n, name+"/"); ok && !strings.Contains(rest, "/") {
-			out = append(out, r.Tests[n])
-		}
-	}
-	return out
-}
+func (r *Run) children(name string) []*Test { return r.Children(name) }
 
 // Case is one test of the suite, classified.
 type Case struct {

@@ -1,0 +1,3 @@
+module github.com/flatnet/flatnet/test/gotestjson
+
+go 1.26.6
