@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet-
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway conformance clean
+.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway conformance conformance-gateway clean
 
 all: build
 
@@ -139,6 +139,14 @@ bench-gateway:
 # hack/conformance.sh says. Needs root; builds e2e.test the first time.
 conformance:
 	hack/conformance.sh
+
+# conformance-gateway: the Gateway API conformance suite (sigs.k8s.io/
+# gateway-api v1.6.3, test/gateway), GatewayClass flatnet, profile
+# GATEWAY-HTTP, on a containerd lab with an external host, run from that
+# host's netns; summary.md and report.yaml into docs/conformance/gateway/
+# (docs/conformance.md). FOCUS=<one test> to iterate. Needs root.
+conformance-gateway:
+	PHASES=gateway RUNTIME=containerd hack/conformance.sh
 
 clean:
 	rm -rf bin

@@ -11,6 +11,14 @@
 #                 module of its own), profile ClusterNetworkPolicy; writes
 #                 <REPORT_DIR>/cnp/summary.md, junit.xml and the suite's
 #                 report.yaml. Not in the default PHASES.
+#   gateway       sigs.k8s.io/gateway-api v1.6.3's Gateway API conformance
+#                 suite (`go test` of test/gateway, a module of its own),
+#                 GatewayClass flatnet, profile GATEWAY-HTTP, run in the
+#                 external host's network namespace fl-<lab>-ext (the only
+#                 place the lab's LoadBalancer range is routed to; the lab
+#                 gets --external for it); writes <REPORT_DIR>/gateway/
+#                 summary.md and the suite's report.yaml. Not in the default
+#                 PHASES; `make conformance-gateway` runs it alone.
 #
 # Every phase skips what test/conformance/skip.txt lists (one regexp a line,
 # each with its reason). Builds what it needs (make build, make k8s,
@@ -44,6 +52,12 @@
 #               without SCTP, each with that reason)
 #   CNP_ARGS    cnp: more flags for the runner (the suite's own:
 #               -supported-features=..., -debug, ...; test/cnp/cnp_test.go)
+#   GATEWAY_SKIP  gateway: tests to skip, "ShortName,ShortName" (the suite's
+#               -skip-tests; its report then says partial)
+#   GATEWAY_ARGS  gateway: more flags for the runner (the suite's own:
+#               -supported-features=..., -debug, -cleanup-base-resources=false,
+#               ...; test/gateway/gateway_test.go). FOCUS for gateway is one
+#               test's name (the suite's -run-test: HTTPRouteSimpleSameNamespace)
 #   SKIP        a regexp skipped on top of the skip list
 #   REPORT_DIR  where <phase>/ goes (default docs/conformance with the
 #               containerd runtime, _output/conformance-<runtime> otherwise,
@@ -74,7 +88,8 @@ focus() {
     networkpolicy) echo '\[Feature:NetworkPolicy\]' ;;
     sig-network)   echo '\[sig-network\] (Services|DNS|Networking)' ;;
     cnp)           echo '.*' ;;
-    *) die "unknown phase '$1' in PHASES (want: conformance networkpolicy sig-network cnp)" ;;
+    gateway)       echo '' ;;
+    *) die "unknown phase '$1' in PHASES (want: conformance networkpolicy sig-network cnp gateway)" ;;
   esac
 }
 extra_skip() { [ "$1" != sig-network ] || echo '\[Conformance\]|\[Feature:NetworkPolicy\]'; }
@@ -111,6 +126,12 @@ if [ "$runtime" = containerd ]; then
   install=${INSTALL:-manifest}
   runtime_flags+=(--install "$install")
 fi
+# The Gateway API suite reaches Gateways at their LoadBalancer addresses,
+# routed only from the lab's external host.
+if [[ " $phases " == *" gateway "* ]]; then
+  [ "$runtime" = containerd ] || die "RUNTIME=$runtime: phase gateway needs the containerd runtime (the suite's backends are echo-basic images)"
+  runtime_flags+=(--external)
+fi
 reports=${REPORT_DIR:-}
 if [ -z "$reports" ]; then
   if [ "$runtime" = containerd ]; then reports=docs/conformance; else reports=_output/conformance-$runtime; fi
@@ -121,6 +142,12 @@ go build -o "$tmp/conformance-report" ./hack/conformance-report
 if [[ " $phases " == *" cnp "* ]]; then
   # The CNP runner and its report tool (test/cnp: a module of its own).
   (cd test/cnp && go test -c -o "$tmp/cnp.test" . && go build -o "$tmp/cnp-report" ./cmd/cnp-report)
+  go build -o "$tmp/testreport" ./hack/testreport
+fi
+if [[ " $phases " == *" gateway "* ]]; then
+  # The Gateway API runner and its report tool (test/gateway: a module of
+  # its own); the echo-basic images came with make images.
+  (cd test/gateway && go test -c -o "$tmp/gateway.test" . && go build -o "$tmp/gateway-report" ./cmd/gateway-report)
   go build -o "$tmp/testreport" ./hack/testreport
 fi
 skip=$("$tmp/conformance-report" skip "$skipfile")
@@ -176,6 +203,10 @@ report_phase() {
     report_cnp "$grc"
     return
   fi
+  if [ "$phase" = gateway ]; then
+    report_gateway "$grc"
+    return
+  fi
   echo "conformance: phase $phase: ginkgo exited $grc after $((took / 60))m$((took % 60))s"
   if [ ! -f "$raw/junit_01.xml" ]; then
     echo "conformance: phase $phase wrote no $raw/junit_01.xml (the suite did not start; see $log)" >&2
@@ -204,25 +235,81 @@ run_cnp() {
   args+=(${CNP_ARGS:-})
   cnp_cmd="KUBECONFIG=<lab> go test ./test/cnp -args ${args[*]}"
   say "phase cnp: network-policy-api v0.3.0 conformance, profile ClusterNetworkPolicy (log: $log)"
-  # setsid: the runner and its pipe lead a process group of their own.
-  KUBECONFIG=$kubeconfig setsid bash -c 'set -o pipefail; "$0" "${@:3}" 2>&1 | go tool test2json -t -p cnp | tee "$1" | "$2" -slow 1ns' \
-    "$tmp/cnp.test" "$raw/events.json" "$tmp/testreport" "${args[@]}" &
+  start_runner "$tmp/cnp.test" "" "${args[@]}"
+}
+
+# start_runner BINARY NETNS ARGS...: a Go test binary as the phase's
+# runner, in network namespace NETNS when not empty (nsenter --net: the
+# rest is this machine's), with KUBECONFIG the lab's. setsid: the runner
+# and its pipe lead a process group of their own. Its events (go tool
+# test2json) go to $raw/events.json, what passes and fails to the console
+# as it happens (hack/testreport).
+start_runner() {
+  local bin=$1 netns=$2
+  shift 2
+  local cmd=("$bin" "$@")
+  [ -z "$netns" ] || cmd=(nsenter "--net=$netns" "${cmd[@]}")
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  KUBECONFIG=$kubeconfig setsid bash -c 'set -o pipefail; p=$0 ev=$1 tr=$2; shift 2; "$@" 2>&1 | go tool test2json -t -p "$p" | tee "$ev" | "$tr" -slow 1ns' \
+    "$phase" "$raw/events.json" "$tmp/testreport" "${cmd[@]}" &
+}
+
+# runner_exited EXIT [LAB-NOTE]: says how the phase's runner ended, keeps
+# the suite's report.yaml beside the summary and sets report_args, the
+# report tool's flags every such phase passes (events, log, report,
+# summary, the Date and Lab lines).
+runner_exited() {
+  local took=$((SECONDS - t0))
+  echo "conformance: phase $phase: runner exited $1 after $((took / 60))m$((took % 60))s"
+  [ ! -f "$raw/report.yaml" ] || cp "$raw/report.yaml" "$out/report.yaml"
+  report_args=(-events "$raw/events.json" -log "$log" -report "$raw/report.yaml" -o "$out/summary.md"
+    -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (runner exit $1)"
+    -info "Lab: $nodes nodes, runtime $runtime${install:+, flatnet installed by $install}${2:-}")
 }
 
 # report_cnp EXIT: summary.md, junit.xml and the suite's report.yaml of
 # the cnp phase.
 report_cnp() {
-  local grc=$1 took=$((SECONDS - t0))
-  echo "conformance: phase cnp: runner exited $grc after $((took / 60))m$((took % 60))s"
-  [ ! -f "$raw/report.yaml" ] || cp "$raw/report.yaml" "$out/report.yaml"
+  local grc=$1
+  runner_exited "$grc"
   local focus=()
   [ -z "${FOCUS:-}" ] || focus=(-info "FOCUS=$FOCUS: the suite's own report below counts every test outside the focus as passed (its Run takes t.Run's true for a test that -run filtered out)")
-  "$tmp/cnp-report" -events "$raw/events.json" -log "$log" -report "$raw/report.yaml" -o "$out/summary.md" -junit "$out/junit.xml" \
+  "$tmp/cnp-report" "${report_args[@]}" -junit "$out/junit.xml" \
     -title "ClusterNetworkPolicy conformance (sigs.k8s.io/network-policy-api v0.3.0)" \
-    -info "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); phase took $((took / 60))m$((took % 60))s (runner exit $grc)" \
-    -info "Lab: $nodes nodes, runtime $runtime${install:+, flatnet installed by $install}" \
     -info "Versions: network-policy-api v0.3.0 (suite and CRD, standard channel), $(go env GOVERSION), flatnet $flatnet_version, kernel $(uname -r)" \
     -info "Command: \`PHASES=cnp hack/conformance.sh\` ($cnp_cmd)" "${focus[@]}" || return 1
+  [ "$grc" = 0 ]
+}
+
+# run_gateway: the Gateway API suite (test/gateway) in the external
+# host's network namespace (setns on the net namespace only: files, the
+# kubeconfig and the lab's apiserver at the underlay's .1 are all there),
+# its events to $raw/events.json as for cnp.
+run_gateway() {
+  local netns=/run/netns/fl-$name-ext
+  [ -e "$netns" ] || die "no $netns: the lab has no external host (lab up --external)"
+  local args=(-test.v=test2json -test.count=1 "-test.timeout=$timeout" -test.run='^TestGatewayAPIConformance$'
+    "-report-output=$raw/report.yaml" "-flatnet-version=$flatnet_version")
+  [ -z "${FOCUS:-}" ] || args+=("-run-test=$FOCUS")
+  [ -z "${GATEWAY_SKIP:-}" ] || args+=("-skip-tests=$GATEWAY_SKIP")
+  # shellcheck disable=SC2206 # GATEWAY_ARGS is words on purpose
+  args+=(${GATEWAY_ARGS:-})
+  gateway_cmd="KUBECONFIG=<lab> nsenter --net=$netns go test ./test/gateway -args ${args[*]}"
+  say "phase gateway: Gateway API v1.6.3 conformance, GatewayClass flatnet, profile GATEWAY-HTTP, from netns fl-$name-ext (log: $log)"
+  start_runner "$tmp/gateway.test" "$netns" "${args[@]}"
+}
+
+# report_gateway EXIT: summary.md and the suite's report.yaml of the
+# gateway phase.
+report_gateway() {
+  local grc=$1
+  runner_exited "$grc" ", the suite run from the external host's netns fl-$name-ext"
+  local focus=()
+  [ -z "${FOCUS:-}" ] || focus=(-info "FOCUS=$FOCUS: only that test ran (the suite's -run-test); the suite's report counts the others as skipped")
+  "$tmp/gateway-report" "${report_args[@]}" \
+    -title "Gateway API conformance (sigs.k8s.io/gateway-api v1.6.3), profile GATEWAY-HTTP" \
+    -info "Versions: gateway-api v1.6.3 (suite, standard-channel CRDs, echo-basic built from its source), $(go env GOVERSION), flatnet $flatnet_version, kernel $(uname -r)" \
+    -info "Command: \`PHASES=gateway hack/conformance.sh\` ($gateway_cmd)" "${focus[@]}" || return 1
   [ "$grc" = 0 ]
 }
 
@@ -244,6 +331,10 @@ for phase in $phases; do
     log=$raw/cnp.log
     t0=$SECONDS
     run_cnp
+  elif [ "$phase" = gateway ]; then
+    log=$raw/gateway.log
+    t0=$SECONDS
+    run_gateway
   else
     args=(--provider=local "--kubeconfig=$kubeconfig" "--kubectl-path=$k8sbin/kubectl"
       --dns-domain=cluster.local "--num-nodes=$nodes" "--report-dir=$raw" --disable-log-dump
