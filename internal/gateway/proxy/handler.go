@@ -79,6 +79,14 @@ func (h *portHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.answer(r, http.StatusNotFound)
 		return
 	}
+	if r.TLS != nil && r.TLS.ServerName != "" && len(p.Certs) > 1 &&
+		p.Listener(r.TLS.ServerName) != p.Listener(hostOnly(r.Host)) {
+		// The connection was made for another listener (an HTTP/2
+		// client reusing it for a name the certificate also covers).
+		st.rs = g.routeStats(s.m, nil)
+		st.answer(r, http.StatusMisdirectedRequest)
+		return
+	}
 	if r.Method == http.MethodConnect {
 		// No route describes a tunnel: the gateway is not a forward proxy.
 		st.rs = g.routeStats(s.m, nil)

@@ -351,3 +351,64 @@ func TestPortProtocolChange(t *testing.T) {
 	mustUpdate(t, s, plain())
 	getEcho(t, bind, "a.example.com", "/")
 }
+
+// TestMisdirectedRequests runs the cases of the suite's
+// HTTPRouteHTTPSListenerDetectMisdirectedRequests: a request whose Host
+// another HTTPS listener serves than the one its TLS server name picked
+// is answered 421.
+func TestMisdirectedRequests(t *testing.T) {
+	v1, v2, v3 := newBackend(t, "v1"), newBackend(t, "v2"), newBackend(t, "v3")
+	ca := newCA(t)
+	cert := ca.issue(t, "example.org", "second-example.org", "*.wildcard.org")
+	s := newTestServer(t, Options{})
+	bind := freePort(t)
+	route := func(name string, b *testBackend) []*table.Rule {
+		return []*table.Rule{rule("/detect-misdirected-requests", forward("HTTPRoute/ns/"+name, backendOf("ns/"+b.name+":8080", 1, b)))}
+	}
+	p := port(bind, table.HTTPS,
+		hosted{"example.org", route("test-1", v1)},
+		hosted{"second-example.org", route("test-2", v2)},
+		hosted{"*.wildcard.org", route("test-3", v3)},
+		hosted{"fourth-example.wildcard.org", route("test-4", v1)},
+	)
+	p.Certs = []table.Cert{{Cert: cert}, {Hostname: "second-example.org", Cert: cert},
+		{Hostname: "*.wildcard.org", Cert: cert}, {Hostname: "fourth-example.wildcard.org", Cert: cert}}
+	mustUpdate(t, s, tableOf(p))
+
+	for _, c := range []struct {
+		sni, host string
+		want      int
+		backend   string
+	}{
+		{"example.org", "example.org", 200, "v1"},
+		{"example.org", "second-example.org", 421, ""},
+		{"example.org", "unknown-example.org", 404, ""},
+		{"second-example.org", "second-example.org", 200, "v2"},
+		{"second-example.org", "example.org", 421, ""},
+		{"second-example.org", "unknown-example.org", 421, ""},
+		{"third-example.wildcard.org", "third-example.wildcard.org", 200, "v3"},
+		{"third-example.wildcard.org", "fith-example.wildcard.org", 200, "v3"},
+		{"third-example.wildcard.org", "fourth-example.wildcard.org", 421, ""},
+		{"third-example.wildcard.org", "second-example.org", 421, ""},
+		{"third-example.wildcard.org", "unknown-example.org", 421, ""},
+		{"fourth-example.wildcard.org", "fourth-example.wildcard.org", 200, "v1"},
+		{"fourth-example.wildcard.org", "fith-example.wildcard.org", 421, ""},
+		{"unknown-example.org", "example.org", 200, "v1"},
+		{"unknown-example.org", "unknown-example.org", 404, ""},
+	} {
+		tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{ServerName: c.sni, InsecureSkipVerify: true}}
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://127.0.0.1:%d/detect-misdirected-requests", bind), nil)
+		req.Host = c.host
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("SNI %s Host %s: %v", c.sni, c.host, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		got := resp.StatusCode
+		if got != c.want || (c.backend != "" && echoed(t, resp, body).Backend != c.backend) {
+			t.Errorf("SNI %s Host %s: got %d %s, want %d %s", c.sni, c.host, got, body, c.want, c.backend)
+		}
+	}
+}

@@ -219,6 +219,25 @@ func (h *Host) Match(r *http.Request) *Rule {
 // the first one.
 func (p *Port) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	name := canonicalHost(hello.ServerName)
+	if c := p.Listener(name); c != nil {
+		return c.Cert, nil
+	}
+	if name == "" && len(p.Certs) > 0 {
+		return p.Certs[0].Cert, nil
+	}
+	if name == "" {
+		return nil, fmt.Errorf("no certificate on port %d for a client without server name", p.Bind)
+	}
+	return nil, fmt.Errorf("no certificate on port %d for server name %q", p.Bind, name)
+}
+
+// Listener returns the Cert of the HTTPS listener that serves name (a
+// server name or a Host, any case): the one whose hostname equals it,
+// else the most specific wildcard covering it, else the one with no
+// hostname; nil when none does. The proxy answers 421 to a request whose
+// Host another listener than its TLS server name's serves.
+func (p *Port) Listener(name string) *Cert {
+	name = canonicalHost(name)
 	var wild, any *Cert
 	wildLen := 0
 	for i := range p.Certs {
@@ -231,22 +250,15 @@ func (p *Port) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error)
 			}
 		case name == "":
 		case h == name:
-			return c.Cert, nil
+			return c
 		case strings.HasPrefix(h, "*.") && wildcardMatches(h, name):
 			if len(h) > wildLen {
 				wild, wildLen = c, len(h)
 			}
 		}
 	}
-	switch {
-	case wild != nil:
-		return wild.Cert, nil
-	case any != nil:
-		return any.Cert, nil
-	case name == "" && len(p.Certs) > 0:
-		return p.Certs[0].Cert, nil
-	case name == "":
-		return nil, fmt.Errorf("no certificate on port %d for a client without server name", p.Bind)
+	if wild != nil {
+		return wild
 	}
-	return nil, fmt.Errorf("no certificate on port %d for server name %q", p.Bind, name)
+	return any
 }
