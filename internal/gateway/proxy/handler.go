@@ -83,13 +83,11 @@ func (h *portHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.Listener(r.TLS.ServerName) != p.Listener(hostOnly(r.Host)) {
 		// The connection was made for another listener (an HTTP/2
 		// client reusing it for a name the certificate also covers).
-		st.rs = g.routeStats(s.m, nil)
 		st.answer(r, http.StatusMisdirectedRequest)
 		return
 	}
 	if r.Method == http.MethodConnect {
 		// No route describes a tunnel: the gateway is not a forward proxy.
-		st.rs = g.routeStats(s.m, nil)
 		st.answer(r, http.StatusMethodNotAllowed)
 		return
 	}
@@ -98,7 +96,6 @@ func (h *portHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rule = host.Match(r)
 	}
 	if rule == nil {
-		st.rs = g.routeStats(s.m, nil)
 		st.answer(r, http.StatusNotFound)
 		return
 	}
@@ -163,7 +160,7 @@ func (st *reqState) finish(g *generation, r *http.Request) {
 		code = http.StatusOK // the server answers 200 for a handler that wrote nothing
 	}
 	if st.rs == nil && g != nil {
-		st.rs = g.routeStats(s.m, nil)
+		st.rs = g.routeStats(s.m, nil) // answered before a rule matched
 	}
 	if rs := st.rs; rs != nil {
 		bi := len(rs.byBackend) - 1
