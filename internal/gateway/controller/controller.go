@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"strconv"
@@ -29,6 +30,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,6 +91,8 @@ type Controller struct {
 	// latest is the newest compile result for the status loop.
 	latest  atomic.Pointer[desiredStatus]
 	written chan struct{}
+	// routeMemo: statusLoop's goroutine only.
+	routeMemo statusMemo
 
 	mu       sync.Mutex
 	lastGen  uint64
@@ -119,7 +123,7 @@ type listers struct {
 
 // New wires the informers; Run starts them.
 func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Options, log klog.Logger) *Controller {
-	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1)}
+	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1), routeMemo: statusMemo{}}
 	kf := informers.NewSharedInformerFactory(kc, 0)
 	// Only TLS Secrets: a listener or an Ingress can use no other kind,
 	// and a cluster's other Secrets would only cost memory here.
@@ -132,8 +136,23 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 		UpdateFunc: func(any, any) { c.Trigger() },
 		DeleteFunc: func(any) { c.Trigger() },
 	}
+	// Objects whose status this controller writes: a status-only update
+	// (same generation, labels and annotations) changes nothing compile
+	// reads, and reacting to it would make every status write cost a
+	// compile (at 10,000 routes, a feedback loop that starves the data
+	// plane's updates).
+	specOnly := h
+	specOnly.UpdateFunc = func(o, n any) {
+		if specChanged(o, n) {
+			c.Trigger()
+		}
+	}
 	add := func(i cache.SharedIndexInformer) {
 		_, _ = i.AddEventHandler(h)
+		c.synced = append(c.synced, i.HasSynced)
+	}
+	addSpecOnly := func(i cache.SharedIndexInformer) {
+		_, _ = i.AddEventHandler(specOnly)
 		c.synced = append(c.synced, i.HasSynced)
 	}
 	v1 := gf.Gateway().V1()
@@ -153,20 +172,51 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 	}
 	for _, i := range []cache.SharedIndexInformer{
 		v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(),
-		v1.GRPCRoutes().Informer(), v1.ReferenceGrants().Informer(),
+		v1.GRPCRoutes().Informer(), kf.Networking().V1().Ingresses().Informer(),
+	} {
+		addSpecOnly(i)
+	}
+	for _, i := range []cache.SharedIndexInformer{
+		v1.ReferenceGrants().Informer(),
 		kf.Core().V1().Namespaces().Informer(), kf.Core().V1().Services().Informer(),
 		kf.Discovery().V1().EndpointSlices().Informer(), sf.Core().V1().Secrets().Informer(),
-		kf.Core().V1().Nodes().Informer(), kf.Networking().V1().Ingresses().Informer(),
 		kf.Networking().V1().IngressClasses().Informer(),
 	} {
 		add(i)
 	}
+	// Nodes matter only to the frontends' EndpointSlices (Ready, InternalIP).
+	nodes := kf.Core().V1().Nodes().Informer()
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.Trigger() },
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if !ok1 || !ok2 || nodeReady(on) != nodeReady(nn) || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
+				c.Trigger()
+			}
+		},
+		DeleteFunc: func(any) { c.Trigger() },
+	})
+	c.synced = append(c.synced, nodes.HasSynced)
 	c.start = func(stop <-chan struct{}) {
 		kf.Start(stop)
 		sf.Start(stop)
 		gf.Start(stop)
 	}
 	return c
+}
+
+// specChanged reports whether an update changed more than an object's
+// status: its generation (spec), labels or annotations.
+func specChanged(o, n any) bool {
+	om, ok1 := o.(metav1.Object)
+	nm, ok2 := n.(metav1.Object)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return om.GetGeneration() != nm.GetGeneration() || om.GetGeneration() == 0 ||
+		!maps.Equal(om.GetLabels(), nm.GetLabels()) || !maps.Equal(om.GetAnnotations(), nm.GetAnnotations()) ||
+		om.GetDeletionTimestamp().IsZero() != nm.GetDeletionTimestamp().IsZero()
 }
 
 // Trigger asks for a sync; many triggers before it runs make one.

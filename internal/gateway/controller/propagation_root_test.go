@@ -11,7 +11,8 @@ package controller
 //	go test -run '^$' -bench RouteChangeServed -benchtime 1x ./internal/gateway/controller/
 //
 // FLATNET_GW_ROUTES overrides the larger count, FLATNET_GW_PROBES the
-// number of changes measured at each size (default 50).
+// number of changes measured at each size (default 50);
+// FLATNET_GW_CPUPROFILE=FILE writes the measured process's CPU profile.
 //
 // The API server refuses loopback endpoint addresses, so the benchmark
 // runs itself again inside a network namespace of its own (lo up, plus
@@ -71,7 +72,11 @@ func BenchmarkRouteChangeServed(b *testing.B) {
 	if os.Getenv("FLATNET_GW_INNER") != "1" {
 		ns := testutil.NewNetNS(b)
 		testutil.Run(b, "ip", "-n", testutil.NSName(ns), "addr", "add", benchBackendIP+"/32", "dev", "lo")
-		cmd := exec.Command("nsenter", "--net="+ns, os.Args[0], "-test.run", "^$", "-test.bench", "^BenchmarkRouteChangeServed$", "-test.benchtime", "1x", "-test.v")
+		args := []string{"--net=" + ns, os.Args[0], "-test.run", "^$", "-test.bench", "^BenchmarkRouteChangeServed$", "-test.benchtime", "1x", "-test.v"}
+		if p := os.Getenv("FLATNET_GW_CPUPROFILE"); p != "" {
+			args = append(args, "-test.cpuprofile", p)
+		}
+		cmd := exec.Command("nsenter", args...)
 		cmd.Env = append(os.Environ(), "FLATNET_GW_INNER=1")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {

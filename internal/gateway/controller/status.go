@@ -15,9 +15,32 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flatnet/flatnet/internal/gateway/compile"
 )
+
+// statusMemo remembers, per route, the desired parents last found
+// written and the object's resourceVersion then: while both hold, the
+// route needs no merge and no comparison. At 10,000 routes that keeps a
+// status pass after each sync to map lookups and one small comparison
+// per route. The status loop alone uses it.
+type statusMemo map[types.NamespacedName]memoEntry
+
+type memoEntry struct {
+	rv   string
+	want []gwv1.RouteParentStatus
+}
+
+func (m statusMemo) same(key types.NamespacedName, rv string, want []gwv1.RouteParentStatus) bool {
+	e, ok := m[key]
+	return ok && e.rv == rv && equality.Semantic.DeepEqual(e.want, want)
+}
+
+func (m statusMemo) set(key types.NamespacedName, rv string, want []gwv1.RouteParentStatus) {
+	m[key] = memoEntry{rv, want}
+}
 
 // writeStatuses writes every desired status that differs from the
 // object's. Objects gone from the cache are skipped (a conflict or a
@@ -63,13 +86,22 @@ func (c *Controller) writeStatuses(ctx context.Context, st *desiredStatus) error
 		if err != nil {
 			continue
 		}
+		if c.routeMemo.same(key, cur.ResourceVersion, want.Parents) {
+			continue
+		}
 		parents := compile.MergeRouteParents(cur.Status.Parents, want.Parents, now)
+		rv := cur.ResourceVersion
 		if !equality.Semantic.DeepEqual(parents, cur.Status.Parents) {
 			o := cur.DeepCopy()
 			o.Status.Parents = parents
-			_, err = gw.HTTPRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+			got, err := gw.HTTPRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
 			note("HTTPRoute "+key.String(), err)
+			if err != nil {
+				continue
+			}
+			rv = got.ResourceVersion
 		}
+		c.routeMemo.set(key, rv, want.Parents)
 	}
 	for key, want := range st.GRPCRoutes {
 		cur, err := c.listers.grpcRoutes.GRPCRoutes(key.Namespace).Get(key.Name)
