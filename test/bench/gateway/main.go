@@ -16,8 +16,9 @@
 //	gwbench change -routes N -changes K -backends ...
 //	    the data plane's share of a route change: K times, build a table
 //	    of N routes plus a new one, Update, and probe the new hostname until
-//	    it answers 200; prints p50/p99 of build+update+served and of
-//	    update+served. The controller's share (watch, compile) is not in
+//	    it answers 200; prints p50/p99 of build+update+served (total), of
+//	    the table's Finish (indexes and sorting, part of the build) and
+//	    of update+served. The controller's share (watch, compile) is not in
 //	    it: see hack/bench-gateway.sh, ROUTE_CHANGE_HOOK.
 package main
 
@@ -77,7 +78,7 @@ func Host(i int) string { return fmt.Sprintf("r%d.bench.example", i) }
 
 // buildTable is what the compiler would produce for n HTTPRoutes, each
 // with its own hostname and one rule to the backends, plus extra routes.
-func buildTable(bind int32, n int, backends []string, gen uint64, extra ...string) *table.Table {
+func buildTable(bind int32, n int, backends []string, gen uint64, extra ...string) (*table.Table, time.Duration) {
 	p := table.NewPort(bind, bind, table.HTTP)
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	add := func(i int, host string) {
@@ -97,8 +98,9 @@ func buildTable(bind int32, n int, backends []string, gen uint64, extra ...strin
 	for i, h := range extra {
 		add(n+i, h)
 	}
+	start := time.Now()
 	p.Finish()
-	return &table.Table{Ports: map[int32]*table.Port{bind: p}, Generation: gen}
+	return &table.Table{Ports: map[int32]*table.Port{bind: p}, Generation: gen}, time.Since(start)
 }
 
 type common struct {
@@ -162,7 +164,7 @@ func serve(args []string) error {
 	}
 	s := proxy.New(o)
 	start := time.Now()
-	t := buildTable(bind, c.routes, c.backends, 1)
+	t, _ := buildTable(bind, c.routes, c.backends, 1)
 	built := time.Since(start)
 	if err := s.Update(t); err != nil {
 		return err
@@ -315,15 +317,17 @@ func change(args []string) error {
 	addr := "http://" + net.JoinHostPort(host, strconv.Itoa(int(bind))) + "/"
 	for _, n := range sizes {
 		s := proxy.New(proxy.Options{BindAddress: host, Registry: prometheus.NewRegistry()})
-		if err := s.Update(buildTable(bind, n, c.backends, 1)); err != nil {
+		first, _ := buildTable(bind, n, c.backends, 1)
+		if err := s.Update(first); err != nil {
 			return err
 		}
-		var total, swap []time.Duration
+		var total, finish, swap []time.Duration
 		probes := 0
 		for k := range changes {
 			newHost := fmt.Sprintf("new-%d.bench.example", k)
 			start := time.Now()
-			t := buildTable(bind, n, c.backends, uint64(k+2), newHost)
+			t, fin := buildTable(bind, n, c.backends, uint64(k+2), newHost)
+			finish = append(finish, fin)
 			updating := time.Now()
 			if err := s.Update(t); err != nil {
 				return err
@@ -348,8 +352,8 @@ func change(args []string) error {
 			return err
 		}
 		client.CloseIdleConnections()
-		fmt.Printf("change routes=%d changes=%d probes=%d total_p50_ms=%.2f total_p99_ms=%.2f update_p50_ms=%.2f update_p99_ms=%.2f\n",
-			n, changes, probes, pct(total, 50), pct(total, 99), pct(swap, 50), pct(swap, 99))
+		fmt.Printf("change routes=%d changes=%d probes=%d total_p50_ms=%.2f total_p99_ms=%.2f finish_p50_ms=%.2f finish_p99_ms=%.2f update_p50_ms=%.2f update_p99_ms=%.2f\n",
+			n, changes, probes, pct(total, 50), pct(total, 99), pct(finish, 50), pct(finish, 99), pct(swap, 50), pct(swap, 99))
 	}
 	return nil
 }
