@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -73,6 +76,8 @@ func freePort(t testing.TB) int32 {
 func newTestServer(t testing.TB, o Options) *Server {
 	t.Helper()
 	o.BindAddress = "127.0.0.1"
+	// FLATNET_PROXY_NO_FAST=1 runs the tests on net/http alone.
+	o.DisableFastPath = o.DisableFastPath || os.Getenv("FLATNET_PROXY_NO_FAST") != ""
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}
@@ -196,4 +201,20 @@ func getEcho(t testing.TB, bind int32, host, path string, hdr ...string) echo {
 	t.Helper()
 	resp, body := get(t, bind, host, path, hdr...)
 	return echoed(t, resp, body)
+}
+
+// sendRaw connects to the proxy's port, writes raw as it is and returns
+// a reader of the answers (the connection closes with the test).
+func sendRaw(t testing.TB, bind int32, raw string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", bind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	return c, bufio.NewReader(c)
 }

@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"bufio"
-	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flatnet/flatnet/internal/gateway/table"
 )
@@ -30,13 +26,8 @@ func TestOddRequests(t *testing.T) {
 		"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
 	} {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", bind))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write([]byte(raw))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c, br := sendRaw(t, bind, raw)
+		resp, err := http.ReadResponse(br, nil)
 		c.Close()
 		line := strings.SplitN(raw, "\r\n", 2)[0]
 		if err != nil {

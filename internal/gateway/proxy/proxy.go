@@ -13,6 +13,11 @@
 // certificates are read from the current table at each handshake, so a
 // rotated Secret is served from the next table without a restart.
 //
+// On clear-text ports a connection loop of our own (fastserver.go) answers
+// the common request (a bodiless GET to a route that only forwards) with
+// the standard library's parser and serializers, and hands the connection
+// to net/http for anything else; TLS ports are net/http's alone.
+//
 // The hot path (handler.go) takes no lock but the balancer's: the table and
 // its metric children are reached through atomics and a per-table sync.Map
 // that is read-only once warm, and each request borrows one pooled
@@ -56,6 +61,9 @@ type Options struct {
 	// DrainTimeout bounds how long a removed port's in-flight requests may
 	// run before their connections are closed (default 30 s).
 	DrainTimeout time.Duration
+	// DisableFastPath serves clear-text ports with net/http alone, without
+	// the connection loop of fastserver.go (to compare, or to rule it out).
+	DisableFastPath bool
 }
 
 // Server serves the current table. Its methods are safe for concurrent use.
@@ -85,6 +93,7 @@ type listener struct {
 	proto table.Protocol
 	ln    net.Listener
 	srv   *http.Server
+	fast  *fastPort // in front of srv on clear-text ports, unless disabled
 }
 
 // New returns a server with no table: it listens nowhere until Update.
@@ -201,11 +210,18 @@ func (s *Server) listen(bind int32, proto table.Protocol) (*listener, error) {
 	if proto == table.HTTPS {
 		l.srv.TLSConfig = s.tlsConfig(bind)
 	}
+	if proto == table.HTTP && !s.o.DisableFastPath {
+		l.fast = newFastPort(s, bind, ln.Addr())
+		go l.fast.serve(ln)
+	}
 	go func() {
 		var err error
-		if proto == table.HTTPS {
+		switch {
+		case proto == table.HTTPS:
 			err = l.srv.ServeTLS(ln, "", "")
-		} else {
+		case l.fast != nil:
+			err = l.srv.Serve(l.fast.handoff)
+		default:
 			err = l.srv.Serve(ln)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
@@ -224,10 +240,27 @@ func (s *Server) drain(l *listener) {
 		defer s.draining.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.o.DrainTimeout)
 		defer cancel()
-		if err := l.srv.Shutdown(ctx); err != nil {
-			l.srv.Close()
-		}
+		l.shutdown(ctx)
 	}()
+}
+
+// shutdown stops l gracefully until ctx ends, then closes what is left.
+func (l *listener) shutdown(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if l.fast != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dl, _ := ctx.Deadline()
+			l.fast.drain(dl)
+		}()
+	}
+	err := l.srv.Shutdown(ctx)
+	if err != nil {
+		l.srv.Close()
+	}
+	wg.Wait()
+	return err
 }
 
 // Close stops every listener and waits, until ctx ends, for in-flight
@@ -250,8 +283,7 @@ func (s *Server) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.srv.Shutdown(ctx); err != nil {
-				l.srv.Close()
+			if err := l.shutdown(ctx); err != nil {
 				errMu.Lock()
 				errs = append(errs, fmt.Errorf("gateway proxy: port %d: %w", l.bind, err))
 				errMu.Unlock()

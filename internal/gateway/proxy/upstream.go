@@ -59,22 +59,28 @@ func (t *fastTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !fast(req) {
 		return t.fallback.RoundTrip(req)
 	}
+	return t.roundTrip(req.Context(), req)
+}
+
+// roundTrip sends req bounded by ctx rather than req's own context (the
+// fast loop's requests carry their connection's, without a copy of req).
+func (t *fastTransport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	p := t.pool(req.URL.Host)
 	for retried := false; ; retried = true {
 		c := p.get()
 		reused := c != nil
 		if c == nil {
 			var err error
-			if c, err = t.dial(req.Context(), p, req.URL.Host); err != nil {
+			if c, err = t.dial(ctx, p, req.URL.Host); err != nil {
 				return nil, err
 			}
 		}
-		resp, err := c.roundTrip(req)
+		resp, err := c.roundTrip(ctx, req)
 		if err == nil {
 			return resp, nil
 		}
 		c.close()
-		if !reused || retried || req.Context().Err() != nil {
+		if !reused || retried || ctx.Err() != nil {
 			return nil, err
 		}
 	}
@@ -95,7 +101,6 @@ func (t *fastTransport) dial(ctx context.Context, p *endpointPool, ep string) (*
 	}
 	c := &upConn{nc: nc, pool: p, br: bufio.NewReaderSize(nc, 8<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
 	c.interruptFn = c.interrupt
-	c.body.c = c
 	return c, nil
 }
 
@@ -196,7 +201,7 @@ func (p *endpointPool) closeIdle(cutoff time.Time) bool {
 }
 
 // upConn is one connection to a backend. It carries one request at a
-// time; its body is reused for each answer.
+// time.
 type upConn struct {
 	nc          net.Conn
 	br          *bufio.Reader
@@ -205,13 +210,11 @@ type upConn struct {
 	idleSince   time.Time
 	deadline    bool // a deadline is set on nc
 	interruptFn func()
-	body        upBody
 }
 
 var errBackendClosed = errors.New("backend closed the connection")
 
-func (c *upConn) roundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+func (c *upConn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		c.nc.SetDeadline(dl)
 		c.deadline = true
@@ -245,8 +248,9 @@ func (c *upConn) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, &net.OpError{Op: "read", Net: "tcp", Addr: c.nc.RemoteAddr(), Err: err}
 	}
-	c.body = upBody{c: c, rc: resp.Body, stop: stop, reusable: !resp.Close, eof: resp.Body == http.NoBody}
-	resp.Body = &c.body
+	// A body of its own per answer: a second Close of it (Response.Write
+	// closes what it sends) must not reach the next request on c.
+	resp.Body = &upBody{c: c, rc: resp.Body, stop: stop, reusable: !resp.Close, eof: resp.Body == http.NoBody}
 	return resp, nil
 }
 
