@@ -89,11 +89,14 @@ type Feature struct {
 
 // Report is a run against the GATEWAY-HTTP profile.
 type Report struct {
-	Run         *Run
-	Profile     suite.ConformanceProfile
-	Core        []Case
-	Extended    []Case
-	Features    []Feature
+	Run      *Run
+	Profile  suite.ConformanceProfile
+	Core     []Case
+	Extended []Case
+	Features []Feature
+	// Others are the tests outside the profile that ran (their features
+	// were claimed too: GATEWAY-GRPC's, say).
+	Others      []Case
 	SetupFailed bool
 }
 
@@ -117,11 +120,14 @@ func Classify(run *Run) *Report {
 				in = in && p.ExtendedFeatures.Has(f)
 			}
 		}
-		if !in {
-			continue
-		}
 		c := Case{Short: ct.ShortName, Core: core, Provisional: ct.Provisional, Features: fs}
 		r.classify(&c)
+		if !in {
+			if c.Result == "passed" || c.Result == "failed" {
+				r.Others = append(r.Others, c)
+			}
+			continue
+		}
 		if core {
 			r.Core = append(r.Core, c)
 		} else {
@@ -130,6 +136,7 @@ func Classify(run *Run) *Report {
 	}
 	sortCases(r.Core)
 	sortCases(r.Extended)
+	sortCases(r.Others)
 	for i := range r.Extended {
 		for _, f := range r.Extended[i].Features {
 			byFeature[features.FeatureName(f)] = append(byFeature[features.FeatureName(f)], &r.Extended[i])
@@ -208,11 +215,21 @@ func sortCases(cs []Case) {
 	})
 }
 
-// failure is the first lines saying why test name (or a subtest of it)
-// failed: testify's Error and Messages with their continuation lines,
-// else lines naming an error, else the last lines.
+// failure says why test name failed: the failed subtests (named), then
+// the distinct lines that say why (testify's Error and Messages with their
+// continuation lines, lines naming an error, a timeout or an expectation),
+// without file:line, timestamps, request uuids and "(after ...)", each cut
+// to 300 characters; the last lines when none says why.
 func (r *Report) failure(name string) []string {
-	var out, all []string
+	var subs, out, all []string
+	seen := map[string]bool{}
+	add := func(l string) {
+		l = normalize(l)
+		if l != "" && !seen[l] && len(out) < 10 {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
 	for _, n := range r.Run.Order {
 		if n != name && !strings.HasPrefix(n, name+"/") {
 			continue
@@ -220,6 +237,9 @@ func (r *Report) failure(name string) []string {
 		t := r.Run.Tests[n]
 		if n != name && t.Result != "fail" {
 			continue
+		}
+		if n != name && len(r.Run.Children(n)) == 0 {
+			subs = append(subs, strings.TrimPrefix(n, name+"/"))
 		}
 		keep := false
 		for _, o := range t.Output {
@@ -239,25 +259,46 @@ func (r *Report) failure(name string) []string {
 			default:
 				keep = false
 			}
-			if keep {
-				out = append(out, trimmed)
-			}
-		}
-	}
-	if len(out) == 0 {
-		for _, o := range all {
-			if strings.Contains(strings.ToLower(o), "error") || strings.Contains(o, "expected") {
-				out = append(out, o)
+			if keep || why.MatchString(trimmed) && !strings.Contains(trimmed, "matched expectations") {
+				add(trimmed)
 			}
 		}
 	}
 	if len(out) == 0 && len(all) > 0 {
-		out = all[max(0, len(all)-5):]
+		for _, l := range all[max(0, len(all)-5):] {
+			add(l)
+		}
 	}
-	if len(out) > 12 {
-		out = append(out[:12], "...")
+	if len(subs) > 0 {
+		head := fmt.Sprintf("failed subtests (%d): %s", len(subs), strings.Join(subs[:min(len(subs), 5)], ", "))
+		if len(subs) > 5 {
+			head += ", ..."
+		}
+		out = append([]string{head}, out...)
 	}
 	return out
+}
+
+var (
+	why       = regexp.MustCompile(`(?i)error|timeout|timed out|expected|expectation|unexpected|not ready`)
+	logPrefix = regexp.MustCompile(`^\S+\.go:\d+: `)
+	timestamp = regexp.MustCompile(`^\d{4}-\d\d-\d\dT[0-9:.]+Z:? ?`)
+	uuid      = regexp.MustCompile(`uuid=[0-9a-f-]+`)
+	after     = regexp.MustCompile(` \(after [^)]*\)$`)
+	// The suite's request dump: only the path and what was wrong.
+	request = regexp.MustCompile(`for request: \{URL: \{.*?Path:(\S*) .*\}\s\s+(.*)$`)
+	cres    = regexp.MustCompile(` CRes: .*$`)
+)
+
+// normalize makes a log line comparable across attempts.
+func normalize(l string) string {
+	l = timestamp.ReplaceAllString(logPrefix.ReplaceAllString(strings.TrimSpace(l), ""), "")
+	l = after.ReplaceAllString(uuid.ReplaceAllString(l, "uuid=..."), "")
+	l = cres.ReplaceAllString(request.ReplaceAllString(l, "for a request to $1: $2"), "")
+	if len(l) > 300 {
+		l = l[:300] + " ..."
+	}
+	return strings.TrimSpace(l)
 }
 
 // counts counts cases by result.
@@ -305,6 +346,9 @@ func (r *Report) OK() bool {
 }
 
 func dur(s float64) string {
+	if s < 60 {
+		return fmt.Sprintf("%.1fs", s)
+	}
 	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
 }
 
@@ -377,8 +421,16 @@ func Summary(r *Report, title string, info []string, report []byte) string {
 		fmt.Fprintf(&b, "| %s | %s%s | %s | %s |\n", c.Result, c.Short, p, strings.Join(c.Features, ", "), dur(c.Elapsed))
 	}
 
+	if len(r.Others) > 0 {
+		fmt.Fprintf(&b, "\n## Other tests\n\nTests outside profile %s that ran (their features were claimed too; not counted above):\n\n", r.Profile.Name)
+		b.WriteString("| result | test | features | time |\n|---|---|---|---|\n")
+		for _, c := range r.Others {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", c.Result, c.Short, strings.Join(c.Features, ", "), dur(c.Elapsed))
+		}
+	}
+
 	var failed []Case
-	for _, c := range append(slices.Clone(r.Core), r.Extended...) {
+	for _, c := range slices.Concat(r.Core, r.Extended, r.Others) {
 		if c.Result == "failed" {
 			failed = append(failed, c)
 		}
