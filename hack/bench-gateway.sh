@@ -44,6 +44,8 @@
 #   CLOSE_CONNS  wrk connections with Connection: close (default 16)
 #   CHANGES      route changes per table size (default 100; 0 skips)
 #   PROXIES      which proxies (default "nginx flatnet")
+#   PROFILE      write a CPU profile of flatnet's proxy over all its runs
+#                here (go tool pprof -top PROFILE)
 #   NICE         niceness of the proxies, wrk and the backends (default -10:
 #                ahead of builds on a shared machine; 0 to run as is)
 set -euo pipefail
@@ -181,7 +183,8 @@ start_nginx() {
 }
 
 start_flatnet() {
-  ip netns exec "$gw" nice -n "$nice" taskset -c 0 "$gwbench" serve -listen "$listen" -routes "$routes" -backends "$backends" >"$root/flatnet.log" 2>&1 &
+  ip netns exec "$gw" nice -n "$nice" taskset -c 0 "$gwbench" serve -listen "$listen" -routes "$routes" -backends "$backends" \
+    ${PROFILE:+-cpuprofile "$PROFILE"} >"$root/flatnet.log" 2>&1 &
   server_pid=$!
 }
 

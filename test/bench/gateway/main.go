@@ -34,6 +34,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,8 +146,10 @@ func splitListen(listen string) (string, int32, error) {
 
 func serve(args []string) error {
 	var metrics bool
+	var cpuProfile string
 	c, err := flags("serve", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&metrics, "metrics", true, "keep Prometheus metrics on, as flatnet gateway runs")
+		fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole serving time here")
 	})
 	if err != nil {
 		return err
@@ -175,6 +178,17 @@ func serve(args []string) error {
 	debug.FreeOSMemory()
 	fmt.Printf("ready routes=%d build_ms=%.1f rss_kib=%d heap_kib=%d\n", c.routes,
 		float64(built.Microseconds())/1000, rssKiB(), heapKiB())
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
