@@ -148,6 +148,8 @@ type fastConn struct {
 	hdr    bytes.Reader // the header block being parsed
 	body   countingBody
 	fw     flushWriter
+	xff    [1]string // X-Forwarded-For of the request in flight
+	xfh    [1]string // X-Forwarded-Host
 
 	// ctx is canceled when the client is found gone while its request is
 	// with a backend (watch), which ends the backend's request.
@@ -414,7 +416,7 @@ func (c *fastConn) forward(st *reqState, req *http.Request) fastOutcome {
 	if trailers {
 		req.Header["Te"] = trailersValue // the client reads trailers: say so, as ReverseProxy does
 	}
-	setXForwarded(req, c.remote)
+	c.setXForwarded(req)
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = emptyValue // Request.Write would add Go's
 	}
@@ -524,18 +526,20 @@ func removeHopHeaders(h http.Header) {
 
 // setXForwarded sets X-Forwarded-For (appending to the client's),
 // X-Forwarded-Host and X-Forwarded-Proto, and drops Forwarded, as
-// ProxyRequest.SetXForwarded after Rewrite's stripping.
-func setXForwarded(req *http.Request, remote string) {
-	ip, _, err := net.SplitHostPort(remote)
+// ProxyRequest.SetXForwarded after Rewrite's stripping. The values live
+// in c: req is gone before the next request.
+func (c *fastConn) setXForwarded(req *http.Request) {
+	ip, _, err := net.SplitHostPort(c.remote)
 	if err != nil {
-		ip = remote
+		ip = c.remote
 	}
 	if prior := req.Header["X-Forwarded-For"]; len(prior) > 0 {
 		ip = strings.Join(prior, ", ") + ", " + ip
 	}
 	delete(req.Header, "Forwarded")
-	req.Header["X-Forwarded-For"] = []string{ip}
-	req.Header["X-Forwarded-Host"] = []string{req.Host}
+	c.xff[0], c.xfh[0] = ip, req.Host
+	req.Header["X-Forwarded-For"] = c.xff[:]
+	req.Header["X-Forwarded-Host"] = c.xfh[:]
 	req.Header["X-Forwarded-Proto"] = httpValue
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/flatnet/flatnet/internal/gateway/table"
 )
@@ -238,3 +241,29 @@ func (closeConn) RemoteAddr() net.Addr             { return nil }
 func (closeConn) SetDeadline(time.Time) error      { return nil }
 func (closeConn) SetReadDeadline(time.Time) error  { return nil }
 func (closeConn) SetWriteDeadline(time.Time) error { return nil }
+
+// TestWriteRequest: what writeRequest writes reads back as the request it
+// was, and a value with line breaks (a filter's) cannot add a header.
+func TestWriteRequest(t *testing.T) {
+	req, _ := http.NewRequest("GET", "http://10.0.0.1:8080/a%2Fb/c?x=1&y=%20", nil)
+	req.Host = "front.example.com"
+	req.Header = http.Header{
+		"User-Agent": {""}, "Accept": {"text/plain", "*/*"},
+		"X-Filter": {"value\r\nX-Injected: 1"}, "X-Spaces": {"  padded  "},
+	}
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	writeRequest(w, req)
+	w.Flush()
+	got, err := http.ReadRequest(bufio.NewReader(&b))
+	if err != nil {
+		t.Fatalf("%q: %v", b.String(), err)
+	}
+	if got.Method != "GET" || got.RequestURI != "/a%2Fb/c?x=1&y=%20" || got.Host != "front.example.com" {
+		t.Errorf("got %s %s Host %s", got.Method, got.RequestURI, got.Host)
+	}
+	want := http.Header{"Accept": {"text/plain", "*/*"}, "X-Filter": {"value  X-Injected: 1"}, "X-Spaces": {"padded"}}
+	if diff := cmp.Diff(want, got.Header); diff != "" {
+		t.Errorf("headers (-want +got):\n%s", diff)
+	}
+}
