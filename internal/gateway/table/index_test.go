@@ -87,3 +87,34 @@ func name(r *Rule) string {
 	}
 	return fmt.Sprintf("%s(%+v)", r.Action.Route, r.Match.Path)
 }
+
+// FuzzMatch: any request target and Host give no panic, and the index
+// picks what a scan picks.
+func FuzzMatch(f *testing.F) {
+	for _, s := range []string{"/", "/a/b", "/a//b/", "/%2e%2e/a", "/ab?q=1", "*", "/a/./b/../c"} {
+		f.Add(s, "x.example.com:80", "1")
+	}
+	rules := randomRules(rand.New(rand.NewPCG(3, 4)), 200)
+	h := &Host{Rules: rules}
+	h.finish()
+	scan := &Host{Rules: h.Rules}
+	p := NewPort(1, 1, HTTP)
+	p.Add("*.example.com", &Rule{})
+	p.Finish()
+	f.Fuzz(func(t *testing.T, target, host, x string) {
+		p.Lookup(host)
+		r, err := http.NewRequest("POST", "http://h", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := r.URL.Parse(target)
+		if err != nil {
+			return
+		}
+		r.URL = u
+		r.Header.Set("X", x)
+		if got, want := h.Match(r), scan.Match(r); got != want {
+			t.Fatalf("%q: index picked %v, scan %v", target, name(got), name(want))
+		}
+	})
+}
