@@ -100,7 +100,13 @@ type Output struct {
 
 // Compile computes the table and statuses for in. It does not modify in.
 func Compile(in *Input) *Output {
-	c := newCompiler(in)
+	return compileAll(newCompiler(in))
+}
+
+// compileAll is Compile on a prepared compiler, which it leaves holding
+// the indexes and listeners for Incremental.
+func compileAll(c *compiler) *Output {
+	in := c.in
 	c.loadMemo()
 	out := &Output{
 		Table:          &table.Table{Ports: map[int32]*table.Port{}},
@@ -142,6 +148,13 @@ type compiler struct {
 	memo        memoState
 	lastGateway lastGateway
 	names       map[svcPort]string
+
+	// Incremental only: the records of what each route filed and
+	// counted (recs, rec: the route being attached) and, during Routes,
+	// the rules to file per touched host (delta).
+	recs  map[RouteKey]*routeRec
+	rec   *routeRec
+	delta map[hostRef][]*table.Rule
 }
 
 func newCompiler(in *Input) *compiler {

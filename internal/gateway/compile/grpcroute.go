@@ -11,11 +11,13 @@ import (
 )
 
 func (c *compiler) grpcRoutes() {
-	compileRoutes(c, c.in.GRPCRoutes, "GRPCRoute", func(gr *gwv1.GRPCRoute) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname) {
-		return &gr.ObjectMeta, &gr.Spec.CommonRouteSpec, gr.Spec.Hostnames
-	}, c.grpcRules, func(gr *gwv1.GRPCRoute, parents []gwv1.RouteParentStatus) {
+	compileRoutes(c, c.in.GRPCRoutes, "GRPCRoute", grpcSpec, c.grpcRules, func(gr *gwv1.GRPCRoute, parents []gwv1.RouteParentStatus) {
 		c.out.GRPCRoutes[nn(gr.Namespace, gr.Name)] = gwv1.GRPCRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: parents}}
 	})
+}
+
+func grpcSpec(gr *gwv1.GRPCRoute) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname) {
+	return &gr.ObjectMeta, &gr.Spec.CommonRouteSpec, gr.Spec.Hostnames
 }
 
 // httpFilters gives GRPCRoute filters the shape of the HTTPRoute ones they

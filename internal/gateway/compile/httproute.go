@@ -13,11 +13,13 @@ import (
 )
 
 func (c *compiler) httpRoutes() {
-	compileRoutes(c, c.in.HTTPRoutes, "HTTPRoute", func(hr *gwv1.HTTPRoute) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname) {
-		return &hr.ObjectMeta, &hr.Spec.CommonRouteSpec, hr.Spec.Hostnames
-	}, c.httpRules, func(hr *gwv1.HTTPRoute, parents []gwv1.RouteParentStatus) {
+	compileRoutes(c, c.in.HTTPRoutes, "HTTPRoute", httpSpec, c.httpRules, func(hr *gwv1.HTTPRoute, parents []gwv1.RouteParentStatus) {
 		c.out.HTTPRoutes[nn(hr.Namespace, hr.Name)] = gwv1.HTTPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: parents}}
 	})
+}
+
+func httpSpec(hr *gwv1.HTTPRoute) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname) {
+	return &hr.ObjectMeta, &hr.Spec.CommonRouteSpec, hr.Spec.Hostnames
 }
 
 // compileRoutes compiles the routes of one kind: the rules of those with a
@@ -31,14 +33,32 @@ func compileRoutes[T any](c *compiler, objs []T, kind gwv1.Kind,
 	rules func(*route, T), status func(T, []gwv1.RouteParentStatus)) {
 	r := &route{}
 	for _, o := range objs {
-		meta, common, hostnames := spec(o)
-		r.reset(kind, meta, hostnames, common.ParentRefs)
-		if c.hasOurParent(r) && !c.memoRoute(r, o, meta.ResourceVersion) {
-			rules(r, o)
-			c.keepRoute(r, o, meta.ResourceVersion)
-		}
-		status(o, c.attach(r))
+		status(o, compileRoute(c, r, o, kind, spec, rules))
 	}
+}
+
+// compileRoute compiles one route (reusing r's memory) and attaches it;
+// when the compiler keeps records (Incremental), what it filed and counted
+// is recorded under the route's key.
+func compileRoute[T any](c *compiler, r *route, o T, kind gwv1.Kind,
+	spec func(T) (*metav1.ObjectMeta, *gwv1.CommonRouteSpec, []gwv1.Hostname),
+	rules func(*route, T)) []gwv1.RouteParentStatus {
+	meta, common, hostnames := spec(o)
+	r.reset(kind, meta, hostnames, common.ParentRefs)
+	if c.hasOurParent(r) && !c.memoRoute(r, o, meta.ResourceVersion) {
+		rules(r, o)
+		c.keepRoute(r, o, meta.ResourceVersion)
+	}
+	if c.recs == nil {
+		return c.attach(r)
+	}
+	c.rec = &routeRec{}
+	parents := c.attach(r)
+	if len(c.rec.counted) > 0 || len(c.rec.filed) > 0 {
+		c.recs[RouteKey{Kind: kind, Namespace: meta.Namespace, Name: meta.Name}] = c.rec
+	}
+	c.rec = nil
+	return parents
 }
 
 // hasOurParent reports whether any parentRef names one of our Gateways, so

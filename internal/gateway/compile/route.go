@@ -84,10 +84,12 @@ func (r *route) names() {
 	r.nsName = r.kindName[len(r.kind)+1:]
 }
 
-// portHost names one hostname of one table Port, to file a route's rules
-// there only once however many of its parentRefs lead to it.
-type portHost struct {
-	port *table.Port
+// hostRef names one hostname (canonical: lower case, no trailing dot)
+// of one table Port by its bind, to file a route's rules there only once
+// however many of its parentRefs lead to it; the incremental compiler
+// records them per route.
+type hostRef struct {
+	bind int32
 	host string
 }
 
@@ -97,7 +99,7 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 	var parents []gwv1.RouteParentStatus
 	// A route has a parentRef or two: slices beat maps here.
 	var counted []*listener
-	var filed []portHost
+	var filed []hostRef
 	for _, ref := range r.parentRefs {
 		group, kind := gatewayGroup, "Gateway"
 		if ref.Group != nil {
@@ -165,16 +167,13 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 				if a.l.bind == 0 {
 					continue
 				}
-				p := c.out.Table.Ports[a.l.bind]
 				for _, h := range a.hosts {
-					ph := portHost{p, h}
+					ph := hostRef{a.l.bind, canonicalHost(h)}
 					if slices.Contains(filed, ph) || hostOwner(a.l.gw, a.l.spec.Port, h) != a.l {
 						continue
 					}
 					filed = append(filed, ph)
-					for _, rule := range r.rules {
-						p.Add(h, rule)
-					}
+					c.file(ph, r.rules)
 				}
 			}
 		}
@@ -188,7 +187,29 @@ func (c *compiler) attach(r *route) []gwv1.RouteParentStatus {
 		}
 		parents = append(parents, ps)
 	}
+	if c.rec != nil {
+		c.rec.counted, c.rec.filed = counted, filed
+	}
 	return parents
+}
+
+// file adds a route's rules under one hostname of a port: straight into
+// the Port being built, or, in an incremental update, into the delta of
+// the hosts to rebuild.
+func (c *compiler) file(ph hostRef, rules []*table.Rule) {
+	if c.delta != nil {
+		c.delta[ph] = append(c.delta[ph], rules...)
+		return
+	}
+	p := c.out.Table.Ports[ph.bind]
+	for _, rule := range rules {
+		p.Add(ph.host, rule)
+	}
+}
+
+// canonicalHost is a hostname as the table files it.
+func canonicalHost(h string) string {
+	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
 // hostOwner is the listener that requests for hostname h (a name, a

@@ -80,12 +80,7 @@ func (p *Port) Finish() {
 	for _, h := range p.Wildcards {
 		p.wild[h.Name[1:]] = h
 	}
-	slices.SortFunc(p.Wildcards, func(a, b *Host) int {
-		if len(a.Name) != len(b.Name) {
-			return len(b.Name) - len(a.Name)
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(p.Wildcards, compareWildcards)
 	for _, h := range p.Exact {
 		h.finish()
 	}
@@ -95,6 +90,14 @@ func (p *Port) Finish() {
 	if p.Any != nil {
 		p.Any.finish()
 	}
+}
+
+// compareWildcards orders wildcard Hosts longest suffix first.
+func compareWildcards(a, b *Host) int {
+	if len(a.Name) != len(b.Name) {
+		return len(b.Name) - len(a.Name)
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 func (h *Host) finish() {
