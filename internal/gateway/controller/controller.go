@@ -6,13 +6,18 @@
 // objects' statuses and keeps each Gateway's frontend Service
 // (frontends.go).
 //
-// Design. Every change, whatever the object, triggers one full compile
-// from the informers' caches: compiling 10,000 routes takes milliseconds,
-// and a full compile cannot miss a dependency (a Secret a listener uses, a
-// ReferenceGrant a backend needs). Triggers coalesce: a burst of events
-// costs one compile after the one running. Statuses and frontends are
-// written by a second loop that always works on the newest result, so
-// thousands of status writes at start never hold up the data plane.
+// Design. A change to anything but routes triggers one full compile from
+// the informers' caches: a full compile cannot miss a dependency (a
+// Secret a listener uses, a ReferenceGrant a backend needs). When only
+// HTTPRoutes and GRPCRoutes changed since the last compile, the event
+// handlers have recorded their keys (changes) and sync recompiles just
+// those (compile.Incremental): at 10,000 routes a full compile costs tens
+// of milliseconds, a one-route change under two. The first sync, a burst
+// of more than maxIncremental route changes, and anything else go the
+// full way. Triggers coalesce: a burst of events costs one compile after
+// the one running. Statuses and frontends are written by a second loop
+// that always works on the newest result, so thousands of status writes
+// at start never hold up the data plane.
 package controller
 
 import (
@@ -86,7 +91,9 @@ type Controller struct {
 	start   func(stop <-chan struct{})
 
 	trigger    chan struct{}
-	generation uint64 // of the tables handed over (sync's goroutine only)
+	changes    changes
+	inc        compile.Incremental // sync's goroutine only
+	generation uint64              // of the tables handed over (sync's goroutine only)
 	leader     atomic.Bool
 	// latest is the newest compile result for the status loop.
 	latest  atomic.Pointer[desiredStatus]
@@ -123,7 +130,8 @@ type listers struct {
 
 // New wires the informers; Run starts them.
 func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Options, log klog.Logger) *Controller {
-	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1), routeMemo: statusMemo{}}
+	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1), routeMemo: statusMemo{},
+		changes: changes{full: true}}
 	kf := informers.NewSharedInformerFactory(kc, 0)
 	// Only TLS Secrets: a listener or an Ingress can use no other kind,
 	// and a cluster's other Secrets would only cost memory here.
@@ -131,28 +139,34 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 		o.FieldSelector = "type=" + string(corev1.SecretTypeTLS)
 	}))
 	gf := gwinformers.NewSharedInformerFactory(gc, 0)
+	full := func(any) { c.changes.all(); c.Trigger() }
 	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.Trigger() },
-		UpdateFunc: func(any, any) { c.Trigger() },
-		DeleteFunc: func(any) { c.Trigger() },
+		AddFunc:    full,
+		UpdateFunc: func(_, n any) { full(n) },
+		DeleteFunc: full,
 	}
 	// Objects whose status this controller writes: a status-only update
 	// (same generation, labels and annotations) changes nothing compile
 	// reads, and reacting to it would make every status write cost a
 	// compile (at 10,000 routes, a feedback loop that starves the data
 	// plane's updates).
-	specOnly := h
-	specOnly.UpdateFunc = func(o, n any) {
-		if specChanged(o, n) {
-			c.Trigger()
+	specOnly := func(changed func(any)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: changed,
+			UpdateFunc: func(o, n any) {
+				if specChanged(o, n) {
+					changed(n)
+				}
+			},
+			DeleteFunc: changed,
 		}
 	}
-	add := func(i cache.SharedIndexInformer) {
-		_, _ = i.AddEventHandler(h)
-		c.synced = append(c.synced, i.HasSynced)
+	// Routes: only their keys are recorded, for an incremental compile.
+	routeChanged := func(kind gwv1.Kind) func(any) {
+		return func(o any) { c.changes.route(kind, o); c.Trigger() }
 	}
-	addSpecOnly := func(i cache.SharedIndexInformer) {
-		_, _ = i.AddEventHandler(specOnly)
+	add := func(i cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+		_, _ = i.AddEventHandler(h)
 		c.synced = append(c.synced, i.HasSynced)
 	}
 	v1 := gf.Gateway().V1()
@@ -170,11 +184,12 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 		ingresses:      kf.Networking().V1().Ingresses().Lister(),
 		ingressClasses: kf.Networking().V1().IngressClasses().Lister(),
 	}
+	add(v1.HTTPRoutes().Informer(), specOnly(routeChanged("HTTPRoute")))
+	add(v1.GRPCRoutes().Informer(), specOnly(routeChanged("GRPCRoute")))
 	for _, i := range []cache.SharedIndexInformer{
-		v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(),
-		v1.GRPCRoutes().Informer(), kf.Networking().V1().Ingresses().Informer(),
+		v1.GatewayClasses().Informer(), v1.Gateways().Informer(), kf.Networking().V1().Ingresses().Informer(),
 	} {
-		addSpecOnly(i)
+		add(i, specOnly(full))
 	}
 	for _, i := range []cache.SharedIndexInformer{
 		v1.ReferenceGrants().Informer(),
@@ -182,20 +197,20 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 		kf.Discovery().V1().EndpointSlices().Informer(), sf.Core().V1().Secrets().Informer(),
 		kf.Networking().V1().IngressClasses().Informer(),
 	} {
-		add(i)
+		add(i, h)
 	}
 	// Nodes matter only to the frontends' EndpointSlices (Ready, InternalIP).
 	nodes := kf.Core().V1().Nodes().Informer()
 	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.Trigger() },
+		AddFunc: full,
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*corev1.Node)
 			nn, ok2 := n.(*corev1.Node)
 			if !ok1 || !ok2 || nodeReady(on) != nodeReady(nn) || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
-				c.Trigger()
+				full(n)
 			}
 		},
-		DeleteFunc: func(any) { c.Trigger() },
+		DeleteFunc: full,
 	})
 	c.synced = append(c.synced, nodes.HasSynced)
 	c.start = func(stop <-chan struct{}) {
@@ -253,12 +268,19 @@ func (c *Controller) Run(ctx context.Context) error {
 // sync compiles the caches into a table and hands it to the data plane.
 func (c *Controller) sync(ctx context.Context) {
 	t0 := time.Now()
+	full, routes := c.changes.take()
 	in, err := c.input()
 	if err != nil {
+		c.changes.all()
 		c.log.Error(err, "Reading the caches")
 		return
 	}
-	out := compile.Compile(in)
+	var out *compile.Output
+	if full || !c.inc.Ready() {
+		out = c.inc.Compile(in)
+	} else {
+		out = c.inc.Routes(in, routes)
+	}
 	c.generation++
 	out.Table.Generation = c.generation
 	if err := c.proxy.Update(out.Table); err != nil {
@@ -273,7 +295,7 @@ func (c *Controller) sync(ctx context.Context) {
 	case c.written <- struct{}{}:
 	default:
 	}
-	c.log.V(2).Info("Synced", "generation", out.Table.Generation, "ports", len(out.Table.Ports), "took", time.Since(t0))
+	c.log.V(2).Info("Synced", "generation", out.Table.Generation, "ports", len(out.Table.Ports), "full", full, "routes", len(routes), "took", time.Since(t0))
 }
 
 // statusLoop writes statuses and frontends from the newest compile while
