@@ -134,6 +134,24 @@ echo "   $ans"
 echo "   netexec answered by name; kube-dns is $dnsip, served on each node by its agent;"
 echo "   external.test came from the lab's external host, the cluster DNS's upstream"
 
+step "L7: a Gateway (class flatnet) and an HTTPRoute in front of the netexec Service, from the external host"
+lab kubectl -- apply -f docs/examples/gateway.yaml
+lab kubectl -- wait --for=condition=Programmed gateway/web --timeout=60s
+gwip=$(lab kubectl -- get gateway web -o jsonpath='{.status.addresses[0].value}')
+lab kubectl -- get gateway web
+ext=fl-$name-ext
+echo "   \$ ip netns exec $ext curl -si -H 'Host: www.example.com' http://$gwip/hostname"
+ans=""
+for _ in $(seq 50); do
+  ans=$(ip netns exec "$ext" curl -si -m 2 -H 'Host: www.example.com' "http://$gwip/hostname") && [[ $ans == *"200 OK"* ]] && break
+  sleep 0.2
+done
+[[ $ans == *"200 OK"* ]] || { echo "   the Gateway did not answer: $ans" >&2; exit 1; }
+printf '%s\n' "$ans" | tr -d '\r' | grep -Ei '^HTTP|^x-served-by|^netexec' | sed 's/^/   /'
+printf '   %s\n' "$(printf '%s' "$ans" | tail -1)"
+echo "   the external host reached the pod through the Gateway's LoadBalancer IP: flatnet gateway on the"
+echo "   receiving node matched the HTTPRoute and sent it straight to a netexec pod (docs/gateway.md)"
+
 node1=$(lab status | awk '/^NODE/ {getline; print $5; exit}')
 cat <<MSG
 

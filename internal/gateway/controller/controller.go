@@ -291,10 +291,7 @@ func (c *Controller) sync(ctx context.Context) {
 	c.lastGen, c.lastSync = out.Table.Generation, time.Now()
 	c.mu.Unlock()
 	c.latest.Store(out)
-	select {
-	case c.written <- struct{}{}:
-	default:
-	}
+	c.pokeStatus()
 	c.log.V(2).Info("Synced", "generation", out.Table.Generation, "ports", len(out.Table.Ports), "full", full, "routes", len(routes), "took", time.Since(t0))
 }
 
@@ -314,13 +311,43 @@ func (c *Controller) statusLoop(ctx context.Context) {
 		if out == nil {
 			continue
 		}
-		if err := c.reconcileFrontends(ctx); err != nil {
-			c.log.Error(err, "Frontend Services")
+		ferr := c.reconcileFrontends(ctx)
+		if ferr != nil {
+			c.log.Error(ferr, "Frontend Services")
 		}
-		if err := c.writeStatuses(ctx, out); err != nil {
-			c.log.Error(err, "Statuses")
+		serr := c.writeStatuses(ctx, out)
+		if serr != nil && !onlyRetry(serr) {
+			c.log.Error(serr, "Statuses")
+		}
+		if ferr != nil || serr != nil {
+			// A failed or conflicting write gets another pass: our own
+			// status writes trigger none.
+			time.AfterFunc(statusRetry, c.pokeStatus)
 		}
 	}
+}
+
+// statusRetry is how soon a status pass that failed runs again.
+const statusRetry = 500 * time.Millisecond
+
+func (c *Controller) pokeStatus() {
+	select {
+	case c.written <- struct{}{}:
+	default:
+	}
+}
+
+// onlyRetry reports whether err holds nothing but errRetry.
+func onlyRetry(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, errRetry) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, errRetry)
 }
 
 // input reads everything compile needs from the caches.
@@ -452,10 +479,7 @@ func (c *Controller) lead(ctx context.Context) error {
 			OnStartedLeading: func(context.Context) {
 				c.log.Info("Leading: writing statuses and frontend Services", "identity", id)
 				c.leader.Store(true)
-				select {
-				case c.written <- struct{}{}:
-				default:
-				}
+				c.pokeStatus()
 			},
 			OnStoppedLeading: func() {
 				c.log.Info("No longer leading", "identity", id)

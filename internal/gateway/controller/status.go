@@ -42,6 +42,9 @@ func (m statusMemo) set(key types.NamespacedName, rv string, want []gwv1.RoutePa
 	m[key] = memoEntry{rv, want}
 }
 
+// errRetry marks a status pass to run again soon (a write conflicted).
+var errRetry = errors.New("status write conflicted: will retry")
+
 // writeStatuses writes every desired status that differs from the
 // object's. Objects gone from the cache are skipped (a conflict or a
 // missing object is retried on the next sync, which the object's own
@@ -50,7 +53,14 @@ func (c *Controller) writeStatuses(ctx context.Context, st *desiredStatus) error
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	var errs []error
 	note := func(what string, err error) {
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			// The cache was behind our own last write. Nothing else
+			// will trigger a pass (status-only updates do not), so
+			// ask for one.
+			errs = append(errs, errRetry)
+		default:
 			errs = append(errs, fmt.Errorf("writing %s status: %w", what, err))
 		}
 	}
