@@ -139,7 +139,7 @@ lab kubectl -- apply -f docs/examples/gateway.yaml
 lab kubectl -- wait --for=condition=Programmed gateway/web --timeout=60s
 gwip=$(lab kubectl -- get gateway web -o jsonpath='{.status.addresses[0].value}')
 lab kubectl -- get gateway web
-ext=fl-$name-ext
+ext=fl-${LAB_NAME:-flatnet}-ext
 echo "   \$ ip netns exec $ext curl -si -H 'Host: www.example.com' http://$gwip/hostname"
 ans=""
 for _ in $(seq 50); do
@@ -147,7 +147,7 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 [[ $ans == *"200 OK"* ]] || { echo "   the Gateway did not answer: $ans" >&2; exit 1; }
-printf '%s\n' "$ans" | tr -d '\r' | grep -Ei '^HTTP|^x-served-by|^netexec' | sed 's/^/   /'
+printf '%s\n' "$ans" | tr -d '\r' | grep -Ei '^HTTP|^x-served-by' | sed 's/^/   /'
 printf '   %s\n' "$(printf '%s' "$ans" | tail -1)"
 echo "   the external host reached the pod through the Gateway's LoadBalancer IP: flatnet gateway on the"
 echo "   receiving node matched the HTTPRoute and sent it straight to a netexec pod (docs/gateway.md)"
