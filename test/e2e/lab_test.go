@@ -623,6 +623,8 @@ func TestLab(t *testing.T) {
 
 	t.Run("External", func(t *testing.T) { checkExternal(t, l) })
 
+	t.Run("Gateway", func(t *testing.T) { checkGateway(t, l) })
+
 	t.Run("DNS", func(t *testing.T) { checkDNS(t, l, labPods) })
 
 	t.Run("FullSizePacket", func(t *testing.T) {
