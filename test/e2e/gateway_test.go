@@ -353,7 +353,26 @@ func setupGateway(t *testing.T, l *testLab) *gwEnv {
 		t.Fatalf("Gateway gw not Programmed with an address in 60s: %v\n%s\n(gateway logs: %s/gateway-*.log)", err, st, s.LogDir())
 	}
 	e.addr = last.Status.Addresses[0].Value
-	t.Logf("Gateway gw Programmed with address %s after %s", e.addr, time.Since(t0).Round(time.Millisecond))
+	programmed := time.Since(t0)
+	// The address answers (404: no route yet) on every node's gateway
+	// (new connections spread over the nodes), or no case can pass.
+	c := e.client(false)
+	answers := 0
+	err = retry(30*time.Second, func() error {
+		_, err := ask(c, "http://nothing.gw.test/", nil)
+		if err == nil || !strings.Contains(err.Error(), "404") {
+			answers = 0
+			return fmt.Errorf("want 404, got %v", err)
+		}
+		if answers++; answers < 6 {
+			return errors.New("again")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Gateway gw's address %s does not answer from the external host: %v (gateway logs: %s/gateway-*.log)", e.addr, err, s.LogDir())
+	}
+	t.Logf("Gateway gw Programmed with address %s after %s, answering after %s", e.addr, programmed.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	return e
 }
 
@@ -601,8 +620,8 @@ func (e *gwEnv) h2c(t *testing.T) {
 }
 
 // load runs requests to url on keep-alive and new connections, and
-// WebSockets echoing every 10 ms, until stop is closed; then it returns
-// what it saw.
+// WebSockets echoing every 10 ms, until stop is closed; the function it
+// returns waits for them and returns what they saw.
 type loadResult struct {
 	requests, wsMessages int
 	failures, wsDropped  []string
@@ -625,15 +644,19 @@ func (e *gwEnv) load(url, wsURL string, workers, sockets int, check func(*netexe
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := keep
+			// Paced: the load must leave the 2 cores to the API server
+			// and the gateways, and new connections from one client
+			// address must not wrap its ephemeral ports within
+			// TIME_WAIT (a SYN meeting an old flow's state was lost).
+			c, pace := keep, 2*time.Millisecond
 			if w%2 == 1 {
-				c = fresh
+				c, pace = fresh, 20*time.Millisecond
 			}
 			for {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-time.After(pace):
 				}
 				t0 := time.Now()
 				ri, err := ask(c, url, nil)
