@@ -12,7 +12,7 @@ package e2e
 // b.gw.test, certificates made here) serves every case; each case has its
 // own HTTPRoute (its own hostname), so the cases can run alone (-run
 // 'TestLab/Gateway/Canary'). Backends: Service gw-a (pods on nodes 1 and
-// 2), gw-b (node 3) and gw-h2c (gw-b's pod, appProtocol kubernetes.io/h2c).
+// 2 and 3), gw-b (node 3) and gw-h2c (gw-b's pod, appProtocol kubernetes.io/h2c).
 
 import (
 	"context"
@@ -279,7 +279,10 @@ func setupGateway(t *testing.T, l *testLab) *gwEnv {
 	e := &gwEnv{l: l, gw: gc, ext: lab.NetnsPath(s.External.Netns)}
 
 	type backend struct{ pod, app, node string }
-	backends := []backend{{"gw-a1", "gw-a", s.Nodes[0].Name}, {"gw-a2", "gw-a", s.Nodes[1].Name}, {"gw-b1", "gw-b", s.Nodes[2].Name}}
+	backends := []backend{
+		{"gw-a1", "gw-a", s.Nodes[0].Name}, {"gw-a2", "gw-a", s.Nodes[1].Name}, {"gw-a3", "gw-a", s.Nodes[2].Name},
+		{"gw-b1", "gw-b", s.Nodes[2].Name},
+	}
 	var pods []string
 	for _, b := range backends {
 		p := netexecPod(b.pod, b.node)
@@ -682,7 +685,14 @@ func (e *gwEnv) load(url, wsURL string, workers, sockets int, check func(*netexe
 		opened.Add(1)
 		go func() {
 			defer wg.Done()
-			ws, err := e.wsDial(wsURL)
+			// Opened with retries: a node's gateway may not have the
+			// route yet. Only what happens after the opening counts.
+			var ws *websocket.Conn
+			err := retry(30*time.Second, func() error {
+				var err error
+				ws, err = e.wsDial(wsURL)
+				return err
+			})
 			opened.Done()
 			if err != nil {
 				mu.Lock()
@@ -811,83 +821,89 @@ func (e *gwEnv) routeChurn(t *testing.T) {
 	}
 }
 
-// endpointRemoval: a pod leaves gw-a (relabelled: its Service no longer
-// selects it), then is deleted, while requests run: no request fails, and
-// none reaches it later than 1 s after its EndpointSlice said so.
+// endpointRemoval: while requests run, one pod of gw-a leaves the
+// Service (relabelled: scaled down, it keeps running), then another is
+// deleted while still an endpoint: no request fails, and none reaches a
+// removed pod later than 1 s after its EndpointSlice stopped listing it
+// ready.
 func (e *gwEnv) endpointRemoval(t *testing.T) {
-	if len(e.podsA) < 2 {
-		t.Fatalf("gw-a has %v; the removal needs two pods", e.podsA)
+	if len(e.podsA) < 3 {
+		t.Fatalf("gw-a has %v; the removal needs three pods", e.podsA)
 	}
 	e.createRoute(t, gwRoute("gw-removal", []string{"removal.gw.test"}, gwv1.HTTPRouteRule{BackendRefs: []gwv1.HTTPBackendRef{gwBackend("gw-a", 1)}}))
 	const url = "http://removal.gw.test/request/removal"
-	victim, keep := e.podsA[1], e.podsA[0]
 	nc := e.client(false)
-	waitServed(t, nc, url, nil, servedBy([]string{victim}))
-	waitServed(t, nc, url, nil, servedBy([]string{keep}))
+	for _, p := range e.podsA {
+		waitServed(t, nc, url, nil, servedBy([]string{p}))
+	}
 	ctx := context.Background()
-	pod, err := e.l.c.CoreV1().Pods(gwNS).Get(ctx, victim, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	victimIP := pod.Status.PodIP
-
-	stop := make(chan struct{})
-	finish := e.load(url, "ws://removal.gw.test/ws", 4, 0, servedBy(e.podsA), stop)
-	time.Sleep(500 * time.Millisecond)
-	patch := []byte(`{"metadata":{"labels":{"app":"gw-a-removed"}}}`)
-	if _, err := e.l.c.CoreV1().Pods(gwNS).Patch(ctx, victim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		close(stop)
-		finish()
-		t.Fatal(err)
-	}
-	// When its EndpointSlice no longer lists it ready (polled every 20 ms).
-	var changed time.Time
-	deadline := time.Now().Add(30 * time.Second)
-	for changed.IsZero() && time.Now().Before(deadline) {
-		list, err := e.l.c.DiscoveryV1().EndpointSlices(gwNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=gw-a"})
-		if err == nil && !readyIn(list.Items, victimIP) {
-			changed = time.Now()
-			break
+	pods := e.l.c.CoreV1().Pods(gwNS)
+	for _, step := range []struct {
+		how    string
+		victim string
+		remove func(victim string) error
+	}{
+		{"relabelled out of the Service", e.podsA[1], func(victim string) error {
+			_, err := pods.Patch(ctx, victim, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"gw-a-removed"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"deleted", e.podsA[2], func(victim string) error { return pods.Delete(ctx, victim, metav1.DeleteOptions{}) }},
+	} {
+		pod, err := pods.Get(ctx, step.victim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if changed.IsZero() {
+		stop := make(chan struct{})
+		finish := e.load(url, "", 4, 0, servedBy(e.podsA), stop)
+		time.Sleep(500 * time.Millisecond)
+		removed := time.Now()
+		err = step.remove(step.victim)
+		// When the EndpointSlice stops listing it ready (polled every 20 ms).
+		var changed time.Time
+		for err == nil && changed.IsZero() && time.Since(removed) < 30*time.Second {
+			list, lerr := e.l.c.DiscoveryV1().EndpointSlices(gwNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=gw-a"})
+			if lerr == nil && !readyIn(list.Items, pod.Status.PodIP) {
+				changed = time.Now()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err == nil && changed.IsZero() {
+			err = fmt.Errorf("gw-a's EndpointSlice still lists %s ready 30 s later", pod.Status.PodIP)
+		}
+		if err == nil {
+			time.Sleep(3 * time.Second)
+		}
 		close(stop)
-		finish()
-		t.Fatalf("gw-a's EndpointSlice still lists %s (%s) 30 s after it left the Service", victim, victimIP)
-	}
-	time.Sleep(3 * time.Second)
-	// Now delete it: nothing should notice.
-	deleted := time.Now()
-	e.l.deleteAndWait(t, victim)
-	time.Sleep(time.Second)
-	close(stop)
-	res := finish()
-	var late []string
-	last := time.Time{}
-	for _, s := range res.served {
-		if s.pod == victim {
-			if s.at.After(last) {
+		res := finish()
+		if err != nil {
+			t.Fatalf("%s %s: %v", step.how, step.victim, err)
+		}
+		var late []string
+		var last time.Time
+		for _, s := range res.served {
+			if s.pod == step.victim {
 				last = s.at
-			}
-			if s.at.After(changed.Add(time.Second)) {
-				late = append(late, s.at.Sub(changed).String())
+				if s.at.After(changed.Add(time.Second)) {
+					late = append(late, s.at.Sub(changed).Round(time.Millisecond).String())
+				}
 			}
 		}
+		lastS := "none during the run"
+		if !last.IsZero() {
+			lastS = last.Sub(changed).Round(time.Millisecond).String() + " after"
+		}
+		t.Logf("%s %s: EndpointSlice changed %s later; %d requests (p99 %s), %d failed; its last answer started %s the change",
+			step.how, step.victim, changed.Sub(removed).Round(time.Millisecond), res.requests,
+			percentile(res.latencies, 0.99).Round(time.Microsecond), len(res.failures), lastS)
+		if len(res.failures) > 0 {
+			t.Errorf("%s %s: %d of %d requests failed; first: %s", step.how, step.victim, len(res.failures), res.requests, res.failures[0])
+		}
+		if len(late) > 0 {
+			t.Errorf("%s %s: %d requests reached it more than 1 s after its EndpointSlice change: %v", step.how, step.victim, len(late), late)
+		}
 	}
-	lastS := "none during the run"
-	if !last.IsZero() {
-		lastS = last.Sub(changed).Round(time.Millisecond).String() + " after"
-	}
-	t.Logf("endpoint removal: %d requests (p99 %s), %d failed; %s's last answer started %s its EndpointSlice change; deleting it took %s",
-		res.requests, percentile(res.latencies, 0.99).Round(time.Microsecond), len(res.failures), victim, lastS, time.Since(deleted).Round(time.Millisecond))
-	if len(res.failures) > 0 {
-		t.Errorf("%d of %d requests failed while an endpoint left and was deleted; first: %s", len(res.failures), res.requests, res.failures[0])
-	}
-	if len(late) > 0 {
-		t.Errorf("%d requests reached %s more than 1 s after its EndpointSlice change: %v", len(late), victim, late)
-	}
-	e.podsA = []string{keep}
+	e.l.deleteAndWait(t, e.podsA[1], e.podsA[2])
+	e.podsA = e.podsA[:1]
 }
 
 func readyIn(list []discoveryv1.EndpointSlice, ip string) bool {
