@@ -155,6 +155,25 @@ func servedBy(pods []string) func(*netexec.RequestInfo) error {
 	}
 }
 
+// upstreamErrors is every node's gateway's flatnet_gateway_upstream_errors_total
+// series, to say why a request failed.
+func (e *gwEnv) upstreamErrors() string {
+	var b strings.Builder
+	for _, n := range e.l.spec.Nodes {
+		body, err := httpGet(lab.NetnsPath(n.Netns), "127.0.0.1:9082", "/metrics")
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", n.Name, err)
+			continue
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "flatnet_gateway_upstream_errors_total") {
+				fmt.Fprintf(&b, "%s: %s\n", n.Name, line)
+			}
+		}
+	}
+	return b.String()
+}
+
 // ---- objects
 
 func gwPathPrefix(p string) gwv1.HTTPRouteMatch {
@@ -811,7 +830,7 @@ func (e *gwEnv) routeChurn(t *testing.T) {
 		t.Error(patchErr)
 	}
 	if len(res.failures) > 0 {
-		t.Errorf("%d of %d requests failed during the route changes; first: %s", len(res.failures), res.requests, res.failures[0])
+		t.Errorf("%d of %d requests failed during the route changes; first: %s\nthe gateways' upstream errors:\n%s", len(res.failures), res.requests, res.failures[0], e.upstreamErrors())
 	}
 	if len(res.wsDropped) > 0 {
 		t.Errorf("%d WebSockets dropped during the route changes: %v", len(res.wsDropped), res.wsDropped)
@@ -896,7 +915,7 @@ func (e *gwEnv) endpointRemoval(t *testing.T) {
 			step.how, step.victim, changed.Sub(removed).Round(time.Millisecond), res.requests,
 			percentile(res.latencies, 0.99).Round(time.Microsecond), len(res.failures), lastS)
 		if len(res.failures) > 0 {
-			t.Errorf("%s %s: %d of %d requests failed; first: %s", step.how, step.victim, len(res.failures), res.requests, res.failures[0])
+			t.Errorf("%s %s: %d of %d requests failed; first: %s\nthe gateways' upstream errors:\n%s", step.how, step.victim, len(res.failures), res.requests, res.failures[0], e.upstreamErrors())
 		}
 		if len(late) > 0 {
 			t.Errorf("%s %s: %d requests reached it more than 1 s after its EndpointSlice change: %v", step.how, step.victim, len(late), late)
