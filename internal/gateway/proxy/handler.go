@@ -241,6 +241,7 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 	if a.Retry != nil && req.Body == nil && !st.upgrade {
 		tries += a.Retry.Attempts
 	}
+	redials := 0
 	for try := 1; ; try++ {
 		rq := req
 		var cancel context.CancelFunc
@@ -250,6 +251,29 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 			rq = req.WithContext(ctx)
 		}
 		resp, err := st.tr.RoundTrip(rq)
+		// A connection that was never made carried nothing: another
+		// endpoint of the backend gets the request, whatever the route's
+		// Retry says (nginx's proxy_next_upstream error does the same). A
+		// pod that has just stopped refuses connections until every
+		// gateway has its EndpointSlice change; without this, each of
+		// those moments cost a 502 (TestLab/Gateway/EndpointRemoval).
+		if err != nil && errorReason(err) == "connect" && redials < len(st.b.Endpoints)-1 &&
+			req.Body == nil && req.Context().Err() == nil {
+			redials++
+			st.s.m.upstreamErrors.WithLabelValues(st.b.Name, "connect").Inc()
+			if cancel != nil {
+				cancel()
+			}
+			for range st.b.Endpoints { // the round robin's next one that is another
+				if ep := st.b.Endpoint(); ep != "" && ep != st.ep {
+					st.ep = ep
+					req.URL.Host = ep
+					break
+				}
+			}
+			try--
+			continue
+		}
 		if try < tries && req.Context().Err() == nil && retryable(a.Retry, resp, err) {
 			if err != nil {
 				st.s.m.upstreamErrors.WithLabelValues(st.b.Name, errorReason(err)).Inc()
