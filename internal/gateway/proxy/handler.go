@@ -251,26 +251,12 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 			rq = req.WithContext(ctx)
 		}
 		resp, err := st.tr.RoundTrip(rq)
-		// A connection that was never made carried nothing: another
-		// endpoint of the backend gets the request, whatever the route's
-		// Retry says (nginx's proxy_next_upstream error does the same). A
-		// pod that has just stopped refuses connections until every
-		// gateway has its EndpointSlice change; without this, each of
-		// those moments cost a 502 (TestLab/Gateway/EndpointRemoval).
-		if err != nil && errorReason(err) == "connect" && redials < len(st.b.Endpoints)-1 &&
-			req.Body == nil && req.Context().Err() == nil {
+		if req.Body == nil && req.Context().Err() == nil && st.redial(err, redials) {
 			redials++
-			st.s.m.upstreamErrors.WithLabelValues(st.b.Name, "connect").Inc()
 			if cancel != nil {
 				cancel()
 			}
-			for range st.b.Endpoints { // the round robin's next one that is another
-				if ep := st.b.Endpoint(); ep != "" && ep != st.ep {
-					st.ep = ep
-					req.URL.Host = ep
-					break
-				}
-			}
+			req.URL.Host = st.ep
 			try--
 			continue
 		}
@@ -302,6 +288,28 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return resp, err
 	}
+}
+
+// redial reports whether a try that failed with err, after redials such
+// tries, goes to another endpoint of the backend, and moves st there. A
+// connection that was never made carried nothing, so this holds whatever
+// the route's Retry says (nginx's proxy_next_upstream error does the
+// same): a pod that has just stopped refuses connections until every
+// gateway has its EndpointSlice change, and each of those moments cost a
+// 502 (TestLab/Gateway/EndpointRemoval). The caller checks that the
+// request can be sent again (no body).
+func (st *reqState) redial(err error, redials int) bool {
+	if err == nil || errorReason(err) != "connect" || redials >= len(st.b.Endpoints)-1 {
+		return false
+	}
+	st.s.m.upstreamErrors.WithLabelValues(st.b.Name, "connect").Inc()
+	for range st.b.Endpoints { // the round robin's next one that is another
+		if ep := st.b.Endpoint(); ep != "" && ep != st.ep {
+			st.ep = ep
+			return true
+		}
+	}
+	return false
 }
 
 func retryable(rt *table.Retry, resp *http.Response, err error) bool {
