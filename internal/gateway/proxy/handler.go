@@ -251,7 +251,7 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 			rq = req.WithContext(ctx)
 		}
 		resp, err := st.tr.RoundTrip(rq)
-		if req.Body == nil && req.Context().Err() == nil && st.redial(err, redials) {
+		if req.Body == nil && req.Context().Err() == nil && st.redial(err, req, redials) {
 			redials++
 			if cancel != nil {
 				cancel()
@@ -290,19 +290,27 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// redial reports whether a try that failed with err, after redials such
-// tries, goes to another endpoint of the backend, and moves st there. A
-// connection that was never made carried nothing, so this holds whatever
-// the route's Retry says (nginx's proxy_next_upstream error does the
-// same): a pod that has just stopped refuses connections until every
-// gateway has its EndpointSlice change, and each of those moments cost a
-// 502 (TestLab/Gateway/EndpointRemoval). The caller checks that the
-// request can be sent again (no body).
-func (st *reqState) redial(err error, redials int) bool {
-	if err == nil || errorReason(err) != "connect" || redials >= len(st.b.Endpoints)-1 {
+// redial reports whether a try of req that failed with err, after
+// redials such tries, goes to another endpoint of the backend, and moves
+// st there: when the connection was never made (it carried nothing), or
+// when an idempotent request got no answer (a connection reset or closed
+// before the response). nginx's default proxy_next_upstream (error) does
+// the same. A pod that has just stopped refuses or resets connections
+// until every gateway has its EndpointSlice change, and each of those
+// moments cost a 502 (TestLab/Gateway/EndpointRemoval). The caller checks
+// that req can be sent again (no body).
+func (st *reqState) redial(err error, req *http.Request, redials int) bool {
+	if err == nil || redials >= len(st.b.Endpoints)-1 {
 		return false
 	}
-	st.s.m.upstreamErrors.WithLabelValues(st.b.Name, "connect").Inc()
+	reason := errorReason(err)
+	switch {
+	case reason == "connect":
+	case reason == "reset" && (req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions):
+	default:
+		return false
+	}
+	st.s.m.upstreamErrors.WithLabelValues(st.b.Name, reason).Inc()
 	for range st.b.Endpoints { // the round robin's next one that is another
 		if ep := st.b.Endpoint(); ep != "" && ep != st.ep {
 			st.ep = ep

@@ -640,21 +640,38 @@ func TestCloseStopsListening(t *testing.T) {
 	}
 }
 
-// An endpoint that refuses connections (a pod that just stopped, before
-// its EndpointSlice change reached the gateway) costs no request: the
-// refused connection carried nothing, so the next endpoint gets it, with
+// An endpoint that refuses connections, or resets them before it answers
+// (a pod that just stopped, before its EndpointSlice change reached the
+// gateway), costs no idempotent request: the next endpoint gets it, with
 // no Retry on the route; on the fast path and on net/http's.
 func TestRefusedEndpointSkipped(t *testing.T) {
 	e1 := newBackend(t, "e1")
+	resets, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resets.Close()
+	go func() {
+		for {
+			c, err := resets.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetLinger(0) // RST, not FIN
+			c.Close()
+		}
+	}()
+	down := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens there
 	for _, noFast := range []bool{false, true} {
-		s := newTestServer(t, Options{DisableFastPath: noFast})
-		bind := freePort(t)
-		down := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens there
-		b := &table.Backend{Name: "ns/svc:80", Weight: 1, Endpoints: []string{down, e1.ep()}}
-		mustUpdate(t, s, tableOf(port(bind, table.HTTP, hosted{"", []*table.Rule{rule("/", forward("HTTPRoute/ns/r", b))}})))
-		for i := range 10 {
-			if resp, body := get(t, bind, "r", "/"); resp.StatusCode != 200 {
-				t.Errorf("DisableFastPath %v, request %d: %d %q, want 200 from the endpoint that listens", noFast, i, resp.StatusCode, body)
+		for _, bad := range []string{down, resets.Addr().String()} {
+			s := newTestServer(t, Options{DisableFastPath: noFast})
+			bind := freePort(t)
+			b := &table.Backend{Name: "ns/svc:80", Weight: 1, Endpoints: []string{bad, e1.ep()}}
+			mustUpdate(t, s, tableOf(port(bind, table.HTTP, hosted{"", []*table.Rule{rule("/", forward("HTTPRoute/ns/r", b))}})))
+			for i := range 6 {
+				if resp, body := get(t, bind, "r", "/"); resp.StatusCode != 200 {
+					t.Errorf("DisableFastPath %v, endpoint %s, request %d: %d %q, want 200 from the endpoint that answers", noFast, bad, i, resp.StatusCode, body)
+				}
 			}
 		}
 	}
