@@ -162,6 +162,6 @@ func BenchmarkIncremental10kRoutesOneChange(b *testing.B) {
 		r.ResourceVersion = fmt.Sprint(i + 2)
 		in.HTTPRoutes[i%len(in.HTTPRoutes)] = r
 		i++
-		x.Routes(in, []RouteKey{{Kind: "HTTPRoute", Namespace: r.Namespace, Name: r.Name}})
+		x.Routes([]RouteKey{{Kind: "HTTPRoute", Namespace: r.Namespace, Name: r.Name}}, func(RouteKey) any { return r })
 	}
 }

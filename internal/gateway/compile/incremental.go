@@ -80,16 +80,17 @@ func (x *Incremental) Compile(in *Input) *Output {
 // Ready reports whether Routes can work from a previous Compile.
 func (x *Incremental) Ready() bool { return x.c != nil }
 
-// Routes recompiles the routes named in changed, read from in, where
-// in differs from the Input of the previous call only in those routes
-// (added, updated or deleted: a key with no object in in is a deletion).
-// Without a previous Compile it does one.
-func (x *Incremental) Routes(in *Input, changed []RouteKey) *Output {
+// Routes recompiles the routes named in changed, where nothing but those
+// routes changed since the previous Compile or Routes: get returns each
+// one's current object (*gwv1.HTTPRoute or *gwv1.GRPCRoute), nil for one
+// that is gone. Its cost does not grow with the number of routes beyond
+// copying maps (the Output's route statuses, the hostnames of the ports
+// it touches). It returns nil before the first Compile.
+func (x *Incremental) Routes(changed []RouteKey, get func(RouteKey) any) *Output {
 	if x.c == nil {
-		return x.Compile(in)
+		return nil
 	}
 	c, old := x.c, x.out
-	c.in = in
 	out := &Output{
 		Table:          &table.Table{Ports: maps.Clone(old.Table.Ports)},
 		GatewayClasses: old.GatewayClasses,
@@ -99,24 +100,8 @@ func (x *Incremental) Routes(in *Input, changed []RouteKey) *Output {
 		Ingresses:      old.Ingresses,
 	}
 	c.out = out
-
-	want := make(map[RouteKey]bool, len(changed))
-	for _, k := range changed {
-		want[k] = true
-	}
-	keys := slices.SortedFunc(maps.Keys(want), compareRouteKeys)
-	https := map[RouteKey]*gwv1.HTTPRoute{}
-	for _, o := range in.HTTPRoutes {
-		if k := (RouteKey{"HTTPRoute", o.Namespace, o.Name}); want[k] {
-			https[k] = o
-		}
-	}
-	grpcs := map[RouteKey]*gwv1.GRPCRoute{}
-	for _, o := range in.GRPCRoutes {
-		if k := (RouteKey{"GRPCRoute", o.Namespace, o.Name}); want[k] {
-			grpcs[k] = o
-		}
-	}
+	keys := slices.SortedFunc(slices.Values(changed), compareRouteKeys)
+	keys = slices.Compact(keys)
 
 	// Undo the old versions: their counts now, their rules when the
 	// hosts they were filed under are rebuilt.
@@ -145,12 +130,15 @@ func (x *Incremental) Routes(in *Input, changed []RouteKey) *Output {
 	c.memo.ports, c.memo.routes = map[svcPort]*portMemo{}, map[any]*routeMemo{}
 	r := &route{}
 	for _, k := range keys {
+		o := get(k)
 		if k.Kind == "HTTPRoute" {
-			recompile(c, r, k, https[k], out.HTTPRoutes, httpSpec, c.httpRules, func(ps []gwv1.RouteParentStatus) gwv1.HTTPRouteStatus {
+			hr, _ := o.(*gwv1.HTTPRoute)
+			recompile(c, r, k, hr, out.HTTPRoutes, httpSpec, c.httpRules, func(ps []gwv1.RouteParentStatus) gwv1.HTTPRouteStatus {
 				return gwv1.HTTPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: ps}}
 			})
 		} else {
-			recompile(c, r, k, grpcs[k], out.GRPCRoutes, grpcSpec, c.grpcRules, func(ps []gwv1.RouteParentStatus) gwv1.GRPCRouteStatus {
+			gr, _ := o.(*gwv1.GRPCRoute)
+			recompile(c, r, k, gr, out.GRPCRoutes, grpcSpec, c.grpcRules, func(ps []gwv1.RouteParentStatus) gwv1.GRPCRouteStatus {
 				return gwv1.GRPCRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: ps}}
 			})
 		}
@@ -203,6 +191,18 @@ func recompile[T comparable, S any](c *compiler, r *route, k RouteKey, o T, stat
 		return
 	}
 	statuses[nn(k.Namespace, k.Name)] = status(compileRoute(c, r, o, k.Kind, spec, rules))
+}
+
+// RoutesIn is a get for Routes that reads the routes of in.
+func RoutesIn(in *Input) func(RouteKey) any {
+	m := make(map[RouteKey]any, len(in.HTTPRoutes)+len(in.GRPCRoutes))
+	for _, o := range in.HTTPRoutes {
+		m[RouteKey{"HTTPRoute", o.Namespace, o.Name}] = o
+	}
+	for _, o := range in.GRPCRoutes {
+		m[RouteKey{"GRPCRoute", o.Namespace, o.Name}] = o
+	}
+	return func(k RouteKey) any { return m[k] }
 }
 
 func compareRouteKeys(a, b RouteKey) int {

@@ -269,17 +269,17 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) sync(ctx context.Context) {
 	t0 := time.Now()
 	full, routes := c.changes.take()
-	in, err := c.input()
-	if err != nil {
-		c.changes.all()
-		c.log.Error(err, "Reading the caches")
-		return
-	}
 	var out *compile.Output
 	if full || !c.inc.Ready() {
+		in, err := c.input()
+		if err != nil {
+			c.changes.all()
+			c.log.Error(err, "Reading the caches")
+			return
+		}
 		out = c.inc.Compile(in)
 	} else {
-		out = c.inc.Routes(in, routes)
+		out = c.inc.Routes(routes, c.route)
 	}
 	c.generation++
 	out.Table.Generation = c.generation
@@ -293,6 +293,22 @@ func (c *Controller) sync(ctx context.Context) {
 	c.latest.Store(out)
 	c.pokeStatus()
 	c.log.V(2).Info("Synced", "generation", out.Table.Generation, "ports", len(out.Table.Ports), "full", full, "routes", len(routes), "took", time.Since(t0))
+}
+
+// route reads a changed route from the cache for compile.Incremental:
+// nil when it is gone.
+func (c *Controller) route(k compile.RouteKey) any {
+	var o any
+	var err error
+	if k.Kind == "GRPCRoute" {
+		o, err = c.listers.grpcRoutes.GRPCRoutes(k.Namespace).Get(k.Name)
+	} else {
+		o, err = c.listers.httpRoutes.HTTPRoutes(k.Namespace).Get(k.Name)
+	}
+	if err != nil {
+		return nil
+	}
+	return o
 }
 
 // statusLoop writes statuses and frontends from the newest compile while
