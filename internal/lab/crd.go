@@ -23,6 +23,7 @@ import (
 	"path"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -116,6 +117,17 @@ func apply(ctx context.Context, res dynamic.ResourceInterface, obj *unstructured
 	return err
 }
 
+// holds reports whether got has want's labels and spec (fields got has
+// beyond want's, defaults say, do not count).
+func holds(got, want *unstructured.Unstructured) bool {
+	for k, v := range want.GetLabels() {
+		if got.GetLabels()[k] != v {
+			return false
+		}
+	}
+	return equality.Semantic.DeepDerivative(want.Object["spec"], got.Object["spec"])
+}
+
 // ensureCRDs applies every embedded CRD, waits until each is Established,
 // then applies the classes.
 func ensureCRDs(ctx context.Context, kubeconfig string) error {
@@ -161,8 +173,16 @@ func ensureCRDs(ctx context.Context, kubeconfig string) error {
 		// Established can come a moment before the API serves the kind
 		// (404): retry that briefly.
 		var last error
+		res := dc.Resource(c.gvr)
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, crdEstablishTimeout, true, func(ctx context.Context) (bool, error) {
-			last = apply(ctx, dc.Resource(c.gvr), c.obj)
+			// Left alone when it holds what we apply: a GatewayClass
+			// applied again is written again (a new resourceVersion for
+			// its defaulted status), even with nothing changed.
+			if got, err := res.Get(ctx, c.obj.GetName(), metav1.GetOptions{}); err == nil && holds(got, c.obj) {
+				last = nil
+				return true, nil
+			}
+			last = apply(ctx, res, c.obj)
 			return last == nil, nil
 		})
 		if err != nil {

@@ -96,3 +96,32 @@ func TestCRDEstablished(t *testing.T) {
 		}
 	}
 }
+
+func TestHolds(t *testing.T) {
+	want := labClasses()[0].obj
+	got := want.DeepCopy()
+	if !holds(got, want) {
+		t.Error("a copy does not hold it")
+	}
+	got.Object["status"] = map[string]any{"conditions": []any{}}
+	got.SetLabels(map[string]string{"app.kubernetes.io/managed-by": "flatnet-lab", "other": "x"})
+	if err := unstructured.SetNestedField(got.Object, "more", "spec", "extra"); err != nil {
+		t.Fatal(err)
+	}
+	if !holds(got, want) {
+		t.Error("status, another label or another spec field make it differ")
+	}
+	for _, change := range []func(u *unstructured.Unstructured){
+		func(u *unstructured.Unstructured) { u.SetLabels(nil) },
+		func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "x/y", "spec", "controllerName")
+		},
+		func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "description") },
+	} {
+		got := want.DeepCopy()
+		change(got)
+		if holds(got, want) {
+			t.Errorf("%v holds %v", got.Object, want.Object)
+		}
+	}
+}
