@@ -28,6 +28,7 @@ var SupportedFeatures = []features.FeatureName{
 	features.SupportGRPCRouteNamedRouteRule,
 	features.SupportGateway,
 	features.SupportGatewayHTTPListenerIsolation,
+	features.SupportGatewayHTTPSListenerDetectMisdirectedRequests,
 	features.SupportGatewayPort8080,
 	features.SupportHTTPRoute,
 	features.SupportHTTPRoute303RedirectStatusCode,
