@@ -3,7 +3,6 @@ package lab
 import (
 	"bytes"
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -11,8 +10,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/flatnet/flatnet/internal/lab/controlplane"
-	"github.com/flatnet/flatnet/internal/testutil"
+	"github.com/flatnet/flatnet/internal/lab/controlplane/cptest"
 )
 
 // TestEnsureCRDsRoot applies the lab's CRDs and classes to a real
@@ -21,31 +19,16 @@ import (
 // classes name flatnet's controllers, and the second call changes
 // nothing (same resourceVersions).
 func TestEnsureCRDsRoot(t *testing.T) {
-	testutil.RequireRoot(t)
-	binDir, err := controlplane.BinDir()
-	if err != nil {
-		testutil.Skip(t, "%v (make k8s builds them)", err)
-	}
-	state := t.TempDir()
-	var log bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	kubeconfig, _ := cptest.Start(t, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	info, err := controlplane.Up(ctx, controlplane.Config{StateDir: state, BinDir: binDir, Addr: netip.MustParseAddr("127.0.0.1")}, &log)
-	t.Cleanup(func() {
-		if err := controlplane.Down(state); err != nil {
-			t.Errorf("control plane down: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("control plane up: %v\n%s", err, log.String())
-	}
 	start := time.Now()
-	if err := EnsureCRDs(ctx, info.Kubeconfig); err != nil {
+	if err := EnsureCRDs(ctx, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("CRDs Established and classes applied in %s", time.Since(start).Round(time.Millisecond))
 
-	rc, err := clientcmd.BuildConfigFromFlags("", info.Kubeconfig)
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +67,7 @@ func TestEnsureCRDsRoot(t *testing.T) {
 		return out
 	}
 	first := versions()
-	if err := EnsureCRDs(ctx, info.Kubeconfig); err != nil {
+	if err := EnsureCRDs(ctx, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range versions() {
