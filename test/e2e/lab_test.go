@@ -941,6 +941,9 @@ func TestLab(t *testing.T) {
 		// up --nodes grows a running lab.
 		out := l2.mustCLI(t, "up", "--nodes", "2")
 		steps := 3 // node 2, its agent, ready
+		if !l2.spec.Manifest() {
+			steps++ // its flatnet gateway (a DaemonSet's pod with --install manifest)
+		}
 		if l2.spec.Containerd() {
 			steps += 2 // the images for node 2's kubelet, the kubelet
 		}
