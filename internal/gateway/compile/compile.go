@@ -22,6 +22,9 @@
 //     listener's attachedRoutes.
 //  4. The Gateway statuses are finished last, once attachedRoutes are known.
 //
+// When only routes changed, Incremental (incremental.go) redoes steps 3
+// and 4 for those routes alone, on the state a full compile left.
+//
 // Statuses are desired data: conditions carry ObservedGeneration and a zero
 // LastTransitionTime; the writer merges them with the current ones
 // (status.go: Merge*).

@@ -301,3 +301,40 @@ func TestIncrementalNotReady(t *testing.T) {
 		t.Fatal("not Ready after Compile")
 	}
 }
+
+// TestIncrementalConcurrentReads: the tables Routes returned are read (as
+// the proxy does) while the next ones are built; under -race this checks
+// nothing shared is written.
+func TestIncrementalConcurrentReads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	in := diffWorld()
+	for i := range 12 {
+		addRoute(in, randRoute(rng, "a", fmt.Sprintf("r%d", i), 2+i, i%4 == 3))
+	}
+	var x Incremental
+	tables := make(chan *table.Table, 1)
+	tables <- x.Compile(in).Table
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tb := range tables {
+			lookups(tb)
+		}
+	}()
+	for step := range 30 {
+		i := rng.IntN(12)
+		kind := gwv1.Kind("HTTPRoute")
+		if i%4 == 3 {
+			kind = "GRPCRoute"
+		}
+		name := fmt.Sprintf("r%d", i)
+		next := *in
+		next.HTTPRoutes, next.GRPCRoutes = slices.Clone(in.HTTPRoutes), slices.Clone(in.GRPCRoutes)
+		removeRoute(&next, kind, "a", name)
+		addRoute(&next, randRoute(rng, "a", name, 100+step, i%4 == 3))
+		in = &next
+		tables <- x.Routes([]RouteKey{{kind, "a", name}}, RoutesIn(in)).Table
+	}
+	close(tables)
+	<-done
+}
