@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -22,8 +20,7 @@ import (
 	"github.com/flatnet/flatnet/internal/gateway/table"
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab"
-	"github.com/flatnet/flatnet/internal/lab/controlplane"
-	"github.com/flatnet/flatnet/internal/testutil"
+	"github.com/flatnet/flatnet/internal/lab/controlplane/cptest"
 )
 
 // fakeDataPlane records the tables the controller hands over.
@@ -53,28 +50,13 @@ func (f *fakeDataPlane) current() (*table.Table, int) {
 // port on the bind port serving the route's endpoints, and a second sync
 // with nothing changed writes nothing.
 func TestControllerOnAPIServer(t *testing.T) {
-	testutil.RequireRoot(t)
-	binDir, err := controlplane.BinDir()
-	if err != nil {
-		testutil.Skip(t, "%v (make k8s builds them)", err)
-	}
-	state := t.TempDir()
-	var log bytes.Buffer
+	kubeconfig, _ := cptest.Start(t, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 3*time.Minute)
 	defer cancel()
-	info, err := controlplane.Up(ctx, controlplane.Config{StateDir: state, BinDir: binDir, Addr: netip.MustParseAddr("127.0.0.1")}, &log)
-	t.Cleanup(func() {
-		if err := controlplane.Down(state); err != nil {
-			t.Errorf("control plane down: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("control plane up: %v\n%s", err, log.String())
-	}
-	if err := lab.EnsureCRDs(ctx, info.Kubeconfig); err != nil {
+	if err := lab.EnsureCRDs(ctx, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := kube.Config(info.Kubeconfig, "gateway-test")
+	cfg, err := kube.Config(kubeconfig, "gateway-test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,13 +20,11 @@ package controller
 // the backend all live there and nothing touches this machine's network.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -51,6 +49,7 @@ import (
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/lab/controlplane/cptest"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -65,8 +64,7 @@ const benchBackendIP = "10.99.0.1"
 
 func BenchmarkRouteChangeServed(b *testing.B) {
 	testutil.RequireRoot(b)
-	binDir, err := controlplane.BinDir()
-	if err != nil {
+	if _, err := controlplane.BinDir(); err != nil {
 		testutil.Skip(b, "%v (make k8s builds them)", err)
 	}
 	if os.Getenv("FLATNET_GW_INNER") != "1" {
@@ -85,23 +83,13 @@ func BenchmarkRouteChangeServed(b *testing.B) {
 		return
 	}
 	big, probes := envInt("FLATNET_GW_ROUTES", 10000), envInt("FLATNET_GW_PROBES", 50)
-	state := b.TempDir()
-	var log bytes.Buffer
+	kubeconfig, _ := cptest.Start(b, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	info, err := controlplane.Up(ctx, controlplane.Config{StateDir: state, BinDir: binDir, Addr: netip.MustParseAddr("127.0.0.1")}, &log)
-	b.Cleanup(func() {
-		if err := controlplane.Down(state); err != nil {
-			b.Errorf("control plane down: %v", err)
-		}
-	})
-	if err != nil {
-		b.Fatalf("control plane up: %v\n%s", err, log.String())
-	}
-	if err := lab.EnsureCRDs(ctx, info.Kubeconfig); err != nil {
+	if err := lab.EnsureCRDs(ctx, kubeconfig); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := kube.Config(info.Kubeconfig, "gateway-bench")
+	cfg, err := kube.Config(kubeconfig, "gateway-bench")
 	if err != nil {
 		b.Fatal(err)
 	}
