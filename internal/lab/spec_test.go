@@ -267,7 +267,7 @@ func TestPlan(t *testing.T) {
 		return strings.TrimSpace(b.String())
 	}
 	all := Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
-		Nodes:  map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
+		Nodes:    map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
 		Agents:   map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
 		Gateways: map[string]bool{"flatnet-node1": true, "flatnet-node2": true}}
 	cases := []struct {
