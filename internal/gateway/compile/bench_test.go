@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flatnet/flatnet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,7 +92,7 @@ func BenchmarkCompile10kRoutes(b *testing.B) {
 // 2-core machine), the figures are what matter.
 func TestCompileScale(t *testing.T) {
 	if testing.Short() {
-		t.Skip("short")
+		testutil.Skip(t, "-short: compiling 10,000 routes takes seconds")
 	}
 	in := scaleInput(1000, 10)
 	Compile(in) // warm the caches the runtime keeps

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/flatnet/flatnet/internal/gateway/table"
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
 // dateless is a backend whose answers have no Date header: the fast loop
@@ -31,7 +32,7 @@ func TestFastLoopHandsOver(t *testing.T) {
 	srv := dateless(t)
 	s := newTestServer(t, Options{})
 	if s.o.DisableFastPath {
-		t.Skip("fast path disabled (FLATNET_PROXY_NO_FAST)")
+		testutil.Skip(t, "fast path disabled (FLATNET_PROXY_NO_FAST): unset it to test the fast loop")
 	}
 	bind := serveOne(t, s, srv.Listener.Addr().String())
 	_, br := sendRaw(t, bind, "GET /one HTTP/1.1\r\nHost: a\r\n\r\n"+
@@ -61,7 +62,7 @@ func TestFastLoopLeavesRequests(t *testing.T) {
 	srv := dateless(t)
 	s := newTestServer(t, Options{})
 	if s.o.DisableFastPath {
-		t.Skip("fast path disabled (FLATNET_PROXY_NO_FAST)")
+		testutil.Skip(t, "fast path disabled (FLATNET_PROXY_NO_FAST): unset it to test the fast loop")
 	}
 	bind := freePort(t)
 	ep := srv.Listener.Addr().String()
