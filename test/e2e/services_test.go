@@ -986,7 +986,10 @@ func checkAgentRestart(t *testing.T, l *testLab, client labPod, addr string, wan
 	fresh := newService()
 	faddr := net.JoinHostPort(fresh.Spec.ClusterIP, "80")
 	t1 := time.Now()
-	key := fresh.Spec.ClusterIP + " . tcp . 80"
+	// In service-ips, mapped to the Service's chain: the same key in
+	// no-endpoint-services (goto reject-chain) is the Service before its
+	// EndpointSlice arrived, which rejects.
+	key := fresh.Spec.ClusterIP + " . tcp . 80 : goto sv"
 	if err := waitProxyRules(n, 30*time.Second, func(rules string) string {
 		if !strings.Contains(rules, key) {
 			return fmt.Sprintf("no %q in the table", key)
