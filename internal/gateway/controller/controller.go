@@ -98,8 +98,8 @@ type Controller struct {
 	// latest is the newest compile result for the status loop.
 	latest  atomic.Pointer[desiredStatus]
 	written chan struct{}
-	// routeMemo: statusLoop's goroutine only.
-	routeMemo statusMemo
+	// routeMemo (HTTPRoutes) and grpcMemo: statusLoop's goroutine only.
+	routeMemo, grpcMemo statusMemo
 
 	mu       sync.Mutex
 	lastGen  uint64

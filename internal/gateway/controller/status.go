@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,7 +22,7 @@ import (
 	"github.com/flatnet/flatnet/internal/gateway/compile"
 )
 
-// statusMemo remembers, per route, the desired parents last found
+// statusMemo remembers, per route (one memo per kind), the desired parents last found
 // written and the object's resourceVersion then: while both hold, the
 // route needs no merge and no comparison. At 10,000 routes that keeps a
 // status pass after each sync to map lookups and one small comparison
@@ -40,6 +41,25 @@ func (m statusMemo) same(key types.NamespacedName, rv string, want []gwv1.RouteP
 
 func (m statusMemo) set(key types.NamespacedName, rv string, want []gwv1.RouteParentStatus) {
 	m[key] = memoEntry{rv, want}
+}
+
+// write brings one route's parents (cur, at resourceVersion rv) to want
+// through update, which returns the written object's resourceVersion;
+// a route the memo knows as written, or whose merged parents already
+// equal cur, costs no call.
+func (m statusMemo) write(key types.NamespacedName, rv string, cur, want []gwv1.RouteParentStatus, now metav1.Time,
+	update func([]gwv1.RouteParentStatus) (string, error)) error {
+	if m.same(key, rv, want) {
+		return nil
+	}
+	if parents := compile.MergeRouteParents(cur, want, now); !equality.Semantic.DeepEqual(parents, cur) {
+		var err error
+		if rv, err = update(parents); err != nil {
+			return err
+		}
+	}
+	m.set(key, rv, want)
+	return nil
 }
 
 // errRetry marks a status pass to run again soon (a write conflicted).
@@ -96,36 +116,36 @@ func (c *Controller) writeStatuses(ctx context.Context, st *desiredStatus) error
 		if err != nil {
 			continue
 		}
-		if c.routeMemo.same(key, cur.ResourceVersion, want.Parents) {
-			continue
-		}
-		parents := compile.MergeRouteParents(cur.Status.Parents, want.Parents, now)
-		rv := cur.ResourceVersion
-		if !equality.Semantic.DeepEqual(parents, cur.Status.Parents) {
-			o := cur.DeepCopy()
-			o.Status.Parents = parents
-			got, err := gw.HTTPRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
-			note("HTTPRoute "+key.String(), err)
-			if err != nil {
-				continue
-			}
-			rv = got.ResourceVersion
-		}
-		c.routeMemo.set(key, rv, want.Parents)
+		note("HTTPRoute "+key.String(), c.routeMemo.write(key, cur.ResourceVersion, cur.Status.Parents, want.Parents, now,
+			func(parents []gwv1.RouteParentStatus) (string, error) {
+				o := cur.DeepCopy()
+				o.Status.Parents = parents
+				got, err := gw.HTTPRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+				if err != nil {
+					return "", err
+				}
+				return got.ResourceVersion, nil
+			}))
 	}
 	for key, want := range st.GRPCRoutes {
 		cur, err := c.listers.grpcRoutes.GRPCRoutes(key.Namespace).Get(key.Name)
 		if err != nil {
 			continue
 		}
-		parents := compile.MergeRouteParents(cur.Status.Parents, want.Parents, now)
-		if !equality.Semantic.DeepEqual(parents, cur.Status.Parents) {
-			o := cur.DeepCopy()
-			o.Status.Parents = parents
-			_, err = gw.GRPCRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
-			note("GRPCRoute "+key.String(), err)
-		}
+		note("GRPCRoute "+key.String(), c.grpcMemo.write(key, cur.ResourceVersion, cur.Status.Parents, want.Parents, now,
+			func(parents []gwv1.RouteParentStatus) (string, error) {
+				o := cur.DeepCopy()
+				o.Status.Parents = parents
+				got, err := gw.GRPCRoutes(key.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{FieldManager: ManagedBy})
+				if err != nil {
+					return "", err
+				}
+				return got.ResourceVersion, nil
+			}))
 	}
+	// Routes gone from the output leave the memos too.
+	maps.DeleteFunc(c.routeMemo, func(k types.NamespacedName, _ memoEntry) bool { _, ok := st.HTTPRoutes[k]; return !ok })
+	maps.DeleteFunc(c.grpcMemo, func(k types.NamespacedName, _ memoEntry) bool { _, ok := st.GRPCRoutes[k]; return !ok })
 	for key, want := range st.Ingresses {
 		cur, err := c.listers.ingresses.Ingresses(key.Namespace).Get(key.Name)
 		if err != nil {
