@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/proc"
 )
@@ -35,15 +36,6 @@ func Client(kubeconfig string) (kubernetes.Interface, string, error) {
 		return nil, "", err
 	}
 	return c, rc.Host, nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func hasCNIConfig(dir string) bool {
@@ -97,7 +89,7 @@ func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Dur
 					missing = append(missing, n.Name+" not registered")
 				case kn.Spec.PodCIDR == "":
 					missing = append(missing, n.Name+" has no pod CIDR")
-				case !nodeReady(kn):
+				case !kube.NodeReady(kn):
 					missing = append(missing, n.Name+" not Ready")
 				case !hasCNIConfig(s.CNIConfDir(n)):
 					missing = append(missing, n.Name+" has no CNI config in "+s.CNIConfDir(n))

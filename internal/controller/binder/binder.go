@@ -112,7 +112,7 @@ func (b *Binder) enqueuePod(obj any) {
 }
 
 func (b *Binder) nodeChanged(old, cur *corev1.Node) {
-	if ready(old) != ready(cur) || old.Spec.Unschedulable != cur.Spec.Unschedulable ||
+	if kube.NodeReady(old) != kube.NodeReady(cur) || old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 		!labels.Equals(old.Labels, cur.Labels) || !slices.EqualFunc(old.Spec.Taints, cur.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
 		b.enqueueAll()
 	}
@@ -221,7 +221,7 @@ func needsBinding(p *corev1.Pod) bool {
 // the pod's nodeSelector, and no NoSchedule/NoExecute taint the pod does
 // not tolerate.
 func Fits(pod *corev1.Pod, node *corev1.Node) bool {
-	if !ready(node) || node.Spec.Unschedulable || node.DeletionTimestamp != nil {
+	if !kube.NodeReady(node) || node.Spec.Unschedulable || node.DeletionTimestamp != nil {
 		return false
 	}
 	if !labels.SelectorFromSet(pod.Spec.NodeSelector).Matches(labels.Set(node.Labels)) {
@@ -237,13 +237,4 @@ func Fits(pod *corev1.Pod, node *corev1.Node) bool {
 		}
 	}
 	return true
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -57,6 +57,7 @@ import (
 	"github.com/flatnet/flatnet/internal/gateway/compile"
 	"github.com/flatnet/flatnet/internal/gateway/proxy"
 	"github.com/flatnet/flatnet/internal/gateway/table"
+	"github.com/flatnet/flatnet/internal/kube"
 )
 
 // ControllerName is the GatewayClass controllerName flatnet answers to.
@@ -206,7 +207,7 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*corev1.Node)
 			nn, ok2 := n.(*corev1.Node)
-			if !ok1 || !ok2 || nodeReady(on) != nodeReady(nn) || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
+			if !ok1 || !ok2 || kube.NodeReady(on) != kube.NodeReady(nn) || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
 				full(n)
 			}
 		},

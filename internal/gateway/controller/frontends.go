@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flatnet/flatnet/internal/kube"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -247,7 +248,7 @@ type nodeAddress struct{ Name, IP string }
 func nodeAddresses(nodes []*corev1.Node) []nodeAddress {
 	var out []nodeAddress
 	for _, n := range nodes {
-		if !nodeReady(n) {
+		if !kube.NodeReady(n) {
 			continue
 		}
 		for _, a := range n.Status.Addresses {
@@ -259,15 +260,6 @@ func nodeAddresses(nodes []*corev1.Node) []nodeAddress {
 	}
 	slices.SortFunc(out, func(a, b nodeAddress) int { return strings.Compare(a.Name, b.Name) })
 	return out
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // frontendSlice is svc's EndpointSlice: every node, on the bind ports.
