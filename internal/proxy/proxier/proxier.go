@@ -1,8 +1,8 @@
 // Package proxier is flatnet's Service proxy loop for one address family:
 // informers on Services and EndpointSlices feed a change tracker
-// (proxy/tracker), and a bounded-frequency runner (proxy/runner) turns what
-// changed into one nftables transaction (proxy/nftables) run by the nft
-// runner.
+// (proxy/tracker), and a bounded-frequency runner (proxy/runner) hands what
+// changed to the proxy mode's backend (proxy.Backend: proxy/nftables,
+// proxy/iptables, proxy/userspace), which programs it.
 //
 // Design. The runner (proxy/runner) decides which syncs are full: the
 // first, the one after a failed sync, and one at least every
@@ -40,7 +40,6 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
-	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/healthcheck"
@@ -54,21 +53,21 @@ import (
 // serve, with the labels kube-proxy honours.
 const watchSelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
 
-// NFT is what the proxier needs from nftables: nft.Runner and nft.Fake
-// (bound to the renderer's family and table) implement it.
-type NFT interface {
-	NewTransaction() *knftables.Transaction
-	Run(ctx context.Context, tx *knftables.Transaction) error
-	// ListAll names the table's objects by type ("chain", "set", ...) in
-	// one read; a missing table is nil or a not-found error.
-	ListAll(ctx context.Context) (map[string][]string, error)
-}
+// NFT is what the nftables mode needs from nftables (nftables.NFT).
+type NFT = nftables.NFT
 
 // Config configures a Proxier.
 type Config struct {
 	Client kubernetes.Interface
-	NFT    NFT
-	Render nftables.Config
+	// Backend programs the rules (one proxy mode, one family). When nil,
+	// the nftables mode is built from NFT and Render.
+	Backend proxy.Backend
+	// IPv6 and NodeName say which family and node Backend serves; with
+	// the nftables mode built here they come from Render.
+	IPv6     bool
+	NodeName string
+	NFT      NFT
+	Render   nftables.Config
 	// MinSyncInterval bounds how often syncs start; MaxSyncInterval is the
 	// period of full resyncs and caps the backoff of retries.
 	MinSyncInterval time.Duration
@@ -93,17 +92,18 @@ type Config struct {
 
 // Proxier keeps one family's Service rules in sync with the API.
 type Proxier struct {
-	cfg      Config
-	renderer *nftables.Renderer
-	tracker  *tracker.Tracker
-	runner   *runner.Runner
+	cfg     Config
+	backend proxy.Backend
+	tracker *tracker.Tracker
+	runner  *runner.Runner
 
 	ipv6 bool
 
 	// Only the runner's goroutine touches the fields below.
 
-	// state is what the last successful sync wrote; nil forces a full sync.
-	state *nftables.State
+	// synced says a sync succeeded since the start or the last failure;
+	// until then every sync is full.
+	synced bool
 	// ctPrevious holds, for each service changed since the last
 	// successful sync, its model as that sync programmed it.
 	ctPrevious map[string]*proxy.Service
@@ -120,8 +120,13 @@ func New(cfg Config) *Proxier {
 	if cfg.MaxSyncInterval <= 0 {
 		cfg.MaxSyncInterval = time.Hour
 	}
-	p := &Proxier{cfg: cfg, renderer: nftables.New(cfg.Render), ctPrevious: map[string]*proxy.Service{}, ctReconcile: true}
-	p.ipv6 = p.renderer.Config().Family == knftables.IPv6Family
+	if cfg.Backend == nil {
+		b := nftables.NewBackend(cfg.NFT, cfg.Render)
+		cfg.Backend = b
+		cfg.IPv6 = b.Renderer().Config().Family == knftables.IPv6Family
+		cfg.NodeName = b.Renderer().Config().NodeName
+	}
+	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctReconcile: true}
 	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
 		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, Clock: cfg.Clock,
@@ -273,7 +278,7 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 	for _, ts := range round.TriggerTimes {
 		p.triggers = append(p.triggers, ts...)
 	}
-	full = full || p.state == nil
+	full = full || !p.synced
 	defer func() {
 		p.cfg.Metrics.SyncDone(full, p.now().Sub(start))
 		if err != nil {
@@ -281,26 +286,15 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 			p.cfg.Health.QueuedUpdate()
 		}
 	}()
-	tx := p.cfg.NFT.NewTransaction()
-	var next *nftables.State
-	if full {
-		existing, err := p.existing(ctx)
-		if err != nil {
-			p.state = nil
-			return err
-		}
-		next = p.renderer.Full(tx, services, p.state, existing)
-	} else {
-		next = p.renderer.Partial(tx, services, p.state, changed)
-	}
-	if err := p.cfg.NFT.Run(ctx, tx); err != nil {
-		// Partial updated the state in place; it no longer matches the
-		// kernel, so the retry is a full sync from a fresh listing.
-		p.state = nil
+	res, err := p.backend.Sync(ctx, services, changed, full)
+	if err != nil {
+		// The backend's memory of the last sync may no longer match
+		// what is installed, so the retry is a full sync.
+		p.synced = false
 		p.cfg.Metrics.SyncFailed()
-		return fmt.Errorf("syncing service rules (%d operations): %w", tx.NumOperations(), err)
+		return err
 	}
-	p.state = next
+	p.synced = true
 	done := p.now()
 	p.cfg.Health.Updated()
 	p.cfg.Metrics.Synced(done)
@@ -308,17 +302,17 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 		p.cfg.Metrics.ProgrammingLatency(done.Sub(t))
 	}
 	p.triggers = nil
-	p.cfg.Metrics.NoLocalEndpoints(noLocalEndpoints(services, p.renderer.Config().NodeName))
+	p.cfg.Metrics.NoLocalEndpoints(noLocalEndpoints(services, p.cfg.NodeName))
 	if p.cfg.ServiceHealth != nil {
-		if err := p.cfg.ServiceHealth.Sync(healthChecks(services, p.renderer.Config().NodeName)); err != nil {
+		if err := p.cfg.ServiceHealth.Sync(healthChecks(services, p.cfg.NodeName)); err != nil {
 			logger.Error(err, "Health check node port not served")
 		}
 	}
-	for _, c := range next.Conflicts {
+	for _, c := range res.Conflicts {
 		logger.Error(c, "Service left out in part")
 	}
 	logger.V(2).Info("Synced service rules", "full", full, "services", len(services), "changed", len(changed),
-		"operations", tx.NumOperations(), "took", done.Sub(start))
+		"operations", res.Operations, "took", done.Sub(start))
 	p.cleanupConntrack(ctx, services)
 	return nil
 }
@@ -413,16 +407,4 @@ func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Servic
 		return
 	}
 	logger.V(2).Info("Deleted stale conntrack entries", "filters", len(filters), "deleted", n)
-}
-
-// existing lists the table's chains and sets; nil when the table is absent.
-func (p *Proxier) existing(ctx context.Context) (*nftables.Existing, error) {
-	all, err := p.cfg.NFT.ListAll(ctx)
-	if nft.IsNotFound(err) || (err == nil && all == nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing table: %w", err)
-	}
-	return &nftables.Existing{Chains: all["chain"], Sets: all["set"]}, nil
 }

@@ -1,0 +1,40 @@
+package proxy
+
+import "context"
+
+// Backend programs one IP family's Service rules in one proxy mode: the
+// kernel modes (nftables, iptables) and the userspace proxy implement it.
+// The proxier (proxy/proxier) owns the informers, the change tracker, the
+// sync timing, conntrack cleanup, metrics and health; a Backend only turns
+// the model into what its mode installs.
+type Backend interface {
+	// Mode is the proxy mode's name, as /proxyMode answers it
+	// ("nftables", "iptables", "userspace").
+	Mode() string
+	// Sync makes the installed state match services (every Service of
+	// the family the proxier serves; the backend must not keep or modify
+	// them beyond the call except by copying what it needs).
+	//
+	// full: rebuild from a fresh read of what is installed (at start,
+	// after a failed sync, at least once per sync period), deleting what
+	// nobody wants any more and repairing drift. Otherwise only the
+	// services whose keys ("namespace/name") are in changed differ from
+	// the previous successful Sync; a key in changed but not in services
+	// was deleted. After an error the proxier's next call is full, so a
+	// backend may leave its memory of the previous sync inconsistent on
+	// error.
+	//
+	// A sync is atomic where the mode allows it (one nft transaction, one
+	// iptables-restore per table): packets see the old or the new rules.
+	Sync(ctx context.Context, services []*Service, changed map[string]bool, full bool) (SyncResult, error)
+}
+
+// SyncResult says what one Sync did.
+type SyncResult struct {
+	// Operations is the size of what was written (nft commands, restore
+	// lines, listeners opened and closed), for the logs.
+	Operations int
+	// Conflicts are services (or parts of them) left out because another
+	// service already took their address:port or NodePort; logged.
+	Conflicts []error
+}
