@@ -82,7 +82,9 @@ type Options struct {
 	Resync                 time.Duration
 
 	// Proxy runs the Service proxy (internal/proxy) on nftables.
-	Proxy              bool
+	Proxy bool
+	// ProxyMode: auto, nftables, iptables or userspace (proxymode.go).
+	ProxyMode          string
 	ProxyMinSyncPeriod time.Duration
 	ProxySyncPeriod    time.Duration
 	// MetricsBindAddress and HealthzBindAddress are the proxy's servers
@@ -318,7 +320,7 @@ func Run(ctx context.Context, o Options) error {
 
 	var proxiers []*proxier.Proxier
 	if o.Proxy {
-		if proxiers, err = newProxiers(client, o, cidrs); err != nil {
+		if proxiers, err = newProxiers(ctx, client, o, cidrs); err != nil {
 			return err
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
-	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy/conntrack"
 	"github.com/flatnet/flatnet/internal/proxy/healthcheck"
 	"github.com/flatnet/flatnet/internal/proxy/metrics"
@@ -33,6 +32,7 @@ const (
 
 // addProxyFlags registers the Service proxy's tuning and server flags.
 func addProxyFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.ProxyMode, "proxy-mode", ProxyModeAuto, "--proxy, --proxy-only: how Services are served: nftables, iptables, userspace (Go proxies on the service addresses), or auto (the first of those that works here; the choice is logged). The other modes' rules are removed at start")
 	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
 	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: how often the Service rules are fully resynced")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", DefaultMetricsBindAddress,
@@ -76,7 +76,7 @@ type proxyServers struct {
 
 // newProxyServers validates the addresses and builds the servers; client
 // (nil in tests) is used to follow the Node's eligibility for /healthz.
-func newProxyServers(client kubernetes.Interface, cfg proxyServersConfig) (*proxyServers, error) {
+func newProxyServers(client kubernetes.Interface, mode string, cfg proxyServersConfig) (*proxyServers, error) {
 	var errs []error
 	for _, a := range []struct{ flag, value string }{
 		{"--metrics-bind-address", cfg.MetricsBindAddress}, {"--healthz-bind-address", cfg.HealthzBindAddress},
@@ -89,8 +89,8 @@ func newProxyServers(client kubernetes.Interface, cfg proxyServersConfig) (*prox
 		return nil, err
 	}
 	m := metrics.New()
-	// The only mode this proxy has; kube-proxy answers its own here.
-	m.ProxyMode = "nftables"
+	// kube-proxy answers its own mode here.
+	m.ProxyMode = mode
 	health := healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{
 		NodeName: cfg.NodeName,
 		// kube-proxy's healthzTimeout.
@@ -132,7 +132,7 @@ func checkBindAddress(addr string) error {
 // proxier sees every Service) and runs the servers.
 func (s *proxyServers) configure(cfg *proxier.Config) {
 	family := metrics.IPv4
-	if cfg.Render.Family == knftables.IPv6Family {
+	if cfg.IPv6 {
 		family = metrics.IPv6
 	}
 	first := s.configured == 0
@@ -205,7 +205,7 @@ func serveRetrying(ctx context.Context, logger klog.Logger, name, addr string, s
 // newProxiers returns one Service proxier per family of the cluster CIDRs
 // (--proxy), each on its own nftables table; the first also runs the
 // metrics and health servers.
-func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) ([]*proxier.Proxier, error) {
+func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, cidrs []netip.Prefix) ([]*proxier.Proxier, error) {
 	var renders []nftables.Config
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
 		var famCIDRs []netip.Prefix
@@ -218,7 +218,7 @@ func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) (
 			renders = append(renders, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: o.NodeName, ClusterCIDRs: famCIDRs})
 		}
 	}
-	return buildProxiers(client, proxyServersConfig{
+	return buildProxiers(ctx, client, o.ProxyMode, proxyServersConfig{
 		NodeName:           o.NodeName,
 		SyncPeriod:         o.ProxySyncPeriod,
 		MetricsBindAddress: o.MetricsBindAddress,
@@ -226,24 +226,31 @@ func newProxiers(client kubernetes.Interface, o Options, cidrs []netip.Prefix) (
 	}, renders, o.ProxyMinSyncPeriod, o.ProxySyncPeriod, "--proxy")
 }
 
-// buildProxiers returns one proxier per render config, each on its own
-// table, with the shared metrics and health servers (run by the first).
-// flag names the mode in errors.
-func buildProxiers(client kubernetes.Interface, sc proxyServersConfig, renders []nftables.Config, minSync, maxSync time.Duration, flag string) ([]*proxier.Proxier, error) {
-	servers, err := newProxyServers(client, sc)
+// buildProxiers picks the proxy mode (mode may be auto) and returns one
+// proxier per render config (a family; the nftables mode's table), with
+// the shared metrics and health servers (run by the first). flag names the
+// agent's mode in errors.
+func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string, sc proxyServersConfig, renders []nftables.Config, minSync, maxSync time.Duration, flag string) ([]*proxier.Proxier, error) {
+	kits := proxyModeKits()
+	mode, err := pickProxyMode(ctx, mode, kits)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	servers, err := newProxyServers(client, mode, sc)
 	if err != nil {
 		return nil, err
 	}
 	var out []*proxier.Proxier
 	for _, r := range renders {
-		runner, err := nft.New(r.Family, r.Table)
+		b, err := kits[mode].backend(r)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
 		cfg := proxier.Config{
-			Client: client,
-			NFT:    runner,
-			Render: r,
+			Client:   client,
+			Backend:  b,
+			IPv6:     r.Family == knftables.IPv6Family,
+			NodeName: r.NodeName,
 			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s.
 			MinSyncInterval: minSync,
 			MaxSyncInterval: maxSync,

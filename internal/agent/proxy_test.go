@@ -43,7 +43,7 @@ func TestProxyServersConfig(t *testing.T) {
 		{"", true}, {"0", true}, {"127.0.0.1:10256", true}, {"[::]:10256", true}, {"0.0.0.0:1", true},
 		{"localhost:10256", false}, {"127.0.0.1", false}, {"127.0.0.1:0", false}, {"127.0.0.1:65536", false}, {":10256", false},
 	} {
-		_, err := newProxyServers(nil, proxyServersConfig{MetricsBindAddress: tt.addr, SyncPeriod: time.Second})
+		_, err := newProxyServers(nil, ProxyModeNFTables, proxyServersConfig{MetricsBindAddress: tt.addr, SyncPeriod: time.Second})
 		if (err == nil) != tt.ok {
 			t.Errorf("--metrics-bind-address %q: err %v, want ok=%v", tt.addr, err, tt.ok)
 		}
@@ -53,7 +53,7 @@ func TestProxyServersConfig(t *testing.T) {
 	}
 
 	// The first proxier counts Service changes and runs the servers.
-	s, err := newProxyServers(nil, proxyServersConfig{SyncPeriod: time.Second})
+	s, err := newProxyServers(nil, ProxyModeNFTables, proxyServersConfig{SyncPeriod: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func httpGet(url string) (int, string, error) {
 // does not listen; a busy address is an error only with HardFail.
 func TestProxyServersRun(t *testing.T) {
 	metricsAddr, healthzAddr := freeAddr(t), freeAddr(t)
-	s, err := newProxyServers(nil, proxyServersConfig{NodeName: "node-a", SyncPeriod: time.Second,
+	s, err := newProxyServers(nil, ProxyModeNFTables, proxyServersConfig{NodeName: "node-a", SyncPeriod: time.Second,
 		MetricsBindAddress: metricsAddr, HealthzBindAddress: healthzAddr})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestProxyServersRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	s, err = newProxyServers(nil, proxyServersConfig{SyncPeriod: time.Second, MetricsBindAddress: "0",
+	s, err = newProxyServers(nil, ProxyModeNFTables, proxyServersConfig{SyncPeriod: time.Second, MetricsBindAddress: "0",
 		HealthzBindAddress: busy.Addr().String(), HardFail: true})
 	if err != nil {
 		t.Fatal(err)

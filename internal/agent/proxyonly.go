@@ -3,8 +3,8 @@ package agent
 // `flatnet agent --proxy-only`: a drop-in for kube-proxy on a cluster that
 // keeps its own CNI.
 //
-// Design. With --proxy-only the agent runs the nftables Service proxy and
-// nothing else: no CNI conflist, no routes or VXLAN, no masquerade of pod
+// Design. With --proxy-only the agent runs the Service proxy (in the
+// file's mode, or --proxy-mode; proxymode.go) and nothing else: no CNI conflist, no routes or VXLAN, no masquerade of pod
 // traffic, no lab runtime, no Node annotations, and no sysctl at all. The
 // proxy needs none: ip_forward is the CNI's (the node already forwards pod
 // traffic), route_localnet would only serve NodePorts on 127.0.0.1, which
@@ -24,7 +24,7 @@ package agent
 // then kube-proxy's default. (kube-proxy itself ignores most flags once
 // --config is given; here an explicit flag always wins, which is a superset.)
 // Fields the file may carry that change what the proxy does and that
-// flatnet cannot honour (mode iptables/ipvs, masqueradeAll,
+// flatnet cannot honour (mode ipvs, masqueradeAll,
 // nodePortAddresses other than "all", detectLocalMode other than
 // ClusterCIDR) are refused with the field named and the fix; fields that
 // only tune kube-proxy's process (conntrack, oomScoreAdj, featureGates,
@@ -141,6 +141,9 @@ type proxyOnlySettings struct {
 	ContentType        string
 	AcceptContentTypes string
 
+	// Mode is the proxy mode: --proxy-mode when given, else the file's
+	// mode (kube-proxy's unset mode, iptables there, runs auto here).
+	Mode           string
 	NodeName       string
 	ClusterCIDRs   []netip.Prefix
 	MinSyncPeriod  time.Duration
@@ -255,12 +258,21 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 	}
 
 	// mode.
-	switch cfg.Mode {
-	case "", "nftables":
-	case "iptables", "ipvs":
-		errs = append(errs, field("mode", fmt.Errorf("%q is not supported: flatnet serves Services with nftables only; set mode: nftables (or remove the field), and remove the old kube-proxy's rules once with kube-proxy --cleanup", cfg.Mode)))
+	s.Mode = ProxyModeAuto
+	switch m := string(cfg.Mode); m {
+	case "":
+	case ProxyModeNFTables, ProxyModeIPTables, ProxyModeUserspace:
+		s.Mode = m
+	case "ipvs":
+		errs = append(errs, field("mode", fmt.Errorf("%q is not supported: flatnet has no IPVS mode; set mode: nftables, iptables or userspace (or remove the field for auto), and remove the old kube-proxy's rules once with kube-proxy --cleanup", cfg.Mode)))
 	default:
-		errs = append(errs, field("mode", fmt.Errorf("%q is not a proxy mode flatnet knows: set mode: nftables (or remove the field)", cfg.Mode)))
+		errs = append(errs, field("mode", fmt.Errorf("%q is not a proxy mode flatnet knows: set mode: nftables, iptables or userspace (or remove the field for auto)", cfg.Mode)))
+	}
+	if changed("proxy-mode") {
+		s.Mode = in.ProxyMode
+	}
+	if err := checkProxyMode(s.Mode); err != nil {
+		errs = append(errs, fmt.Errorf("--proxy-mode: %w", err))
 	}
 
 	// Client.
@@ -300,14 +312,17 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 	}
 
 	// nftables, or for a file written for kube-proxy's default mode
-	// (mode unset, i.e. iptables there) the iptables section field by field.
+	// (mode unset, i.e. iptables there) or for iptables mode the iptables
+	// section field by field.
 	nftc, iptc := cfg.NFTables, cfg.IPTables
+	// A file for iptables mode, or for kube-proxy's default (iptables).
+	readsIPT := cfg.Mode == "" || cfg.Mode == ProxyModeIPTables
 	// period picks one period and names where it came from.
 	period := func(name string, nf, ipt, def time.Duration) (time.Duration, string) {
 		switch {
 		case nf != 0:
 			return nf, "--config " + in.ProxyConfigFile + ": nftables." + name
-		case cfg.Mode == "" && ipt != 0:
+		case readsIPT && ipt != 0:
 			return ipt, "--config " + in.ProxyConfigFile + ": iptables." + name
 		}
 		return def, "kube-proxy's default " + name
@@ -332,7 +347,7 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 	}
 
 	bit, bitFrom := nftc.MasqueradeBit, "nftables.masqueradeBit"
-	if bit == nil && cfg.Mode == "" && iptc.MasqueradeBit != nil {
+	if bit == nil && readsIPT && iptc.MasqueradeBit != nil {
 		bit, bitFrom = iptc.MasqueradeBit, "iptables.masqueradeBit"
 	}
 	b := int32(kubeProxyMasqueradeBit)
@@ -345,13 +360,13 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 		s.MasqueradeMark = 1 << uint(b)
 	}
 	masqAll, masqFrom := nftc.MasqueradeAll, "nftables.masqueradeAll"
-	if !masqAll && cfg.Mode == "" && iptc.MasqueradeAll {
+	if !masqAll && readsIPT && iptc.MasqueradeAll {
 		masqAll, masqFrom = true, "iptables.masqueradeAll"
 	}
 	if masqAll {
 		errs = append(errs, field(masqFrom, errors.New("true is not supported: flatnet masquerades only what needs it (hairpin traffic, and NodePort, load-balancer and external IP traffic with externalTrafficPolicy: Cluster); set it to false, and give every node a route back to the pod CIDRs (which is the CNI's job)")))
 	}
-	if cfg.Mode == "" && iptc.LocalhostNodePorts != nil && *iptc.LocalhostNodePorts {
+	if readsIPT && iptc.LocalhostNodePorts != nil && *iptc.LocalhostNodePorts {
 		s.Warnings = append(s.Warnings, "iptables.localhostNodePorts: NodePorts are not served on 127.0.0.1 (nor by kube-proxy's nftables mode)")
 	}
 
@@ -557,7 +572,7 @@ func runProxyOnly(ctx context.Context, o Options) error {
 		}
 		logger.Info("NodePorts on the Node's primary addresses", "node", s.NodeName, "addresses", ips)
 	}
-	proxiers, err := proxyOnlyProxiers(client, s, proxyOnlyRenderConfigs(s, kernelFamilies()))
+	proxiers, err := proxyOnlyProxiers(ctx, client, s, proxyOnlyRenderConfigs(s, kernelFamilies()))
 	if err != nil {
 		return err
 	}
@@ -640,8 +655,8 @@ func proxyOnlyRenderConfigs(s *proxyOnlySettings, fams []knftables.Family) []nft
 
 // proxyOnlyProxiers returns one proxier per render config; the first also
 // runs the metrics and health servers (shared with --proxy: proxy.go).
-func proxyOnlyProxiers(client kubernetes.Interface, s *proxyOnlySettings, renders []nftables.Config) ([]*proxier.Proxier, error) {
-	return buildProxiers(client, proxyServersConfig{
+func proxyOnlyProxiers(ctx context.Context, client kubernetes.Interface, s *proxyOnlySettings, renders []nftables.Config) ([]*proxier.Proxier, error) {
+	return buildProxiers(ctx, client, s.Mode, proxyServersConfig{
 		NodeName:           s.NodeName,
 		SyncPeriod:         s.SyncPeriod,
 		MetricsBindAddress: s.MetricsBindAddress,

@@ -107,6 +107,7 @@ func input(file string, changed ...string) proxyOnlyInput {
 
 func TestResolveProxyOnly(t *testing.T) {
 	defaults := proxyOnlySettings{
+		Mode:               ProxyModeAuto,
 		NodeName:           "env-node",
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
@@ -139,6 +140,7 @@ func TestResolveProxyOnly(t *testing.T) {
 		name: "kubeadm's file",
 		in:   input(kubeadmConfig),
 		want: with(func(s *proxyOnlySettings) {
+			s.Mode = ProxyModeNFTables
 			s.Kubeconfig = "/var/lib/kube-proxy/kubeconfig.conf"
 			s.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 			s.Ignored = []string{"bindAddress"}
@@ -160,6 +162,7 @@ nodePortAddresses: [all]
 		want: proxyOnlySettings{
 			Kubeconfig: "/kc", QPS: 20, Burst: 40,
 			ContentType: "application/vnd.kubernetes.protobuf", AcceptContentTypes: "application/json",
+			Mode:               ProxyModeNFTables,
 			NodeName:           "node-7",
 			ClusterCIDRs:       []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 			SyncPeriod:         time.Minute,
@@ -185,7 +188,25 @@ nodePortAddresses: [all]
 	}, {
 		name: "mode nftables: the iptables section is not read",
 		in:   input(header + "mode: nftables\niptables: {syncPeriod: 10s, minSyncPeriod: 3s, masqueradeBit: 15}\n"),
-		want: defaults,
+		want: with(func(s *proxyOnlySettings) { s.Mode = ProxyModeNFTables }),
+	}, {
+		name: "mode iptables: the iptables section is read",
+		in:   input(header + "mode: iptables\niptables: {syncPeriod: 10s, minSyncPeriod: 3s, masqueradeBit: 15}\n"),
+		want: with(func(s *proxyOnlySettings) {
+			s.Mode, s.SyncPeriod, s.MinSyncPeriod, s.MasqueradeMark = ProxyModeIPTables, 10*time.Second, 3*time.Second, 1<<15
+		}),
+	}, {
+		name: "mode userspace (flatnet's own)",
+		in:   input(header + "mode: userspace\n"),
+		want: with(func(s *proxyOnlySettings) { s.Mode = ProxyModeUserspace }),
+	}, {
+		name: "--proxy-mode wins over the file",
+		in: func() proxyOnlyInput {
+			in := input(header+"mode: nftables\n", "proxy-mode")
+			in.ProxyMode = ProxyModeIPTables
+			return in
+		}(),
+		want: with(func(s *proxyOnlySettings) { s.Mode = ProxyModeIPTables }),
 	}, {
 		name: "flags given win over the file",
 		in: func() proxyOnlyInput {
@@ -239,7 +260,7 @@ ipvs: {scheduler: rr}
 		name: "unknown and repeated fields: decoded leniently, with a warning",
 		in:   input(header + "someFutureField: 1\nmode: nftables\nhostnameOverride: a\nhostnameOverride: b\n"),
 		want: with(func(s *proxyOnlySettings) {
-			s.NodeName = "b"
+			s.Mode, s.NodeName = ProxyModeNFTables, "b"
 			s.Warnings = []string{"decoded leniently (kube-proxy does the same): <strict>"}
 		}),
 	}, {
@@ -277,9 +298,13 @@ func TestResolveProxyOnlyErrors(t *testing.T) {
 		in   proxyOnlyInput
 		want []string // substrings of the error, all required
 	}{
-		{"iptables mode", input(header + "mode: iptables\n"), []string{"mode", `"iptables" is not supported`, "nftables only", "set mode: nftables"}},
-		{"ipvs mode", input(header + "mode: ipvs\n"), []string{"mode", `"ipvs" is not supported`, "kube-proxy --cleanup"}},
-		{"unknown mode", input(header + "mode: kernelspace\n"), []string{"mode", `"kernelspace"`, "set mode: nftables"}},
+		{"ipvs mode", input(header + "mode: ipvs\n"), []string{"mode", `"ipvs" is not supported`, "no IPVS mode", "kube-proxy --cleanup"}},
+		{"unknown mode", input(header + "mode: kernelspace\n"), []string{"mode", `"kernelspace"`, "set mode: nftables, iptables or userspace"}},
+		{"unknown --proxy-mode", func() proxyOnlyInput {
+			in := input("", "proxy-mode")
+			in.ProxyMode = "ipvs"
+			return in
+		}(), []string{"--proxy-mode", `"ipvs" is not a proxy mode`, "want auto, nftables, iptables, userspace"}},
 		{"wrong kind", input("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n"), []string{"--config kp.yaml", `kind "KubeletConfiguration"`, "want apiVersion: kubeproxy.config.k8s.io/v1alpha1 and kind: KubeProxyConfiguration"}},
 		{"no apiVersion", input("kind: KubeProxyConfiguration\n"), []string{`apiVersion ""`}},
 		{"not YAML", input("\t: ["), []string{"--config kp.yaml", "not a YAML or JSON object"}},

@@ -80,3 +80,17 @@ func (b *Backend) existing(ctx context.Context) (*Existing, error) {
 	}
 	return &Existing{Chains: all["chain"], Sets: all["set"]}, nil
 }
+
+// Cleanup deletes the mode's table, if there is one: used when the agent
+// starts in another proxy mode.
+func Cleanup(ctx context.Context, n interface {
+	NewTransaction() *knftables.Transaction
+	Run(ctx context.Context, tx *knftables.Transaction) error
+}) error {
+	tx := n.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := n.Run(ctx, tx); err != nil && !nft.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
