@@ -68,6 +68,8 @@ func newUp(root, name *string) *cobra.Command {
 	f.IntVar(&o.Nodes, "nodes", DefaultNodes, "number of nodes (a running lab keeps its nodes unless this asks for more)")
 	f.StringVar(&o.Backend, "backend", DefaultBackend, "cross-node backend: "+strings.Join(Backends, ", ")+
 		" (on a running lab, another backend restarts the agents with it; pods made before keep their MTU)")
+	f.StringVar(&o.ProxyMode, "proxy-mode", "auto", "how the agents serve Services: "+strings.Join(ProxyModes, ", ")+
+		" (on a running lab, another mode restarts the agents with it; each removes the old mode's rules)")
 	f.StringVar(&o.ClusterCIDR, "cluster-cidr", DefaultClusterCIDR, "pod network; each node gets a subnet of it")
 	f.StringVar(&o.ServiceCIDR, "service-cidr", DefaultServiceCIDR, "service cluster IP range")
 	f.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", DefaultNodeMask, "prefix length of each node's pod subnet")

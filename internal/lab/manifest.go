@@ -36,6 +36,7 @@ func manifestSettings(s *Spec, apiHost, apiPort string) map[string]map[string]st
 			"backend":             s.Backend,
 			"masquerade":          "true",
 			"proxy":               "true",
+			"proxy-mode":          s.AgentProxyMode(),
 			"dns":                 "true",
 			"network-policy":      "true",
 			"dns-addresses":       NodeLocalDNS + "," + s.KubeDNSIP().String(),

@@ -66,6 +66,9 @@ type Observed struct {
 	// Kubelets: node name -> its containerd and kubelet run
 	// (--runtime containerd).
 	Kubelets map[string]bool
+	// AgentProxyModes: node name -> the --proxy-mode a running agent
+	// was started with ("" when none: auto).
+	AgentProxyModes map[string]string
 	// AgentBackends: node name -> the --backend a running agent was
 	// started with.
 	AgentBackends map[string]string
@@ -171,6 +174,10 @@ func Plan(s *Spec, o Observed) []Step {
 		if other {
 			what = fmt.Sprintf("flatnet agent on %s (%s, %s; was %s)", n.Name, role, s.Backend, o.AgentBackends[n.Name])
 		}
+		if was := o.AgentProxyModes[n.Name]; o.Agents[n.Name] && o.AgentProxyModes != nil && orAuto(was) != s.AgentProxyMode() {
+			other = true
+			what += fmt.Sprintf("; proxy mode %s, was %s", s.AgentProxyMode(), orAuto(was))
+		}
 		if o.Agents[n.Name] && o.AgentsWithoutProxy[n.Name] {
 			other = true
 			what += "; was without the Service proxy"
@@ -233,3 +240,11 @@ func orNone(s string) string {
 
 // cniPluginNames are the names flatnet-cni answers to.
 var cniPluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet-policy"}
+
+// orAuto is a --proxy-mode as the agent reads it ("" is auto).
+func orAuto(mode string) string {
+	if mode == "" {
+		return "auto"
+	}
+	return mode
+}

@@ -110,6 +110,10 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		if req.Changed["backend"] {
 			opts.Backend = o.Backend
 		}
+		// The same for the proxy mode.
+		if req.Changed["proxy-mode"] {
+			opts.ProxyMode = o.ProxyMode
+		}
 		s, err := NewSpec(opts, recorded.Underlays()...)
 		if err != nil {
 			return nil, fmt.Errorf("lab %s: %w", o.Name, err)

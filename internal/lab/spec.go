@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -59,6 +60,17 @@ const (
 // underlayBase is the /16 that lab underlays are carved from: the default
 // lab takes 10.250.0.0/24, other labs 10.250.N.0/24.
 var underlayBase = netip.MustParsePrefix("10.250.0.0/16")
+
+// ProxyModes are the agent's --proxy-mode values.
+var ProxyModes = []string{"auto", "nftables", "iptables", "userspace"}
+
+// AgentProxyMode is the --proxy-mode the agents run with.
+func (s *Spec) AgentProxyMode() string {
+	if s.ProxyMode == "" {
+		return "auto"
+	}
+	return s.ProxyMode
+}
 
 // Backends are the cross-node backends the agent implements.
 var Backends = []string{"host-gw", "vxlan", "vxlan-direct"}
@@ -102,10 +114,12 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 
 // Options are what a user asks for; NewSpec turns them into a Spec.
 type Options struct {
-	Name             string
-	StateRoot        string // labs live in StateRoot/<name>
-	Nodes            int
-	Backend          string
+	Name      string
+	StateRoot string // labs live in StateRoot/<name>
+	Nodes     int
+	Backend   string
+	// ProxyMode is the agents' --proxy-mode ("" is auto).
+	ProxyMode        string
 	ClusterCIDR      string
 	ServiceCIDR      string
 	NodeCIDRMaskSize int
@@ -128,6 +142,7 @@ type Spec struct {
 	Name             string       `json:"name"`
 	StateDir         string       `json:"stateDir"`
 	Backend          string       `json:"backend"`
+	ProxyMode        string       `json:"proxyMode,omitempty"` // "" or auto: the agent picks
 	ClusterCIDR      netip.Prefix `json:"clusterCIDR"`
 	ServiceCIDR      netip.Prefix `json:"serviceCIDR"`
 	NodeCIDRMaskSize int          `json:"nodeCIDRMaskSize"`
@@ -361,6 +376,9 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if !validBackend(opts.Backend) {
 		return nil, fmt.Errorf("--backend %q: this flatnet supports %v", opts.Backend, Backends)
 	}
+	if opts.ProxyMode != "" && !slices.Contains(ProxyModes, opts.ProxyMode) {
+		return nil, fmt.Errorf("--proxy-mode %q: want one of %v", opts.ProxyMode, ProxyModes)
+	}
 	runtime, err := specRuntime(opts.Runtime)
 	if err != nil {
 		return nil, err
@@ -440,6 +458,7 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		Name:             opts.Name,
 		StateDir:         filepath.Join(root, opts.Name),
 		Backend:          opts.Backend,
+		ProxyMode:        opts.ProxyMode,
 		ClusterCIDR:      cluster,
 		ServiceCIDR:      service,
 		NodeCIDRMaskSize: mask,
@@ -544,7 +563,7 @@ func (s *Spec) Options() Options {
 		us = append(us, u.String())
 	}
 	return Options{
-		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend,
+		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend, ProxyMode: s.ProxyMode,
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
 		LBPool: s.lbPoolOption(), Runtime: s.RuntimeName(), Install: s.InstallName(),

@@ -332,7 +332,7 @@ func TestArgv(t *testing.T) {
 		" --cni-conf-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/net.d --cni-bin-dir /var/lib/flatnet/lab/flatnet/bin" +
 		" --cni-data-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/networks --cni-cache-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/cache" +
 		" --masquerade=true --lab-runtime --runtime-state-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/runtime" +
-		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy --network-policy --policy-socket /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/policy.sock" +
+		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy --proxy-mode auto --network-policy --policy-socket /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/policy.sock" +
 		" --dns --cluster-dns 10.96.0.10 --dns-addresses 169.254.20.10,10.96.0.10 --dns-upstreams none --dns-reverse-cidrs 10.96.0.0/16,10.244.0.0/16"
 	if got != want {
 		t.Errorf("agent argv:\n got %s\nwant %s", got, want)
@@ -713,7 +713,7 @@ func TestPlanTwoSubnets(t *testing.T) {
 			Nodes:         map[string]bool{"x-node1": true, "x-node2": true},
 			Agents:        map[string]bool{"x-node1": true, "x-node2": true},
 			Gateways:      map[string]bool{"x-node1": true, "x-node2": true},
-			AgentBackends: map[string]string{"x-node1": "vxlan", "x-node2": "vxlan"}}
+			AgentBackends: map[string]string{"x-node1": "vxlan", "x-node2": "vxlan"}, AgentProxyModes: map[string]string{"x-node1": "", "x-node2": "auto"}}
 	}
 	cases := []struct {
 		name string
@@ -743,6 +743,11 @@ func TestPlanTwoSubnets(t *testing.T) {
 			o.AgentBackends["x-node1"] = "host-gw"
 			return o
 		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller ragent(x-node1) =agent(x-node2) =gateway(x-node1) =gateway(x-node2) +ready"},
+		{"agents run another proxy mode", func() Observed {
+			o := all()
+			o.AgentProxyModes["x-node2"] = "iptables"
+			return o
+		}, "=state dir =binaries =underlay =router =node(x-node1) =node(x-node2) =external =control plane =controller =agent(x-node1) ragent(x-node2) =gateway(x-node1) =gateway(x-node2) +ready"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -754,6 +759,11 @@ func TestPlanTwoSubnets(t *testing.T) {
 	for _, st := range Plan(s, func() Observed { o := all(); o.AgentBackends["x-node1"] = "host-gw"; return o }()) {
 		if st.Kind == StepAgent && st.Node == "x-node1" && !strings.Contains(st.What, "vxlan; was host-gw") {
 			t.Errorf("restart for the backend does not say so: %s", st.What)
+		}
+	}
+	for _, st := range Plan(s, func() Observed { o := all(); o.AgentProxyModes["x-node2"] = "iptables"; return o }()) {
+		if st.Kind == StepAgent && st.Node == "x-node2" && !strings.Contains(st.What, "proxy mode auto, was iptables") {
+			t.Errorf("restart for the proxy mode does not say so: %s", st.What)
 		}
 	}
 }

@@ -264,7 +264,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentProxyModes: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -292,6 +292,7 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 		pid, o.Agents[n.Name] = proc.Running(s.StateDir, AgentProc(n.Name))
 		if o.Agents[n.Name] {
 			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
+			o.AgentProxyModes[n.Name] = flagOf(pid, "--proxy-mode")
 			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
 			o.AgentsDNSOutdated[n.Name] = !hasFlag(pid, "--dns") || flagOf(pid, "--dns-upstreams") != s.dnsUpstreams()
 		}
@@ -470,7 +471,7 @@ func agentArgv(s *Spec, n Node) []string {
 	}
 	return append(argv,
 		// Services: the lab has no kube-proxy.
-		"--proxy",
+		"--proxy", "--proxy-mode", s.AgentProxyMode(),
 		// NetworkPolicy, by the agent as in deploy/flatnet.yaml, with the
 		// gate's socket in the node's own directory (nodes share the
 		// machine's file system; a containerd node's mount namespace
