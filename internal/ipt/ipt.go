@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/flatnet/flatnet/internal/execx"
+	"github.com/flatnet/flatnet/internal/netns"
 )
 
 // Protocol selects iptables (IPv4) or ip6tables (IPv6).
@@ -324,4 +325,26 @@ func (r *Runner) run(ctx context.Context, stdin []byte, name string, args ...str
 		c.Stdin = bytes.NewReader(stdin)
 	}
 	return c.Output(ctx)
+}
+
+// InNetNS implements Interface with Runner inside the network namespace
+// at Path (the exec'd binaries inherit the locked thread's namespace): a
+// test's namespace, or a lab node's.
+type InNetNS struct {
+	Path   string
+	Runner *Runner
+}
+
+// Save implements Interface.
+func (n InNetNS) Save(ctx context.Context, proto Protocol, table string) (t *Table, err error) {
+	err = netns.Do(n.Path, func() error {
+		t, err = n.Runner.Save(ctx, proto, table)
+		return err
+	})
+	return t, err
+}
+
+// Restore implements Interface.
+func (n InNetNS) Restore(ctx context.Context, proto Protocol, data []byte) error {
+	return netns.Do(n.Path, func() error { return n.Runner.Restore(ctx, proto, data) })
 }
