@@ -73,6 +73,7 @@ func (l *tcpListener) serve() {
 				time.Sleep(backoff)
 				continue
 			}
+			l.rt.cfg.Logger.Error(err, "Service listener failed; the next full sync reopens it", "address", l.ln.Addr())
 			l.failed.Store(true)
 			return
 		}

@@ -75,6 +75,7 @@ func (l *udpListener) serve() {
 			if isTemporary(err) {
 				continue
 			}
+			l.rt.cfg.Logger.Error(err, "Service listener failed; the next full sync reopens it", "address", l.pc.LocalAddr())
 			l.failed.Store(true)
 			return
 		}

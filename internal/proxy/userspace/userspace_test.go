@@ -113,6 +113,12 @@ func udpEndpoint(t *testing.T, ip, name string) proxy.Endpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap := serveUDP(t, pc, name)
+	return proxy.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true, Serving: true}
+}
+
+// serveUDP answers every datagram on pc with name until the test ends.
+func serveUDP(t *testing.T, pc net.PacketConn, name string) netip.AddrPort {
 	t.Cleanup(func() { pc.Close() })
 	go func() {
 		buf := make([]byte, 2048)
@@ -124,8 +130,7 @@ func udpEndpoint(t *testing.T, ip, name string) proxy.Endpoint {
 			_, _ = pc.WriteTo([]byte(name), from)
 		}
 	}()
-	ap := pc.LocalAddr().(*net.UDPAddr).AddrPort()
-	return proxy.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true, Serving: true}
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
 // deadEndpoint is an address:port nothing listens on (connect: refused).
@@ -526,5 +531,133 @@ func TestAddresses(t *testing.T) {
 	}
 	if _, err := dial(t, "", n+"31:8080"); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("a deleted service's externalIP: %v, want refused", err)
+	}
+}
+
+// TestLoadBalancerSourceRanges: the load-balancer IP takes clients in
+// loadBalancerSourceRanges only; the ClusterIP and externalIPs are not
+// filtered, as in the kernel modes.
+func TestLoadBalancerSourceRanges(t *testing.T) {
+	n := subnet()
+	ep := tcpEndpoint(t, n+"1", "a")
+	b, _ := newBackend(t, Config{})
+	svc := service("lb", n+"10", proxy.TCP, 8080, ep)
+	svc.Type = proxy.LoadBalancer
+	svc.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr(n + "40")}
+	svc.ExternalIPs = []netip.Addr{netip.MustParseAddr(n + "41")}
+	svc.Firewall = true
+	svc.SourceRanges = []netip.Prefix{netip.MustParsePrefix(n + "100/31")} // .100, .101
+	mustSync(t, b, []*proxy.Service{svc}, nil, true)
+	for _, tc := range []struct {
+		from, to string
+		ok       bool
+	}{
+		{n + "100", n + "40:8080", true},
+		{n + "101", n + "40:8080", true},
+		{n + "102", n + "40:8080", false},
+		{n + "102", n + "41:8080", true},
+		{n + "102", n + "10:8080", true},
+	} {
+		got, err := askNew(t, tc.from, tc.to)
+		if ok := err == nil && got == "a"; ok != tc.ok {
+			t.Errorf("%s -> %s: %q, %v; want served %v", tc.from, tc.to, got, err, tc.ok)
+		}
+	}
+}
+
+// TestNodePort: NodePorts listen on the node's addresses (loopback ones
+// only when NodePortAddresses names them, as here), not on the service
+// addresses; with no usable endpoint they are refused.
+func TestNodePort(t *testing.T) {
+	n := subnet()
+	ep := tcpEndpoint(t, n+"1", "a")
+	f := newFakeAddrs(n+"50", n+"51", "10.0.0.1")
+	b, _ := newBackend(t, Config{Addrs: f, NodePortAddresses: []netip.Prefix{netip.MustParsePrefix(n + "0/24")}})
+	svc := service("np", n+"10", proxy.TCP, 8080, ep)
+	svc.Type = proxy.NodePort
+	svc.Ports[0].NodePort = 30080 + uint16(rand.IntN(1000))
+	mustSync(t, b, []*proxy.Service{svc}, nil, true)
+	np := fmt.Sprint(svc.Ports[0].NodePort)
+	for _, to := range []string{n + "50:" + np, n + "51:" + np} {
+		if got := mustAsk(t, "", to); got != "a" {
+			t.Errorf("%s answered %q", to, got)
+		}
+	}
+	if _, err := dial(t, "", n+"10:"+np); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("the NodePort on the ClusterIP: %v, want refused", err)
+	}
+	svc.Ports[0].Endpoints = nil
+	mustSync(t, b, []*proxy.Service{svc}, map[string]bool{"ns/np": true}, false)
+	if _, err := dial(t, "", n+"50:"+np); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("the NodePort without endpoints: %v, want refused", err)
+	}
+}
+
+// TestPoolPolicies checks the choice of endpoints per kind of frontend and
+// client, without sockets.
+func TestPoolPolicies(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	local, remote := proxy.Endpoint{IP: netip.MustParseAddr("10.1.0.2"), Port: 80, Ready: true, NodeName: "me"},
+		proxy.Endpoint{IP: netip.MustParseAddr("10.1.1.2"), Port: 80, Ready: true, NodeName: "other"}
+	terminating := proxy.Endpoint{IP: netip.MustParseAddr("10.1.1.3"), Port: 80, Serving: true, Terminating: true, NodeName: "other"}
+	pod, outside := netip.MustParseAddr("10.1.5.5"), netip.MustParseAddr("192.168.9.9")
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}
+	svc := func(mod func(*proxy.Service), eps ...proxy.Endpoint) *proxy.Service {
+		s := service("s", "10.96.0.1", proxy.TCP, 80, eps...)
+		s.Type = proxy.NodePort
+		s.Ports[0].NodePort = 30000
+		if mod != nil {
+			mod(s)
+		}
+		return s
+	}
+	extLocal := func(s *proxy.Service) { s.ExternalLocal = true }
+	intLocal := func(s *proxy.Service) { s.InternalLocal = true }
+	for _, tc := range []struct {
+		name   string
+		svc    *proxy.Service
+		kind   kind
+		client netip.Addr
+		want   []netip.AddrPort
+	}{
+		{"cluster", svc(nil, local, remote), kindClusterIP, pod, []netip.AddrPort{ap("10.1.0.2:80"), ap("10.1.1.2:80")}},
+		{"terminating only when none is ready", svc(nil, terminating), kindClusterIP, pod, []netip.AddrPort{ap("10.1.1.3:80")}},
+		{"ready before terminating", svc(nil, remote, terminating), kindClusterIP, pod, []netip.AddrPort{ap("10.1.1.2:80")}},
+		{"internal Local", svc(intLocal, local, remote), kindClusterIP, pod, []netip.AddrPort{ap("10.1.0.2:80")}},
+		{"internal Local, none here", svc(intLocal, remote), kindClusterIP, pod, nil},
+		{"external Local from outside", svc(extLocal, local, remote), kindNodePort, outside, []netip.AddrPort{ap("10.1.0.2:80")}},
+		{"external Local, a pod keeps all", svc(extLocal, local, remote), kindNodePort, pod, []netip.AddrPort{ap("10.1.0.2:80"), ap("10.1.1.2:80")}},
+		{"external Local, none here, outside", svc(extLocal, remote), kindNodePort, outside, nil},
+		{"external Local, none here, pod", svc(extLocal, remote), kindNodePort, pod, []netip.AddrPort{ap("10.1.1.2:80")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &planner{nodeName: "me"}
+			pl := p.plan(tc.svc, []netip.Addr{netip.MustParseAddr("192.168.1.1")})
+			pool := newPool(pl.ports["ns/s/tcp/p"], time.Now)
+			got := pool.candidates(tc.client, tc.kind, cidrs, 10)
+			slices.SortFunc(got, netip.AddrPort.Compare)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("candidates %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestIPv6 serves an IPv6 ClusterIP on ::1 and leaves IPv4 services out.
+func TestIPv6(t *testing.T) {
+	ep := tcpEndpoint(t, "[::1]", "six")
+	b, f := newBackend(t, Config{IPv6: true})
+	port := 20000 + uint16(rand.IntN(10000))
+	v6 := service("v6", "::1", proxy.TCP, port, ep)
+	v4 := service("v4", "127.0.0.1", proxy.TCP, port, ep)
+	mustSync(t, b, []*proxy.Service{v6, v4}, nil, true)
+	if got := mustAsk(t, "", fmt.Sprintf("[::1]:%d", port)); got != "six" {
+		t.Errorf("answered %q", got)
+	}
+	if _, err := dial(t, "", fmt.Sprintf("127.0.0.1:%d", port)); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("an IPv4 service on the IPv6 backend: %v, want refused", err)
+	}
+	if ops := f.takeOps(); !slices.Equal(ops, []string{"add ::1"}) {
+		t.Errorf("address operations %q", ops)
 	}
 }

@@ -1,0 +1,121 @@
+package userspace
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// TestRootNodeNamespace runs the mode in a node namespace of its own,
+// with a pod namespace as the client and another as the endpoint, each
+// wired to the node with a default route to it: the pod reaches the
+// ClusterIP (an address on the node's lo, added by the mode) and the
+// NodePort, over TCP and UDP; a restarted backend removes the address of
+// a service deleted meanwhile; Cleanup removes the rest, twice.
+func TestRootNodeNamespace(t *testing.T) {
+	const (
+		nodePodSide = "10.246.111.1"
+		podAddr     = "10.246.111.2"
+		nodeEpSide  = "10.246.112.1"
+		epAddr      = "10.246.112.2"
+		clusterIP   = "10.246.113.10"
+		goneIP      = "10.246.113.20"
+		nodePort    = 30080
+	)
+	testutil.RequireFreeRange(t, "10.246.111.0/24", "10.246.112.0/24", "10.246.113.0/24")
+	node, pod, epNS := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
+	testutil.Wire(t, node, testutil.Name("fun"), []string{nodePodSide + "/24"}, pod, testutil.Name("fup"), []string{podAddr + "/24"})
+	testutil.Wire(t, node, testutil.Name("fun"), []string{nodeEpSide + "/24"}, epNS, testutil.Name("fue"), []string{epAddr + "/24"})
+	testutil.RunIn(t, pod, "ip", "route", "add", "default", "via", nodePodSide)
+	testutil.RunIn(t, epNS, "ip", "route", "add", "default", "via", nodeEpSide)
+
+	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, epNS, epAddr+":0", "ep"))
+	port, _ := strconv.Atoi(portStr)
+	udpPort := udpEchoIn(t, epNS, epAddr)
+	web := service("web", clusterIP, proxy.TCP, 8080, proxy.Endpoint{IP: netip.MustParseAddr(epAddr), Port: uint16(port), Ready: true})
+	web.Type = proxy.NodePort
+	web.Ports[0].NodePort = nodePort
+	web.Ports = append(web.Ports, proxy.ServicePort{Name: "dns", Protocol: proxy.UDP, Port: 5353,
+		Endpoints: []proxy.Endpoint{{IP: netip.MustParseAddr(epAddr), Port: udpPort, Ready: true}}})
+	gone := service("gone", goneIP, proxy.TCP, 8080, web.Ports[0].Endpoints...)
+
+	ctx := context.Background()
+	first := New(Config{NetNS: node, NodeName: "n1"})
+	t.Cleanup(first.Close)
+	if res, err := first.Sync(ctx, []*proxy.Service{web, gone}, nil, true); err != nil || len(res.Conflicts) > 0 {
+		t.Fatalf("sync: %v %v", err, res.Conflicts)
+	}
+	lo := testutil.RunIn(t, node, "ip", "-o", "addr", "show", "dev", "lo")
+	for _, a := range []string{clusterIP, goneIP} {
+		if !strings.Contains(lo, a+"/32 scope host lo:flatnetsvc") {
+			t.Errorf("lo lacks %s/32 with the mode's label:\n%s", a, lo)
+		}
+	}
+	// The endpoint sees the node's address: the userspace mode cannot
+	// keep the client's.
+	for _, to := range []string{clusterIP + ":8080", fmt.Sprintf("%s:%d", nodePodSide, nodePort)} {
+		if got, err := testutil.Ask(pod, to); err != nil || got != "ep "+nodeEpSide {
+			t.Errorf("pod -> %s: %q, %v; want %q", to, got, err, "ep "+nodeEpSide)
+		}
+	}
+	if got, err := udpAskIn(pod, clusterIP+":5353"); err != nil || got != "udp" {
+		t.Errorf("pod -> UDP %s:5353: %q, %v", clusterIP, got, err)
+	}
+	// Not on loopback.
+	if got, err := testutil.Ask(node, fmt.Sprintf("127.0.0.1:%d", nodePort)); err == nil {
+		t.Errorf("the NodePort answered on 127.0.0.1: %q", got)
+	}
+	first.Close()
+
+	// A new agent, gone deleted while it was down.
+	second := New(Config{NetNS: node, NodeName: "n1"})
+	t.Cleanup(second.Close)
+	if _, err := second.Sync(ctx, []*proxy.Service{web}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	lo = testutil.RunIn(t, node, "ip", "-o", "addr", "show", "dev", "lo")
+	if strings.Contains(lo, goneIP) || !strings.Contains(lo, clusterIP) {
+		t.Errorf("after a restart, want %s kept and %s removed:\n%s", clusterIP, goneIP, lo)
+	}
+	if got, err := testutil.Ask(pod, clusterIP+":8080"); err != nil || got != "ep "+nodeEpSide {
+		t.Errorf("after a restart: %q, %v", got, err)
+	}
+	second.Close()
+	for range 2 {
+		if err := netns.Do(node, func() error { return Cleanup(ctx) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lo := testutil.RunIn(t, node, "ip", "-o", "addr", "show", "dev", "lo"); strings.Contains(lo, "10.246.113.") {
+		t.Errorf("Cleanup left addresses:\n%s", lo)
+	}
+}
+
+// udpEchoIn answers every datagram with "udp", in namespace ns.
+func udpEchoIn(t *testing.T, ns, ip string) uint16 {
+	t.Helper()
+	var pc net.PacketConn
+	if err := netns.Do(ns, func() (err error) { pc, err = net.ListenPacket("udp", ip+":0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return serveUDP(t, pc, "udp").Port()
+}
+
+func udpAskIn(ns, to string) (string, error) {
+	var c net.Conn
+	if err := netns.Do(ns, func() (err error) { c, err = net.Dial("udp", to); return err }); err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	return udpRoundTrip(c)
+}
