@@ -1,0 +1,277 @@
+package nfnl_test
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/nft/nfnl"
+	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// execNFT is nft.Runner bound to a test namespace (the exec'd nft
+// inherits the locked thread's namespace).
+type execNFT struct {
+	*nft.Runner
+	ns string
+}
+
+func (n execNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	return netns.Do(n.ns, func() error { return n.Runner.Run(ctx, tx) })
+}
+
+func (n execNFT) ListAll(ctx context.Context) (out map[string][]string, err error) {
+	err = netns.Do(n.ns, func() error {
+		out, err = n.Runner.ListAll(ctx)
+		return err
+	})
+	return out, err
+}
+
+func requireNFT(t testing.TB) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	if _, err := nft.LookPath(); err != nil {
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
+	}
+}
+
+// pair is one table programmed by nft in one namespace and by the netlink
+// runner in another.
+type pair struct {
+	fam          knftables.Family
+	table        string
+	nsExec, nsNL string
+	exec         execNFT
+	nl           *nfnl.Runner
+}
+
+func newPair(t testing.TB, fam knftables.Family) *pair {
+	p := &pair{fam: fam, table: testutil.Name("fntnl"), nsExec: testutil.NewNetNS(t), nsNL: testutil.NewNetNS(t)}
+	r, err := nft.New(fam, p.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.exec = execNFT{Runner: r, ns: p.nsExec}
+	p.nl = nfnl.New(fam, p.table, nfnl.Options{NetNS: p.nsNL})
+	t.Cleanup(func() { _ = p.nl.Close() })
+	return p
+}
+
+var handles = regexp.MustCompile(` # handle \d+`)
+
+// list is `nft list table` in ns ("" when the table is missing).
+func list(t testing.TB, ns string, fam knftables.Family, table string) string {
+	t.Helper()
+	out := testutil.RunIn(t, ns, "sh", "-c", "nft list table "+string(fam)+" "+table+" 2>/dev/null || true")
+	return handles.ReplaceAllString(out, "")
+}
+
+func (p *pair) requireSame(t *testing.T, step string) {
+	t.Helper()
+	a, b := list(t, p.nsExec, p.fam, p.table), list(t, p.nsNL, p.fam, p.table)
+	if a != b {
+		t.Fatalf("%s: nft list differs (-nft +netlink):\n%s", step, cmp.Diff(strings.Split(a, "\n"), strings.Split(b, "\n")))
+	}
+	ctx := context.Background()
+	la, err := p.exec.ListAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := p.nl.ListAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(la, lb, cmpopts.EquateEmpty()); d != "" {
+		t.Fatalf("%s: ListAll differs (-nft +netlink):\n%s", step, d)
+	}
+	t.Logf("%s: %d lines, identical", step, strings.Count(a, "\n"))
+}
+
+// TestRootSameTable renders a few hundred Services of every feature with
+// the proxy's renderer and has nft and the netlink runner commit the same
+// transactions (a full sync, a partial sync, a full sync after a restart
+// that deletes what is gone) in two namespaces: `nft list table` must be
+// identical after each.
+func TestRootSameTable(t *testing.T) {
+	requireNFT(t)
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		t.Run(string(fam), func(t *testing.T) {
+			p := newPair(t, fam)
+			ctx := context.Background()
+			v6 := fam == knftables.IPv6Family
+			cfg := renderConfig(fam, p.table)
+			bExec, bNL := nftables.NewBackend(p.exec, cfg), nftables.NewBackend(p.nl, cfg)
+			sync := func(step string, b *nftables.Backend, svcs []*proxy.Service, changed map[string]bool, full bool) {
+				t.Helper()
+				if _, err := b.Sync(ctx, svcs, changed, full); err != nil {
+					t.Fatalf("%s: %v", step, err)
+				}
+			}
+			all := services(300, v6, 0)
+			for _, b := range []*nftables.Backend{bExec, bNL} {
+				sync("full", b, all, nil, true)
+			}
+			p.requireSame(t, "full sync")
+
+			// Partial: new endpoints for some, some deleted, some added,
+			// affinity timeouts changed.
+			next := services(320, v6, 1)
+			changed := map[string]bool{}
+			var kept []*proxy.Service
+			for i, s := range next {
+				switch {
+				case i%10 == 0 || i >= 300:
+					changed[s.Key()] = true
+					kept = append(kept, s)
+				case i%23 == 1:
+					changed[s.Key()] = true // deleted
+				default:
+					kept = append(kept, all[i])
+				}
+			}
+			for _, b := range []*nftables.Backend{bExec, bNL} {
+				sync("partial", b, kept, changed, false)
+			}
+			p.requireSame(t, "partial sync")
+
+			// A restart with fewer Services: the full sync finds stale
+			// chains and sets in the table and deletes them.
+			bExec, bNL = nftables.NewBackend(p.exec, cfg), nftables.NewBackend(p.nl, cfg)
+			fewer := services(150, v6, 2)
+			for _, b := range []*nftables.Backend{bExec, bNL} {
+				sync("restart", b, fewer, nil, true)
+			}
+			p.requireSame(t, "full sync after restart")
+		})
+	}
+}
+
+// TestRootObjects covers what the proxy's renderer does not write:
+// comments on tables, chains, rules, sets and elements, create vs add,
+// chain policies and deletes of elements, sets, chains and the table.
+func TestRootObjects(t *testing.T) {
+	requireNFT(t)
+	p := newPair(t, knftables.IPv4Family)
+	ctx := context.Background()
+	steps := []func(tx *knftables.Transaction){
+		func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Table{Comment: knftables.PtrTo("a table")})
+			tx.Add(&knftables.Chain{Name: "in", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.InputHook),
+				Priority: knftables.PtrTo(knftables.FilterPriority), Policy: knftables.PtrTo(knftables.AcceptPolicy), Comment: knftables.PtrTo("base chain")})
+			tx.Add(&knftables.Chain{Name: "c", Comment: knftables.PtrTo("regular chain")})
+			tx.Create(&knftables.Chain{Name: "d"})
+			tx.Add(&knftables.Set{Name: "s", Type: "ipv4_addr . inet_service", Comment: knftables.PtrTo("a set")})
+			tx.Add(&knftables.Map{Name: "m", Type: "inet_proto . inet_service : verdict", Comment: knftables.PtrTo("a map")})
+			tx.Add(&knftables.Element{Set: "s", Key: []string{"10.1.2.3", "80"}, Comment: knftables.PtrTo("an element")})
+			tx.Add(&knftables.Element{Set: "s", Key: []string{"10.1.2.4", "443"}})
+			tx.Add(&knftables.Element{Map: "m", Key: []string{"tcp", "80"}, Value: []string{"jump c"}, Comment: knftables.PtrTo("to c")})
+			tx.Add(&knftables.Element{Map: "m", Key: []string{"udp", "53"}, Value: []string{"accept"}})
+			tx.Add(&knftables.Rule{Chain: "in", Rule: "meta l4proto . th dport vmap @m", Comment: knftables.PtrTo("a rule")})
+			tx.Add(&knftables.Rule{Chain: "in", Rule: "ip saddr . th dport @s counter drop"})
+			tx.Add(&knftables.Rule{Chain: "c", Rule: "ip daddr 10.9.0.0/20 ip saddr != 10.0.0.1 mark set 0x10 return"})
+			tx.Add(&knftables.Rule{Chain: "c", Rule: "ct state established,related accept"})
+			tx.Add(&knftables.Rule{Chain: "c", Rule: "mark set mark and 0xff00 reject with icmp type host-unreachable"})
+		},
+		func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Table{Comment: knftables.PtrTo("a table")}) // idempotent add
+			tx.Add(&knftables.Chain{Name: "c", Comment: knftables.PtrTo("regular chain")})
+			tx.Delete(&knftables.Element{Set: "s", Key: []string{"10.1.2.4", "443"}})
+			tx.Delete(&knftables.Element{Map: "m", Key: []string{"udp", "53"}})
+			tx.Flush(&knftables.Chain{Name: "in"})
+			tx.Delete(&knftables.Set{Name: "s"})
+			tx.Delete(&knftables.Chain{Name: "d"})
+		},
+	}
+	for i, step := range steps {
+		for _, r := range []interface {
+			NewTransaction() *knftables.Transaction
+			Run(context.Context, *knftables.Transaction) error
+		}{p.exec, p.nl} {
+			tx := r.NewTransaction()
+			step(tx)
+			if err := r.Run(ctx, tx); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		}
+		p.requireSame(t, "step")
+	}
+	for _, r := range []interface {
+		NewTransaction() *knftables.Transaction
+		Run(context.Context, *knftables.Transaction) error
+	}{p.exec, p.nl} {
+		tx := r.NewTransaction()
+		tx.Delete(&knftables.Table{})
+		if err := r.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.requireSame(t, "table deleted")
+	if all, err := p.nl.ListAll(ctx); all != nil || err != nil {
+		t.Fatalf("ListAll of a missing table: %v, %v", all, err)
+	}
+}
+
+// TestRootErrors: a batch the kernel refuses returns an error classified
+// like nft's and changes nothing.
+func TestRootErrors(t *testing.T) {
+	requireNFT(t)
+	p := newPair(t, knftables.IPv4Family)
+	ctx := context.Background()
+	setup := func(tx *knftables.Transaction) {
+		tx.Add(&knftables.Table{})
+		tx.Add(&knftables.Chain{Name: "c"})
+		tx.Add(&knftables.Map{Name: "m", Type: "ipv4_addr : verdict"})
+		tx.Add(&knftables.Element{Map: "m", Key: []string{"10.0.0.1"}, Value: []string{"goto c"}})
+	}
+	for _, r := range []nftables.NFT{p.exec, p.nl} {
+		tx := r.NewTransaction()
+		setup(tx)
+		if err := r.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := list(t, p.nsNL, p.fam, p.table)
+	for _, tc := range []struct {
+		name     string
+		build    func(tx *knftables.Transaction)
+		notFound bool
+	}{
+		{"delete missing chain", func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Chain{Name: "new"})
+			tx.Add(&knftables.Rule{Chain: "c", Rule: "drop"})
+			tx.Delete(&knftables.Chain{Name: "absent"})
+		}, true},
+		{"create existing chain", func(tx *knftables.Transaction) {
+			tx.Flush(&knftables.Chain{Name: "c"})
+			tx.Create(&knftables.Chain{Name: "c"})
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for name, r := range map[string]nftables.NFT{"nft": p.exec, "netlink": p.nl} {
+				tx := r.NewTransaction()
+				tc.build(tx)
+				err := r.Run(ctx, tx)
+				if err == nil {
+					t.Fatalf("%s: no error", name)
+				}
+				if nft.IsNotFound(err) != tc.notFound || nft.IsExists(err) == tc.notFound {
+					t.Errorf("%s: IsNotFound %t, IsExists %t: %v", name, nft.IsNotFound(err), nft.IsExists(err), err)
+				}
+				t.Logf("%s: %v", name, err)
+			}
+			if after := list(t, p.nsNL, p.fam, p.table); after != before {
+				t.Errorf("table changed by a refused batch:\n%s", cmp.Diff(before, after))
+			}
+		})
+	}
+}
