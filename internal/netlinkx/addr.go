@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
@@ -82,11 +83,12 @@ func AddrDelPrefix(linkIndex int, p netip.Prefix) error {
 type ProtoAddr struct {
 	LinkIndex int
 	Prefix    netip.Prefix
-	Proto     uint8 // IFA_PROTO; 0 when unset
+	Proto     uint8  // IFA_PROTO; 0 when unset (or a kernel before 6.3)
+	Label     string // IPv4 only
 }
 
 // AddrListProto lists every address of the namespace (both families) with
-// its link and IFA_PROTO, retrying interrupted dumps.
+// its link, IFA_PROTO and label, retrying interrupted dumps.
 func AddrListProto() ([]ProtoAddr, error) {
 	return retry("listing addresses", func() ([]ProtoAddr, error) {
 		req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
@@ -110,6 +112,8 @@ func AddrListProto() ([]ProtoAddr, error) {
 					local, _ = netip.AddrFromSlice(at.Value)
 				case unix.IFA_ADDRESS:
 					address, _ = netip.AddrFromSlice(at.Value)
+				case unix.IFA_LABEL:
+					pa.Label = strings.TrimRight(string(at.Value), "\x00")
 				case ifaProto:
 					if len(at.Value) > 0 {
 						pa.Proto = at.Value[0]

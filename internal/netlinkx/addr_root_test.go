@@ -26,6 +26,9 @@ func TestRootAddrProto(t *testing.T) {
 		m := map[netip.Prefix]uint8{}
 		for _, a := range got {
 			m[a.Prefix] = a.Proto
+			if a.Prefix == v4 && a.Label != "lo:test" {
+				t.Errorf("%s has label %q, want lo:test", v4, a.Label)
+			}
 		}
 		return m
 	}

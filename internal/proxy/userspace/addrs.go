@@ -77,7 +77,9 @@ func (n *Netlink) List() (held, other []netip.Addr, err error) {
 	}
 	n.where = map[netip.Addr]netlinkx.ProtoAddr{}
 	for _, a := range all {
-		if a.Proto == AddrProto {
+		// The label too: a kernel before 6.3 drops IFA_PROTO, and
+		// IPv4 addresses on lo are still found by it.
+		if a.Proto == AddrProto || a.Label == loLabel {
 			held = append(held, a.Prefix.Addr())
 			n.where[a.Prefix.Addr()] = a
 		} else {

@@ -263,7 +263,13 @@ func (b *Backend) full(services []*proxy.Service, res *proxy.SyncResult) error {
 	if err := b.rt.inNS(func() (err error) { held, other, err = b.addrs.List(); return err }); err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
-	b.held, b.other = setOf(held), setOf(other)
+	// The other family's addresses are the other Backend's (dual stack).
+	b.held, b.other = map[netip.Addr]bool{}, setOf(other)
+	for _, a := range held {
+		if b.planner.want(a) {
+			b.held[a] = true
+		}
+	}
 	// NodePorts listen on the node's addresses, but not on one a service
 	// claims (the kube-dns ClusterIP may be on lo for the node-local DNS).
 	claimed := map[netip.Addr]bool{}
@@ -516,6 +522,16 @@ func (e *ConflictError) Error() string {
 }
 
 func (e *ConflictError) Unwrap() error { return e.Err }
+
+// Probe reports whether the mode can run here: it needs netlink in the
+// node's namespace to hold the service addresses (adding them also needs
+// CAP_NET_ADMIN, which the agent has).
+func Probe(ctx context.Context) error {
+	if _, _, err := (&Netlink{}).List(); err != nil {
+		return fmt.Errorf("userspace proxy mode: %w", err)
+	}
+	return nil
+}
 
 // Cleanup removes every address the userspace mode added in the calling
 // thread's namespace, and its dummy device: for an agent that starts in

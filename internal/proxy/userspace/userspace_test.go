@@ -646,7 +646,9 @@ func TestPoolPolicies(t *testing.T) {
 // TestIPv6 serves an IPv6 ClusterIP on ::1 and leaves IPv4 services out.
 func TestIPv6(t *testing.T) {
 	ep := tcpEndpoint(t, "[::1]", "six")
-	b, f := newBackend(t, Config{IPv6: true})
+	f := newFakeAddrs()
+	f.held[netip.MustParseAddr("127.0.0.9")] = true // the IPv4 backend's
+	b, _ := newBackend(t, Config{IPv6: true, Addrs: f})
 	port := 20000 + uint16(rand.IntN(10000))
 	v6 := service("v6", "::1", proxy.TCP, port, ep)
 	v4 := service("v4", "127.0.0.1", proxy.TCP, port, ep)
@@ -658,6 +660,6 @@ func TestIPv6(t *testing.T) {
 		t.Errorf("an IPv4 service on the IPv6 backend: %v, want refused", err)
 	}
 	if ops := f.takeOps(); !slices.Equal(ops, []string{"add ::1"}) {
-		t.Errorf("address operations %q", ops)
+		t.Errorf("address operations %q, want ::1 added and the IPv4 backend's address left alone", ops)
 	}
 }
