@@ -28,20 +28,7 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c) // echo
-			}()
-		}
-	}()
-	ep := ln.Addr().(*net.TCPAddr).AddrPort()
+	ep := serveTCP(b, ln, func(c net.Conn) { _, _ = io.Copy(c, c) }) // echo
 	be := New(Config{Addrs: newFakeAddrs()})
 	defer be.Close()
 	svc := service("bench", "127.78.0.10", proxy.TCP, 8080, proxy.Endpoint{IP: ep.Addr(), Port: ep.Port(), Ready: true})

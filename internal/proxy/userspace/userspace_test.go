@@ -81,6 +81,23 @@ func tcpEndpoint(t *testing.T, ip, name string) proxy.Endpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap := serveTCP(t, ln, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			if _, err := r.ReadString('\n'); err != nil {
+				return
+			}
+			if _, err := fmt.Fprintln(c, name); err != nil {
+				return
+			}
+		}
+	})
+	return proxy.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true, Serving: true}
+}
+
+// serveTCP runs handle on each connection to ln (then closes it) until
+// the test ends.
+func serveTCP(t testing.TB, ln net.Listener, handle func(net.Conn)) netip.AddrPort {
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -90,20 +107,11 @@ func tcpEndpoint(t *testing.T, ip, name string) proxy.Endpoint {
 			}
 			go func() {
 				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					if _, err := fmt.Fprintln(c, name); err != nil {
-						return
-					}
-				}
+				handle(c)
 			}()
 		}
 	}()
-	ap := ln.Addr().(*net.TCPAddr).AddrPort()
-	return proxy.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true, Serving: true}
+	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // udpEndpoint answers every datagram with its name.
