@@ -87,6 +87,8 @@ type Options struct {
 	ProxyMode          string
 	ProxyMinSyncPeriod time.Duration
 	ProxySyncPeriod    time.Duration
+	// ProxyNFTablesExec: the nftables mode runs nft, not netlink (proxynetlink.go).
+	ProxyNFTablesExec bool
 	// MetricsBindAddress and HealthzBindAddress are the proxy's servers
 	// (IP:port; "" or "0": off).
 	MetricsBindAddress string

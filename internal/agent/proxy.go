@@ -35,6 +35,7 @@ func addProxyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ProxyMode, "proxy-mode", ProxyModeAuto, "--proxy, --proxy-only: how Services are served: nftables, iptables, userspace (Go proxies on the service addresses), or auto (the first of those that works here; the choice is logged). The other modes' rules are removed at start")
 	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
 	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: how often the Service rules are fully resynced")
+	fs.BoolVar(&o.ProxyNFTablesExec, "proxy-nftables-exec", false, "--proxy: the nftables mode pipes each sync to an nft process instead of committing it over netlink in process (the old path, for debugging)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", DefaultMetricsBindAddress,
 		"--proxy: IP:port of the proxy's Prometheus metrics (/metrics, kube-proxy's metrics named flatnet_*); \"\" or \"0\" disables. "+
 			"Loopback by default (as kube-proxy's), so pods cannot read it; 0.0.0.0:10249 for a scraper on another host")
@@ -55,6 +56,8 @@ type proxyServersConfig struct {
 	// proxy (kube-proxy's bindAddressHardFail); otherwise it is logged and
 	// retried every 5 s, as kube-proxy does.
 	HardFail bool
+	// NFTablesExec: the nftables mode runs nft instead of netlink.
+	NFTablesExec bool
 }
 
 // proxyServers are what a node's proxiers (one per IP family) share: the
@@ -223,6 +226,7 @@ func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, ci
 		SyncPeriod:         o.ProxySyncPeriod,
 		MetricsBindAddress: o.MetricsBindAddress,
 		HealthzBindAddress: o.HealthzBindAddress,
+		NFTablesExec:       o.ProxyNFTablesExec,
 	}, renders, o.ProxyMinSyncPeriod, o.ProxySyncPeriod, "--proxy")
 }
 
@@ -232,6 +236,9 @@ func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, ci
 // agent's mode in errors.
 func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string, sc proxyServersConfig, renders []nftables.Config, minSync, maxSync time.Duration, flag string) ([]*proxier.Proxier, error) {
 	kits := proxyModeKits()
+	if !sc.NFTablesExec {
+		kits[ProxyModeNFTables] = overNetlink(kits[ProxyModeNFTables])
+	}
 	mode, err := pickProxyMode(ctx, mode, kits)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
