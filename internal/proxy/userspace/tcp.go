@@ -145,13 +145,15 @@ func reset(c *net.TCPConn) {
 // splice(2) on Linux (TCPConn.ReadFrom), so the payload stays in the
 // kernel. A side that ends cleanly (EOF) is passed on as a half-close, so
 // a client that shuts down its sending side still reads the answer; an
-// error on either side ends both.
+// error on either side (a reset) resets both, as a NAT passes a reset on;
+// that also leaves no TIME_WAIT socket on the node, whose ephemeral ports
+// towards one endpoint are few (see docs/proxy.md).
 func splice(a, b *net.TCPConn) {
 	done := make(chan struct{})
 	one := func(dst, src *net.TCPConn) {
 		if _, err := io.Copy(dst, src); err != nil {
-			_ = a.Close()
-			_ = b.Close()
+			reset(a)
+			reset(b)
 			return
 		}
 		_ = dst.CloseWrite()
