@@ -2,6 +2,7 @@ package userspace
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -93,4 +94,46 @@ func report(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// BenchmarkSync measures syncs with the addresses faked (no netlink):
+// a full sync from nothing opens one listener per service (the cold
+// start), a partial one changes one service's endpoint.
+//
+//	go test -run '^$' -bench Sync -benchtime 5x ./internal/proxy/userspace/
+func BenchmarkSync(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		svcs := make([]*proxy.Service, n)
+		for i := range svcs {
+			ip := netip.AddrFrom4([4]byte{127, 79, byte(i / 250), byte(i%250 + 1)})
+			svcs[i] = service(fmt.Sprint("s", i), ip.String(), proxy.TCP, 8080,
+				proxy.Endpoint{IP: netip.MustParseAddr("10.1.0.1"), Port: 80, Ready: true})
+		}
+		b.Run(fmt.Sprintf("full/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				be := New(Config{Addrs: newFakeAddrs()})
+				if _, err := be.Sync(context.Background(), svcs, nil, true); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				be.Close()
+				b.StartTimer()
+			}
+		})
+		b.Run(fmt.Sprintf("partial/%d", n), func(b *testing.B) {
+			be := New(Config{Addrs: newFakeAddrs()})
+			defer be.Close()
+			if _, err := be.Sync(context.Background(), svcs, nil, true); err != nil {
+				b.Fatal(err)
+			}
+			changed := map[string]bool{svcs[0].Key(): true}
+			for b.Loop() {
+				svcs[0].Ports[0].Endpoints[0].Port++
+				res, err := be.Sync(context.Background(), svcs, changed, false)
+				if err != nil || res.Operations != 0 {
+					b.Fatal(err, res.Operations)
+				}
+			}
+		})
+	}
 }
