@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,49 @@ func TestRootRestoreAccepted(t *testing.T) {
 	if got := testutil.RunIn(t, ns, "nft", "list", "table", "ip", nftTable); got != nftBefore {
 		t.Errorf("cleanup changed the nftables table:\n%s\nwas:\n%s", got, nftBefore)
 	}
+}
+
+// BenchmarkRootSync measures syncs against the kernel's iptables in a
+// test namespace with 10,000 services installed (one full sync first,
+// logged): each iteration is a partial sync moving one service's
+// endpoint, the restore's cost with a large table in place.
+//
+//	go test -run XXX -bench RootSync -benchtime 50x ./internal/proxy/iptables/
+func BenchmarkRootSync(b *testing.B) {
+	testutil.RequireRoot(b)
+	if err := ipt.Available(ipt.IPv4); err != nil {
+		testutil.Skip(b, "%v (hack/deps.sh installs iptables)", err)
+	}
+	ctx := context.Background()
+	ns := testutil.NewNetNS(b)
+	be := NewBackend(ipt.InNetNS{Path: ns, Runner: &ipt.Runner{Timeout: 5 * time.Minute}}, testConfig())
+	services := manyServices(10000)
+	start := time.Now()
+	res, err := be.Sync(ctx, services, nil, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("full sync of %d services: %d lines in %v", len(services), res.Operations, time.Since(start))
+	start = time.Now()
+	if res, err = be.Sync(ctx, services, nil, true); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("second full sync (iptables-save first): %d lines in %v", res.Operations, time.Since(start))
+	changed := map[string]bool{"ns/svc-42": true}
+	lines := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := *services[42]
+		s.Ports = slices.Clone(s.Ports)
+		s.Ports[0].Endpoints = slices.Clone(s.Ports[0].Endpoints)
+		s.Ports[0].Endpoints[0].IP = netip.AddrFrom4([4]byte{10, 247, byte(i >> 8), byte(i)})
+		next := slices.Clone(services)
+		next[42] = &s
+		res, err := be.Sync(ctx, next, changed, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lines += res.Operations
+	}
+	b.ReportMetric(float64(lines)/float64(b.N), "lines/op")
 }
