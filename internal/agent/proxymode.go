@@ -21,6 +21,7 @@ import (
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/proxy/userspace"
 )
 
 // The proxy modes --proxy-mode takes.
@@ -63,6 +64,19 @@ func proxyModeKits() map[string]modeKit {
 				return nftables.NewBackend(r, cfg), nil
 			},
 			cleanup: cleanupNFTablesMode,
+		},
+		ProxyModeUserspace: {
+			probe: userspace.Probe,
+			backend: func(cfg nftables.Config) (proxy.Backend, error) {
+				return userspace.New(userspace.Config{
+					IPv6:              cfg.Family == knftables.IPv6Family,
+					NodeName:          cfg.NodeName,
+					ClusterCIDRs:      cfg.ClusterCIDRs,
+					NodePortAddresses: cfg.NodePortAddresses,
+					Logger:            klog.Background().WithName("proxy-userspace"),
+				}), nil
+			},
+			cleanup: userspace.Cleanup,
 		},
 	}
 }
