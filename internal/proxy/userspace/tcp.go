@@ -88,8 +88,8 @@ func isTemporary(err error) bool {
 }
 
 // proxyTCP connects client c to an endpoint of fe, trying the next one on
-// a connect error (at most len(DialTimeouts) of them), then copies both
-// ways until both sides have closed. A client nobody can serve gets a
+// a connect error (len(DialTimeouts) attempts), then copies both ways
+// until both sides have closed. A client nobody can serve gets a
 // reset at once.
 func (rt *runtime) proxyTCP(c *net.TCPConn, fe *frontend) {
 	if !rt.track(c) {
@@ -99,7 +99,11 @@ func (rt *runtime) proxyTCP(c *net.TCPConn, fe *frontend) {
 	defer rt.untrack(c)
 	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	var up *net.TCPConn
-	for i, ep := range fe.pool.candidates(client, fe.kind, rt.cfg.ClusterCIDRs, len(rt.cfg.DialTimeouts)) {
+	eps := fe.pool.candidates(client, fe.kind, rt.cfg.ClusterCIDRs, len(rt.cfg.DialTimeouts))
+	for i := 0; len(eps) > 0 && i < len(rt.cfg.DialTimeouts); i++ {
+		// Fewer endpoints than attempts: round again, with the longer
+		// timeouts (a busy endpoint's full accept queue drops SYNs).
+		ep := eps[i%len(eps)]
 		conn, err := rt.dialTCP(ep, rt.cfg.DialTimeouts[i])
 		if err == nil {
 			up = conn

@@ -59,8 +59,10 @@ import (
 // Defaults of Config.
 var (
 	// DefaultDialTimeouts are kube-proxy userspace's EndpointDialTimeouts:
-	// a connect error or timeout moves on to the next endpoint, with a
-	// longer timeout, at most four endpoints per connection.
+	// four connect attempts per connection, each after a connect error or
+	// timeout going to the next endpoint (round again when there are
+	// fewer) with a longer timeout: 3.75 s in all, about what a client's
+	// own SYN retransmissions would wait through a kernel mode.
 	DefaultDialTimeouts = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 	// DefaultUDPIdleTimeout is the kernel's unreplied UDP conntrack
 	// timeout (nf_conntrack_udp_timeout): a session lives as long as a
