@@ -119,3 +119,50 @@ func udpAskIn(ns, to string) (string, error) {
 	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 	return udpRoundTrip(c)
 }
+
+// TestRootIPv6 serves an IPv6 ClusterIP: the /128 goes on the node's lo,
+// a pod reaches it by its default route, the IPv6 backend leaves the IPv4
+// backend's address alone and Cleanup removes both.
+func TestRootIPv6(t *testing.T) {
+	const (
+		nodeSide  = "fd00:246:114::1"
+		podAddr   = "fd00:246:114::2"
+		clusterIP = "fd00:246:115::10"
+		v4IP      = "10.246.115.10"
+	)
+	testutil.RequireFreeRange(t, "fd00:246:114::/64", "fd00:246:115::/64", "10.246.115.0/24")
+	node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	testutil.Wire(t, node, testutil.Name("fun"), []string{nodeSide + "/64"}, pod, testutil.Name("fup"), []string{podAddr + "/64"})
+	testutil.RunIn(t, pod, "ip", "-6", "route", "add", "default", "via", nodeSide)
+	_, portStr, _ := net.SplitHostPort(testutil.EchoServer(t, pod, "["+podAddr+"]:0", "pod"))
+	port, _ := strconv.Atoi(portStr)
+	ep := proxy.Endpoint{IP: netip.MustParseAddr(podAddr), Port: uint16(port), Ready: true}
+	ctx := context.Background()
+	v4 := New(Config{NetNS: node})
+	t.Cleanup(v4.Close)
+	if _, err := v4.Sync(ctx, []*proxy.Service{service("v4", v4IP, proxy.TCP, 8080)}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	v6 := New(Config{NetNS: node, IPv6: true})
+	t.Cleanup(v6.Close)
+	if res, err := v6.Sync(ctx, []*proxy.Service{service("v6", clusterIP, proxy.TCP, 8080, ep)}, nil, true); err != nil || len(res.Conflicts) > 0 {
+		t.Fatalf("sync: %v %v", err, res.Conflicts)
+	}
+	lo := testutil.RunIn(t, node, "ip", "-o", "addr", "show", "dev", "lo")
+	if !strings.Contains(lo, clusterIP+"/128") || !strings.Contains(lo, v4IP+"/32") {
+		t.Errorf("lo, want %s/128 and %s/32:\n%s", clusterIP, v4IP, lo)
+	}
+	// The pod reaches its own service through the node (hairpin), and
+	// sees the node's address.
+	if got, err := testutil.Ask(pod, "["+clusterIP+"]:8080"); err != nil || got != "pod "+nodeSide {
+		t.Errorf("pod -> [%s]:8080: %q, %v; want %q", clusterIP, got, err, "pod "+nodeSide)
+	}
+	v4.Close()
+	v6.Close()
+	if err := netns.Do(node, func() error { return Cleanup(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	if lo := testutil.RunIn(t, node, "ip", "-o", "addr", "show", "dev", "lo"); strings.Contains(lo, clusterIP) || strings.Contains(lo, v4IP) {
+		t.Errorf("Cleanup left addresses:\n%s", lo)
+	}
+}
