@@ -40,9 +40,11 @@
 // port rules; the NodePorts jump stays last). So a sync's input follows
 // the change, not the service count (kube-proxy rewrites its dispatch
 // chains whole every sync). A full sync reads both tables, declares and
-// refills every chain of ours, deletes the proxy chains nobody wants
-// (after a restart) and puts the jumps from the built-in chains back where
-// they are missing. Jumps are inserted first in the built-in chains, once:
+// refills every chain of ours whose saved rules differ from what it wants
+// (rules are written as iptables-save prints them, so an untouched chain
+// reads back equal and a second full sync restores nothing), deletes the
+// proxy chains nobody wants (after a restart) and puts the jumps from the
+// built-in chains back where they are missing. Jumps are inserted first in the built-in chains, once:
 // only when missing, never moved (other writers, e.g. network policy, also
 // want to be first).
 package iptables
@@ -52,6 +54,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -322,13 +325,13 @@ func (r *Renderer) base() map[chainRef][]rule {
 	b := map[chainRef][]rule{
 		{tableNat, ChainServices}:            nil,
 		{tableNat, ChainNodePorts}:           nil,
-		{tableNat, ChainMarkMasq}:            {{"-j", "MARK", "--or-mark", mark}},
+		{tableNat, ChainMarkMasq}:            {{"-j", "MARK", "--set-xmark", mark + "/" + mark}},
 		{tableFilter, ChainServices}:         nil,
 		{tableFilter, ChainExternalServices}: nil,
 		{tableFilter, ChainFirewall}:         nil,
 		{tableNat, ChainPostrouting}: {
 			{"-m", "mark", "!", "--mark", mark + "/" + mark, "-j", "RETURN"},
-			{"-j", "MARK", "--xor-mark", mark},
+			{"-j", "MARK", "--set-xmark", mark + "/0x0"},
 			{"-m", "comment", "--comment", "flatnet service traffic requiring SNAT", "-j", "MASQUERADE", "--random-fully"},
 		},
 	}
@@ -347,6 +350,42 @@ func (r *Renderer) base() map[chainRef][]rule {
 		b[chainRef{tableNat, ChainNonPodMasq}] = append(rules, rule{"-j", ChainMarkMasq})
 	}
 	return b
+}
+
+// Rules are written in the form iptables-save prints them back (mark
+// targets as --set-xmark, recent with its defaults, REJECT with its type,
+// the probability as the kernel keeps it), so that a full sync finds an
+// untouched chain equal to what it wants and leaves it alone.
+
+// probability is 1/n as iptables-save prints it: the kernel keeps a
+// fraction of 2^31, printed with 11 decimals.
+func probability(n int) string {
+	u := math.Round(float64(1<<31) / float64(n))
+	return fmt.Sprintf("%0.11f", u/float64(1<<31))
+}
+
+// hostMask is xt_recent's default --mask (the whole source address).
+func (r *Renderer) hostMask() string {
+	if r.cfg.v6() {
+		return "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+	}
+	return "255.255.255.255"
+}
+
+// rejectWith is REJECT's default type (ICMP port unreachable).
+func (r *Renderer) rejectWith() string {
+	if r.cfg.v6() {
+		return "icmp6-port-unreachable"
+	}
+	return "icmp-port-unreachable"
+}
+
+// verdictArgs are the options iptables-save prints after -j verdict.
+func (r *Renderer) verdictArgs(verdict string) rule {
+	if verdict == "REJECT" {
+		return rule{"--reject-with", r.rejectWith()}
+	}
+	return nil
 }
 
 // chainName is prefix + 16 characters of a hash of parts: iptables chain
@@ -434,7 +473,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			}
 			dnat := rule{"-p", proto, "-m", "comment", "--comment", label}
 			if svc.AffinityTimeout > 0 {
-				dnat = append(dnat, "-m", "recent", "--name", c, "--set")
+				dnat = append(dnat, "-m", "recent", "--set", "--name", c, "--mask", r.hostMask(), "--rsource")
 			}
 			o.chains[nat(c)] = []rule{
 				{"-s", host(ep.IP), "-m", "comment", "--comment", label, "-j", ChainMarkMasq},
@@ -466,13 +505,13 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 				secs := strconv.Itoa(max(1, int(svc.AffinityTimeout/time.Second)))
 				for i, ep := range eps {
 					rules = append(rules, rule{"-m", "comment", "--comment", label + " -> " + netip.AddrPortFrom(ep.IP.Unmap(), ep.Port).String(),
-						"-m", "recent", "--name", seps[i], "--rcheck", "--seconds", secs, "--reap", "-j", seps[i]})
+						"-m", "recent", "--rcheck", "--seconds", secs, "--reap", "--name", seps[i], "--mask", r.hostMask(), "--rsource", "-j", seps[i]})
 				}
 			}
 			for i, ep := range eps {
 				rl := rule{"-m", "comment", "--comment", label + " -> " + netip.AddrPortFrom(ep.IP.Unmap(), ep.Port).String()}
 				if n := len(eps) - i; n > 1 {
-					rl = append(rl, "-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%0.10f", 1/float64(n)))
+					rl = append(rl, "-m", "statistic", "--mode", "random", "--probability", probability(n))
 				}
 				rules = append(rules, append(rl, "-j", seps[i]))
 			}
@@ -524,7 +563,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			// nodes: dropped, as kube-proxy does.
 			add(ck, tableFilter, ChainServices, false, slices.Concat(dst, rule{"-m", "comment", "--comment", label + " has no local endpoints", "-m", proto, "--dport", port, "-j", "DROP"})...)
 		default:
-			add(ck, tableFilter, ChainServices, false, slices.Concat(dst, rule{"-m", "comment", "--comment", label + " has no endpoints", "-m", proto, "--dport", port, "-j", "REJECT"})...)
+			add(ck, tableFilter, ChainServices, false, slices.Concat(dst, rule{"-m", "comment", "--comment", label + " has no endpoints", "-m", proto, "--dport", port, "-j", "REJECT", "--reject-with", r.rejectWith()})...)
 		}
 
 		// externalIPs and load-balancer IPs.
@@ -533,7 +572,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			d := rule{"-d", host(a), "-p", proto}
 			switch {
 			case !extReachable:
-				add(k, tableFilter, ChainExternalServices, false, slices.Concat(d, rule{"-m", "comment", "--comment", label + " has no endpoints", "-m", proto, "--dport", port, "-j", "REJECT"})...)
+				add(k, tableFilter, ChainExternalServices, false, slices.Concat(d, rule{"-m", "comment", "--comment", label + " has no endpoints", "-m", proto, "--dport", port, "-j", "REJECT", "--reject-with", r.rejectWith()})...)
 				return
 			case noLocal:
 				add(k, tableFilter, ChainExternalServices, false, slices.Concat(d, rule{"-m", "comment", "--comment", label + " has no local endpoints", "-m", proto, "--dport", port, "-j", "DROP"})...)
@@ -578,8 +617,8 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			k := claimKey{"nodeport", proto + " " + np}
 			refuse := func(verdict, why string) {
 				for _, d := range r.nodePortDsts() {
-					add(k, tableFilter, ChainExternalServices, false, slices.Concat(d, rule{"-m", "addrtype", "--dst-type", "LOCAL", "-p", proto,
-						"-m", "comment", "--comment", label + why, "-m", proto, "--dport", np, "-j", verdict})...)
+					add(k, tableFilter, ChainExternalServices, false, slices.Concat(d, rule{"-p", proto, "-m", "addrtype", "--dst-type", "LOCAL",
+						"-m", "comment", "--comment", label + why, "-m", proto, "--dport", np, "-j", verdict}, r.verdictArgs(verdict))...)
 				}
 			}
 			switch {
@@ -597,6 +636,6 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 	// nftables mode does, instead of routed to nowhere. Last in the chain,
 	// behind the port rules (a DROP there must win).
 	add(claimKey{"cluster IP", svc.ClusterIP.Unmap().String()}, tableFilter, ChainServices, true,
-		"-d", cip, "-m", "comment", "--comment", svc.Namespace+"/"+svc.Name+" cluster IP, other ports", "-j", "REJECT")
+		"-d", cip, "-m", "comment", "--comment", svc.Namespace+"/"+svc.Name+" cluster IP, other ports", "-j", "REJECT", "--reject-with", r.rejectWith())
 	return o
 }

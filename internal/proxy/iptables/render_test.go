@@ -267,12 +267,12 @@ func TestRenderedRules(t *testing.T) {
 		"-A FLATNET-SERVICES ! -d 127.0.0.0/8 -m comment --comment \"flatnet service nodeports; NOTE: this must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j FLATNET-NODEPORTS",
 		"-A FLATNET-NODEPORTS -p tcp -m comment --comment ns/web:http -m tcp --dport 30080 -j " + chainName(prefixExt, "ns", "web", "tcp", "http"),
 		"-A " + svcChain + " ! -s 10.244.0.0/16 -d 10.96.0.10/32 -p tcp -m comment --comment \"ns/web:http cluster IP\" -m tcp --dport 80 -j FLATNET-MARK-MASQ",
-		"-A " + svcChain + " -m comment --comment \"ns/web:http -> 10.244.1.5:8080\" -m statistic --mode random --probability 0.3333333333 -j " + sep,
-		"-A " + svcChain + " -m comment --comment \"ns/web:http -> 10.244.2.5:8080\" -m statistic --mode random --probability 0.5000000000 -j ",
+		"-A " + svcChain + " -m comment --comment \"ns/web:http -> 10.244.1.5:8080\" -m statistic --mode random --probability 0.33333333349 -j " + sep,
+		"-A " + svcChain + " -m comment --comment \"ns/web:http -> 10.244.2.5:8080\" -m statistic --mode random --probability 0.50000000000 -j ",
 		"-A " + svcChain + " -m comment --comment \"ns/web:http -> 10.244.3.5:8080\" -j ",
 		"-A " + sep + " -s 10.244.1.5/32 -m comment --comment ns/web:http -j FLATNET-MARK-MASQ",
 		"-A " + sep + " -p tcp -m comment --comment ns/web:http -m tcp -j DNAT --to-destination 10.244.1.5:8080",
-		"-A FLATNET-MARK-MASQ -j MARK --or-mark 0x4000",
+		"-A FLATNET-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
 		"-A FLATNET-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
 		"-A FLATNET-POSTROUTING -m comment --comment \"flatnet service traffic requiring SNAT\" -j MASQUERADE --random-fully",
 	} {
@@ -292,7 +292,7 @@ func TestRenderedRules(t *testing.T) {
 		"-A FORWARD -m conntrack --ctstate NEW -m comment --comment \"flatnet load balancer firewall\" -j FLATNET-PROXY-FIREWALL\n" +
 			"-A FORWARD -m conntrack --ctstate NEW -m comment --comment \"flatnet service portals\" -j FLATNET-SERVICES\n" +
 			"-A FORWARD -m conntrack --ctstate NEW -m comment --comment \"flatnet external services\" -j FLATNET-EXTERNAL-SERVICES\n",
-		"-A FLATNET-SERVICES -d 10.96.0.10/32 -m comment --comment \"ns/web cluster IP, other ports\" -j REJECT",
+		"-A FLATNET-SERVICES -d 10.96.0.10/32 -m comment --comment \"ns/web cluster IP, other ports\" -j REJECT --reject-with icmp-port-unreachable",
 	} {
 		if !strings.Contains(filter, want) {
 			t.Errorf("filter table lacks %q:\n%s", want, filter)
@@ -307,8 +307,8 @@ func TestSessionAffinity(t *testing.T) {
 	sep := chainName(prefixSep, "ns", "sticky", "tcp", "http", "10.244.4.5:8080")
 	dump := fake.Dump(ipt.IPv4, "nat")
 	for _, want := range []string{
-		"-m recent --name " + sep + " --rcheck --seconds 10800 --reap -j " + sep,
-		"-A " + sep + " -p tcp -m comment --comment ns/sticky:http -m recent --name " + sep + " --set -m tcp -j DNAT --to-destination 10.244.4.5:8080",
+		"-m recent --rcheck --seconds 10800 --reap --name " + sep + " --mask 255.255.255.255 --rsource -j " + sep,
+		"-A " + sep + " -p tcp -m comment --comment ns/sticky:http -m recent --set --name " + sep + " --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.4.5:8080",
 	} {
 		if !strings.Contains(dump, want) {
 			t.Errorf("nat table lacks %q:\n%s", want, dump)
@@ -402,8 +402,13 @@ func TestIdempotentFullSync(t *testing.T) {
 	first := fake.Dump(ipt.IPv4, "nat") + fake.Dump(ipt.IPv4, "filter")
 	again := NewBackend(fake, testConfig()) // and without a remembered state
 	for i, bk := range []*Backend{b, again} {
-		if _, err := bk.Sync(context.Background(), services, nil, true); err != nil {
+		res, err := bk.Sync(context.Background(), services, nil, true)
+		if err != nil {
 			t.Fatalf("sync %d: %v", i, err)
+		}
+		// Every chain reads back as wanted: nothing to restore.
+		if res.Operations != 0 {
+			t.Errorf("sync %d wrote %d lines:\n%s", i, res.Operations, fake.Restores[len(fake.Restores)-1])
 		}
 		if diff := cmp.Diff(first, fake.Dump(ipt.IPv4, "nat")+fake.Dump(ipt.IPv4, "filter")); diff != "" {
 			t.Fatalf("sync %d changed the tables (-first +now):\n%s", i, diff)

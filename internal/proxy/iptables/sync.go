@@ -116,39 +116,82 @@ func (r *Renderer) Full(services []*proxy.Service, existing *Existing) (*State, 
 		next.services[svc.Key()] = o
 		keys = append(keys, svc.Key())
 	}
-	in := newInput()
+	// Every chain of ours with its rules: the fixed chains (the
+	// services' port rules, the fixed tail, the catch-alls), then the
+	// services' own.
 	base := r.base()
-	want := map[chainRef]bool{}
-	for _, ref := range sortedChains(base) {
-		want[ref] = true
-		in.s(ref.Table).declare = append(in.s(ref.Table).declare, ref.Chain)
+	want := make(map[chainRef][]rule, len(base))
+	for ref := range base {
+		want[ref] = nil // wanted even when empty
 	}
-	var svcChains []chainRef
+	var first, last []dispatch
 	for _, key := range keys {
-		for ref := range next.services[key].chains {
-			svcChains = append(svcChains, ref)
+		o := next.services[key]
+		for _, k := range sortedClaims(o.claims) {
+			for _, d := range o.claims[k] {
+				if d.Last {
+					last = append(last, d)
+				} else {
+					first = append(first, d)
+				}
+			}
+		}
+		for ref, rules := range o.chains {
+			want[ref] = rules
 		}
 	}
-	svcChains = sortedChains(setOf(svcChains))
-	for _, ref := range svcChains {
-		want[ref] = true
-		in.s(ref.Table).declare = append(in.s(ref.Table).declare, ref.Chain)
+	for _, d := range first {
+		want[d.chainRef] = append(want[d.chainRef], d.Args)
+	}
+	for ref, rules := range base {
+		want[ref] = append(want[ref], rules...)
+	}
+	for _, d := range last {
+		want[d.chainRef] = append(want[d.chainRef], d.Args)
+	}
+
+	in := newInput()
+	saved := map[string]map[string][]ipt.Rule{}
+	for _, t := range tables {
+		saved[t] = map[string][]ipt.Rule{}
+		if tbl := existing.table(t); tbl != nil {
+			for _, c := range tbl.Chains {
+				saved[t][c] = []ipt.Rule{}
+			}
+			for _, rl := range tbl.Rules {
+				saved[t][rl.Chain] = append(saved[t][rl.Chain], rl)
+			}
+		}
+	}
+	// A chain whose saved rules are what we want is left alone (rules are
+	// written as iptables-save prints them); any other is declared, which
+	// creates or flushes it, and refilled.
+	for _, ref := range sortedChains(want) {
+		had, ok := saved[ref.Table][ref.Chain]
+		if ok && slices.EqualFunc(had, want[ref], func(h ipt.Rule, w rule) bool { return slices.Equal(h.Args, w) }) {
+			continue
+		}
+		s := in.s(ref.Table)
+		s.declare = append(s.declare, ref.Chain)
+		for _, rl := range want[ref] {
+			s.rules = append(s.rules, op{chain: ref.Chain, args: rl})
+		}
 	}
 	// Chains of ours nobody wants (a restart, a config change): flushed
 	// by their declaration, deleted at the end, after the jumps to them
-	// from built-in chains are deleted.
+	// from other chains are deleted.
 	for _, t := range tables {
-		saved := existing.table(t)
-		if saved == nil {
+		tbl := existing.table(t)
+		if tbl == nil {
 			continue
 		}
 		stale := map[string]bool{}
-		for _, c := range saved.Chains {
-			if Ours(c) && !want[chainRef{t, c}] {
+		for _, c := range tbl.Chains {
+			if _, ok := want[chainRef{t, c}]; Ours(c) && !ok {
 				stale[c] = true
 			}
 		}
-		for _, rl := range saved.Rules {
+		for _, rl := range tbl.Rules {
 			if stale[rl.Target()] && !Ours(rl.Chain) {
 				in.s(t).deletes = append(in.s(t).deletes, rl)
 			}
@@ -163,48 +206,9 @@ func (r *Renderer) Full(services []*proxy.Service, existing *Existing) (*State, 
 	js := jumps()
 	for i := len(js) - 1; i >= 0; i-- {
 		j := js[i]
-		present := slices.ContainsFunc(existing.table(j.Table).RulesIn(j.Chain), func(rl ipt.Rule) bool { return rl.Target() == j.target() })
+		present := slices.ContainsFunc(saved[j.Table][j.Chain], func(rl ipt.Rule) bool { return rl.Target() == j.target() })
 		if !present {
 			in.s(j.Table).rules = append(in.s(j.Table).rules, op{insert: true, chain: j.Chain, args: j.Args})
-		}
-	}
-	// The fixed chains: the services' port rules, the fixed tail, the
-	// catch-alls.
-	var first, last []dispatch
-	for _, key := range keys {
-		o := next.services[key]
-		for _, k := range sortedClaims(o.claims) {
-			for _, d := range o.claims[k] {
-				if d.Last {
-					last = append(last, d)
-				} else {
-					first = append(first, d)
-				}
-			}
-		}
-	}
-	for _, ref := range sortedChains(base) {
-		s := in.s(ref.Table)
-		for _, d := range first {
-			if d.chainRef == ref {
-				s.rules = append(s.rules, op{chain: ref.Chain, args: d.Args})
-			}
-		}
-		for _, rl := range base[ref] {
-			s.rules = append(s.rules, op{chain: ref.Chain, args: rl})
-		}
-		for _, d := range last {
-			if d.chainRef == ref {
-				s.rules = append(s.rules, op{chain: ref.Chain, args: d.Args})
-			}
-		}
-	}
-	for _, key := range keys {
-		o := next.services[key]
-		for _, ref := range sortedChains(o.chains) {
-			for _, rl := range o.chains[ref] {
-				in.s(ref.Table).rules = append(in.s(ref.Table).rules, op{chain: ref.Chain, args: rl})
-			}
 		}
 	}
 	return next, in

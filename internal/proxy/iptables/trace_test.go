@@ -129,10 +129,8 @@ func (t *tracer) walk(tbl *ipt.Table, chain string, w *walkState, depth int) (st
 			w.dnat, w.dst, w.port = to.String(), to.Addr(), to.Port()
 			return "ACCEPT", nil
 		case "MARK":
-			if v, ok := opts["--or-mark"]; ok {
-				w.mark |= parseMark(v)
-			} else if v, ok := opts["--xor-mark"]; ok {
-				w.mark ^= parseMark(v)
+			if v, m, ok := strings.Cut(opts["--set-xmark"], "/"); ok {
+				w.mark = (w.mark &^ parseMark(m)) ^ parseMark(v)
 			} else {
 				return "", fmt.Errorf("chain %s: MARK %v", chain, opts)
 			}
@@ -163,7 +161,11 @@ func (t *tracer) match(args []string, w *walkState) (bool, string, map[string]st
 	}
 	opts := map[string]string{}
 	target := ""
-	var recentName string
+	// -m recent's options come in any order: checked at the end.
+	var (
+		recentName  string
+		rcheck, set bool
+	)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() string {
@@ -192,9 +194,9 @@ func (t *tracer) match(args []string, w *walkState) (bool, string, map[string]st
 			next() // the module's own options follow
 		case "--dport":
 			check(next() == strconv.Itoa(int(w.port)))
-		case "--comment", "--mode", "--seconds":
+		case "--comment", "--mode", "--seconds", "--mask":
 			next()
-		case "--reap":
+		case "--reap", "--rsource":
 		case "--dst-type", "--src-type":
 			addr := w.dst
 			if a == "--src-type" {
@@ -213,14 +215,9 @@ func (t *tracer) match(args []string, w *walkState) (bool, string, map[string]st
 		case "--name":
 			recentName = next()
 		case "--rcheck":
-			check(t.recent[recentName][w.src])
+			rcheck = true
 		case "--set":
-			if ok {
-				if t.recent[recentName] == nil {
-					t.recent[recentName] = map[netip.Addr]bool{}
-				}
-				t.recent[recentName][w.src] = true
-			}
+			set = true
 		case "--mark":
 			v, m, _ := strings.Cut(next(), "/")
 			check(w.mark&parseMark(m) == parseMark(v))
@@ -237,6 +234,15 @@ func (t *tracer) match(args []string, w *walkState) (bool, string, map[string]st
 		default:
 			return false, "", nil, fmt.Errorf("unknown argument %q", a)
 		}
+	}
+	if rcheck && !t.recent[recentName][w.src] {
+		ok = false
+	}
+	if set && ok {
+		if t.recent[recentName] == nil {
+			t.recent[recentName] = map[netip.Addr]bool{}
+		}
+		t.recent[recentName][w.src] = true
 	}
 	return ok, target, opts, nil
 }
