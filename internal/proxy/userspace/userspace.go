@@ -272,17 +272,16 @@ func (b *Backend) full(services []*proxy.Service, res *proxy.SyncResult) error {
 			b.held[a] = true
 		}
 	}
-	// NodePorts listen on the node's addresses, but not on one a service
-	// claims (the kube-dns ClusterIP may be on lo for the node-local DNS).
-	claimed := map[netip.Addr]bool{}
+	// NodePorts listen on the node's addresses, but not on a ClusterIP
+	// someone else put there (the node-local DNS puts the kube-dns one
+	// on lo). An externalIP that is a node IP keeps its NodePorts.
+	clusterIPs := map[netip.Addr]bool{}
 	for _, svc := range services {
-		for _, a := range b.planner.plan(&proxy.Service{ClusterIP: svc.ClusterIP, ExternalIPs: svc.ExternalIPs, LoadBalancerIPs: svc.LoadBalancerIPs}, nil).addrs {
-			claimed[a] = true
-		}
+		clusterIPs[svc.ClusterIP.Unmap()] = true
 	}
 	b.nodeAddrs = b.nodeAddrs[:0]
 	for _, a := range other {
-		if b.nodePortAddr(a) && !claimed[a] {
+		if b.nodePortAddr(a) && !clusterIPs[a] {
 			b.nodeAddrs = append(b.nodeAddrs, a)
 		}
 	}

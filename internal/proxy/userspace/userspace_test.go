@@ -574,8 +574,9 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 }
 
 // TestNodePort: NodePorts listen on the node's addresses (loopback ones
-// only when NodePortAddresses names them, as here), not on the service
-// addresses; with no usable endpoint they are refused.
+// only when NodePortAddresses names them, as here), an externalIP that is
+// a node IP included, not on the ClusterIP; with no usable endpoint they
+// are refused.
 func TestNodePort(t *testing.T) {
 	n := subnet()
 	ep := tcpEndpoint(t, n+"1", "a")
@@ -584,6 +585,7 @@ func TestNodePort(t *testing.T) {
 	svc := service("np", n+"10", proxy.TCP, 8080, ep)
 	svc.Type = proxy.NodePort
 	svc.Ports[0].NodePort = 30080 + uint16(rand.IntN(1000))
+	svc.ExternalIPs = []netip.Addr{netip.MustParseAddr(n + "51")} // a node IP
 	mustSync(t, b, []*proxy.Service{svc}, nil, true)
 	np := fmt.Sprint(svc.Ports[0].NodePort)
 	for _, to := range []string{n + "50:" + np, n + "51:" + np} {
