@@ -18,8 +18,10 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
+	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/proxy/iptables"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 	"github.com/flatnet/flatnet/internal/proxy/userspace"
 )
@@ -64,6 +66,33 @@ func proxyModeKits() map[string]modeKit {
 				return nftables.NewBackend(r, cfg), nil
 			},
 			cleanup: cleanupNFTablesMode,
+		},
+		ProxyModeIPTables: {
+			// The binaries, and a kernel that lets them read the nat
+			// table (xtables, or nf_tables under iptables-nft).
+			probe: func(ctx context.Context) error {
+				if err := ipt.Available(ipt.IPv4); err != nil {
+					return err
+				}
+				if _, err := ipt.New().Save(ctx, ipt.IPv4, "nat"); err != nil {
+					return fmt.Errorf("reading the nat table: %w", err)
+				}
+				return nil
+			},
+			backend: func(cfg nftables.Config) (proxy.Backend, error) {
+				fam := ipt.IPv4
+				if cfg.Family == knftables.IPv6Family {
+					fam = ipt.IPv6
+				}
+				return iptables.NewBackend(ipt.New(), iptables.Config{
+					Family:            fam,
+					NodeName:          cfg.NodeName,
+					ClusterCIDRs:      cfg.ClusterCIDRs,
+					MasqueradeMark:    cfg.MasqueradeMark,
+					NodePortAddresses: cfg.NodePortAddresses,
+				}), nil
+			},
+			cleanup: func(ctx context.Context) error { return iptables.Cleanup(ctx, ipt.New()) },
 		},
 		ProxyModeUserspace: {
 			probe: userspace.Probe,

@@ -56,8 +56,19 @@ func TestRootProxyModeSwitch(t *testing.T) {
 	if out := testutil.RunIn(t, ns, "ip", "-o", "addr"); !strings.Contains(out, "10.246.121.10/32") {
 		t.Fatalf("the userspace mode did not add its address:\n%s", out)
 	}
-	pick(ProxyModeNFTables)
+	pick(ProxyModeIPTables)
 	if out := testutil.RunIn(t, ns, "ip", "-o", "addr"); strings.Contains(out, "10.246.121.10") {
-		t.Errorf("after starting in nftables mode the userspace mode's address is left:\n%s", out)
+		t.Errorf("after starting in iptables mode the userspace mode's address is left:\n%s", out)
+	}
+
+	// An iptables-mode leftover: its chains and the jump to them go, a
+	// chain of someone else's stays.
+	testutil.RunIn(t, ns, "iptables", "-t", "nat", "-N", "FLATNET-SERVICES")
+	testutil.RunIn(t, ns, "iptables", "-t", "nat", "-A", "PREROUTING", "-j", "FLATNET-SERVICES")
+	testutil.RunIn(t, ns, "iptables", "-t", "nat", "-N", "SOMEONE-ELSE")
+	pick(ProxyModeNFTables)
+	out := testutil.RunIn(t, ns, "iptables-save", "-t", "nat")
+	if strings.Contains(out, "FLATNET-SERVICES") || !strings.Contains(out, "SOMEONE-ELSE") {
+		t.Errorf("after starting in nftables mode, nat:\n%s\nwant the iptables mode's chains gone, the other kept", out)
 	}
 }
