@@ -107,4 +107,3 @@ func errString(err error) string {
 }
 
 func ptr[T any](v T) *T { return &v }
-
