@@ -101,10 +101,12 @@ bench-lab: build
 bench-overlay: build
 	hack/bench-overlay.sh
 
-# bench-proxy: flatnet's Service proxy against upstream kube-proxy in its
-# nftables mode, same apiserver, same run (docs/benchmarks.md, Service
-# proxy). Builds kube-proxy into make k8s's cache on first use. Needs root
-# and make k8s.
+# bench-proxy: flatnet's Service proxy in its nftables, iptables and
+# userspace modes against upstream kube-proxy in its nftables and iptables
+# modes, same apiserver, same run, at 1,000, 5,000 and 10,000 Services
+# (docs/benchmarks.md, Service proxy; SIZES, MODES, REPS: see the script).
+# Builds kube-proxy into make k8s's cache on first use. Needs root and
+# make k8s.
 bench-proxy: build
 	hack/bench-proxy.sh
 

@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# bench-proxy: flatnet's Service proxy against upstream kube-proxy v1.37 in
-# its nftables mode, in one run against one apiserver (docs/benchmarks.md,
-# "Service proxy vs kube-proxy (nftables mode)").
+# bench-proxy: flatnet's Service proxy in each of its modes against
+# upstream kube-proxy v1.37 in its nftables and iptables modes, in one run
+# against one apiserver (docs/benchmarks.md, "Service proxy vs kube-proxy").
 #
 # Builds kube-proxy from the Go module proxy (the module pinned in
 # test/bench/proxy/kubeproxy, into the cache make k8s uses; only here, never
-# in CI), brings up a 1-node lab of its own, and runs test/bench/proxy: two
-# network namespaces of this run on the lab's underlay, one running
-# `kube-proxy --config`, the other `flatnet agent --proxy-only --config`
-# with the same KubeProxyConfiguration; selector-less Services with
+# in CI), brings up a 1-node lab of its own, and runs test/bench/proxy: each
+# proxy alone, at each size, in network namespaces of this run made fresh
+# for it (the proxy's node on the lab's underlay, a pod-like client and an
+# endpoint namespace whose server answers on every endpoint address):
+# `kube-proxy --config` and `flatnet agent --proxy-only --config` with the
+# same KubeProxyConfiguration but for mode; selector-less Services with
 # EndpointSlices written directly, no pods. See test/bench/proxy/main.go for
 # what is measured. The lab, the namespaces and every process started are
-# removed at the end, also on failure or Ctrl-C.
+# removed at the end, also on failure or Ctrl-C; the lab's agent, paused
+# during the run, is resumed.
 #
 # Needs root, the upstream binaries (make k8s), Go and the module proxy for
-# the first kube-proxy build (a few minutes on 2 cores).
+# the first kube-proxy build (a few minutes on 2 cores), iptables-nft.
 #
-#   SIZES     numbers of Services, ascending (default 1000,5000)
-#   REPS      partial updates per proxy, size and min sync period (default 10)
-#   MIN_SYNC  min sync periods, both proxies alike (default 1s,0s)
+#   SIZES     numbers of Services, ascending (default 1000,5000,10000)
+#   MODES     proxies, any of kube-proxy-nftables,kube-proxy-iptables,
+#             flatnet-nftables,flatnet-iptables,flatnet-userspace (default all);
+#             a mode the binary refuses is reported "not available" and skipped
+#   REPS      single endpoint changes per proxy and size (default 50)
+#   BURST     endpoint changes in the burst, issued over 1 s (default 1000)
+#   MIN_SYNC  min sync period, every proxy alike (default 1s)
 #   ENDPOINTS endpoints per Service (default 3)
+#   DP_DURATION, DP_MAX, DP_CONC  data path: longest run, most connections,
+#             connections at a time (default 5s, 50000, 4)
 #   TIMEOUT   longest wait for a proxy to program one step (default 5m)
-#   RESULTS   keep the raw results (JSON lines) at this path
+#   RESULTS   append the raw results (JSON lines) to this file
 #   FLATNET   the flatnet binary measured and running the lab (default
 #             bin/flatnet, which make bench-proxy builds from the work tree)
 set -euo pipefail
@@ -94,15 +103,13 @@ cleanup() {
   # lab agent it paused, its namespaces and veths by name.
   for f in "$root"/work/pids/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
   for f in "$root"/work/pids/paused-*; do [ -f "$f" ] && kill -CONT "${f##*paused-}" 2>/dev/null; done
-  for s in kp fl; do
-    ip link del "$prefix$s" 2>/dev/null
-    ip netns del "$prefix-$s" 2>/dev/null
-  done
+  ip link del "${prefix}n" 2>/dev/null
+  for s in n c e; do ip netns del "$prefix-$s" 2>/dev/null; done
   if [ -n "$labup" ]; then
     "$flatnet" lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
       { echo "bench-proxy: lab down $name failed:" >&2; cat "$root/down.log" >&2; rc=1; }
   fi
-  if [ -n "${RESULTS:-}" ] && [ -f "$root/results.jsonl" ]; then cp "$root/results.jsonl" "$RESULTS"; fi
+  if [ -n "${RESULTS:-}" ] && [ -f "$root/results.jsonl" ]; then cat "$root/results.jsonl" >>"$RESULTS"; fi
   if [ "$rc" != 0 ] && [ -d "$root/work" ]; then
     for f in "$root"/work/*.log; do [ -f "$f" ] && { echo "--- $f (last 20 lines)"; tail -n 20 "$f"; } >&2; done
   fi
@@ -116,21 +123,23 @@ trap 'exit 143' TERM
 go build -o "$root/proxybench" ./test/bench/proxy
 mkdir -p "$root/work" "$root/labs"
 
-echo "bench-proxy: $(date -u +%FT%TZ), $(nproc) cores, $(uname -r), $("$flatnet" version 2>/dev/null | head -1) ($flatnet), $("$k8sbin/kube-proxy" --version), $(nft --version | cut -d' ' -f1-2); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-proxy: $(date -u +%FT%TZ), $(nproc) cores, $(uname -r), $("$flatnet" version 2>/dev/null | head -1) ($flatnet), $("$k8sbin/kube-proxy" --version), $(nft --version | cut -d' ' -f1-2), $(iptables --version); commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo +dirty); load $(cut -d' ' -f1-3 /proc/loadavg)"
 labup=1
 "$flatnet" lab --state-dir "$root/labs" --name "$name" up --nodes 1 >"$root/up.log" 2>&1 || { cat "$root/up.log" >&2; exit 1; }
 echo "bench-proxy: lab $name up"
 
 "$root/proxybench" run -state-dir "$root/labs" -lab "$name" -prefix "$prefix" \
   -kube-proxy "$k8sbin/kube-proxy" -flatnet "$flatnet" \
-  -sizes "${SIZES:-1000,5000}" -reps "${REPS:-10}" -min-sync "${MIN_SYNC:-1s,0s}" -endpoints "${ENDPOINTS:-3}" \
+  -modes "${MODES:-kube-proxy-nftables,kube-proxy-iptables,flatnet-nftables,flatnet-iptables,flatnet-userspace}" \
+  -sizes "${SIZES:-1000,5000,10000}" -reps "${REPS:-50}" -burst "${BURST:-1000}" -min-sync "${MIN_SYNC:-1s}" \
+  -endpoints "${ENDPOINTS:-3}" -dp-duration "${DP_DURATION:-5s}" -dp-max "${DP_MAX:-50000}" -dp-conc "${DP_CONC:-4}" \
   -timeout "${TIMEOUT:-5m}" -dir "$root/work" -out "$root/results.jsonl" &
 bench_pid=$!
 wait "$bench_pid"
 bench_pid=
 
 echo
-echo "Results (kube-proxy is the anchor; ratio above 1: flatnet takes less; medians where repeated):"
+echo "Results (medians where repeated; ratios to kube-proxy's nftables mode, the data path's also to its iptables mode):"
 "$root/proxybench" report -in "$root/results.jsonl"
 echo
 echo "load at end $(cut -d' ' -f1-3 /proc/loadavg)"

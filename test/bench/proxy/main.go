@@ -1,34 +1,52 @@
-// Command proxybench measures flatnet's Service proxy against upstream
-// kube-proxy in its nftables mode, in one run against one apiserver
-// (hack/bench-proxy.sh; results in docs/benchmarks.md).
+// Command proxybench measures flatnet's Service proxy in each of its
+// modes against upstream kube-proxy in its nftables and iptables modes, in
+// one run against one apiserver (hack/bench-proxy.sh; results in
+// docs/benchmarks.md).
 //
-// Design. Next to a running lab (its apiserver and underlay bridge), two
-// network namespaces of this run's own, each with a veth on the lab's
-// bridge, stand for two nodes: one runs `kube-proxy --config`, the other
-// `flatnet agent --proxy-only --config`, from the same
-// KubeProxyConfiguration (only hostnameOverride differs). Both read the
-// same Services and EndpointSlices: selector-less ClusterIP Services, one
-// TCP port each, with EndpointSlices written here directly (managed-by
-// proxybench.flatnet.io), so no pods are needed. The lab's own node agent
-// (a third proxy, flatnet's) is stopped with SIGSTOP while measuring and
-// resumed at the end, so it takes no CPU from the two measured.
+// Design. Next to a running lab (its apiserver and underlay bridge), each
+// proxy runs alone, at each size, on a site of its own (site.go: a node
+// namespace on the lab's bridge, a pod-like client namespace and an
+// endpoint namespace behind it, made fresh and removed after): either
+// `kube-proxy --config` or `flatnet agent --proxy-only --config`, from the
+// same KubeProxyConfiguration but for mode and hostnameOverride. They read
+// selector-less ClusterIP Services, one TCP port each, with EndpointSlices
+// written here directly (managed-by proxybench.flatnet.io), so no pods are
+// needed; every endpoint address is real: the endpoint namespace answers
+// on all of them and says which one a connection reached (probe.go). The
+// lab's own node agent (another proxy) is stopped with SIGSTOP for the run
+// and resumed at the end.
 //
-// For each size N (ascending; the objects of a size are kept for the next):
+// "Programmed" is seen without polling rule listings: nftables modes by
+// `nft monitor` (service-ips elements, then any object naming the new
+// endpoint), iptables modes by the same monitor (iptables-nft rules are
+// nftables rules: "ip daddr <ClusterIP> ... dport 80", "dnat to
+// <endpoint>:8080"), userspace by its listening sockets (ss) and by
+// connecting. Every step is also confirmed by connecting from the client
+// namespace.
 //
-//  1. churn: both proxies running, the Services and slices up to N are
-//     created; for each proxy, the time from the last create's return to
-//     all N service ports being in its kernel map (service-ips).
-//  2. for each min sync period, for each proxy alone (the other stopped,
-//     its tables deleted first): cold start (process start to all N in the
-//     kernel, its full-sync metric, CPU seconds, RSS), the table's size,
-//     then REPS partial updates: one endpoint of one Service replaced,
-//     timed from the API call to the new endpoint being in the kernel
-//     (polling the Service's chain with nft), with the proxy's own sync
-//     duration and network programming latency from its metrics.
+// Sizes: first 10 Services (the data path's baseline), then each N of
+// -sizes (objects kept from one size to the next). Per proxy and size:
 //
-// Every nft and curl runs inside the proxy's namespace through
-// `ip netns exec`; nothing touches the root namespace but the two veths on
-// the lab's bridge. Results are JSON lines; `report` prints the table.
+//  1. cold start: process start to every Service programmed, then the
+//     first and last Service answering; the proxy's CPU until programmed
+//     (children included: kube-proxy's nft and iptables-restore), its RSS
+//     2 s later, its full-sync metric.
+//  2. REPS single endpoint changes (one address of one Service's slice
+//     replaced), each timed from the API call to programmed and to the
+//     new endpoint answering through the ClusterIP, with the proxy's
+//     sync and network programming metrics.
+//  3. a burst: BURST changes to as many Services issued evenly over one
+//     second; from the last update's return to all programmed, and the
+//     proxy's CPU for it.
+//  4. the data path: new TCP connections (connect, then reset) to Service
+//     0's ClusterIP from the client, a fixed number at a time, for a
+//     bounded time or count: rate and connect latency p50/p99.
+//
+// At the baseline size only 1 and 4. A proxy that exits before programming
+// anything is "not available" (its last log line recorded) and skipped for
+// the rest of the run; any other failure is recorded for that proxy and
+// size and the run goes on. Results are JSON lines; `report` prints the
+// table.
 package main
 
 import (
@@ -46,6 +64,10 @@ func main() {
 		err = runCmd(os.Args[2:])
 	case "report":
 		err = reportCmd(os.Args[2:])
+	case "serve":
+		err = serveCmd(os.Args[2:])
+	case "prober":
+		err = proberCmd(os.Args[2:])
 	default:
 		usage()
 	}

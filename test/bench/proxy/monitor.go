@@ -18,7 +18,11 @@ import (
 // is when the change is in the kernel, without polling `nft list`, which
 // at 5,000 Services takes about a second of CPU per call and would compete
 // with the proxies for the machine's two cores. Lines are matched as they
-// arrive (nothing is buffered), so the pipe never backs up.
+// arrive (nothing is buffered), so the pipe never backs up. iptables here
+// is iptables-nft (the run checks), so the iptables modes' rules are
+// nftables rules too and the same monitor sees them, as nft prints them
+// ("ip daddr 10.96.0.7 tcp dport 80 ... jump KUBE-SVC-...", "dnat to
+// 10.246.0.9:8080").
 type monitor struct {
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -27,24 +31,55 @@ type monitor struct {
 	match func(line string) bool // called for each line under mu
 	hit   chan time.Time
 
-	// Distinct ClusterIPs of the benchmark's namespace added to service-ips.
-	ns      string
+	// ClusterIPs in want seen programmed (by svc's pattern).
+	svc     svcPattern
+	want    map[string]bool
 	ports   map[string]bool
 	portsAt time.Time
-	want    int
+	wantN   int
 	wantHit chan time.Time
+
+	// Endpoint addresses awaited in any rule line (waitEndpoints).
+	pending    map[string]bool
+	pendingHit chan time.Time
 }
 
-var serviceIPsElemRE = regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+) \. tcp \. \d+ : goto \S+`)
+// svcPattern says which monitor lines program a service port and where
+// its ClusterIP is: service-ips map elements (nftables modes), or rules
+// matching the address and port 80 (iptables modes).
+type svcPattern struct {
+	what   string // nft monitor new <what>
+	filter string // a line must contain it ("" for any)
+	re     *regexp.Regexp
+}
 
-// startMonitor runs `nft monitor new what` (elements or rules) in p's
-// namespace and returns once it is live: nft reads the ruleset into its
-// cache first (a second or more at 20,000 chains), and a change made
-// before it listens would be missed, so a probe table of the monitor's own
-// is changed until the monitor reports it, then deleted.
-func startMonitor(ctx context.Context, p *proxy, what string) (*monitor, error) {
-	m := &monitor{done: make(chan struct{}), ports: map[string]bool{}, ns: "-" + benchNamespace + "/"}
-	m.cmd = exec.Command("ip", "netns", "exec", p.node.netns, "nft", "monitor", "new", what)
+var (
+	nftSvc = svcPattern{"elements", "service-ips", regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+) \. tcp \. 80 : goto \S+`)}
+	iptSvc = svcPattern{"rules", "ip daddr", regexp.MustCompile(`ip daddr (\d+\.\d+\.\d+\.\d+) [^\n]*?\bdport 80\b`)}
+	// nftChanges sees endpoint changes in the nftables modes: every new
+	// object (rules, and map elements should a renderer put endpoints in
+	// a map), no service pattern (after the cold start only endpoints are
+	// awaited).
+	nftChanges = svcPattern{}
+	// An endpoint in a rule: kube-proxy's dnat map ("10.246.0.9 . 8080"),
+	// an endpoint chain's name ("__10.246.0.9/8080"), an iptables DNAT
+	// ("dnat to 10.246.0.9:8080").
+	endpointRE = regexp.MustCompile(fmt.Sprintf(`(\d+\.\d+\.\d+\.\d+)(?:/| \. |:)%d\b`, endpointPort))
+)
+
+// startMonitor runs `nft monitor new svc.what` in namespace netns,
+// counting the ClusterIPs in want that lines matching svc program, and
+// returns once it is live: nft reads the ruleset into its cache first (a
+// second or more at 20,000 chains), and a change made before it listens
+// would be missed, so a probe table of the monitor's own is changed until
+// the monitor reports it, then deleted.
+func startMonitor(ctx context.Context, netns string, svc svcPattern, want map[string]bool) (*monitor, error) {
+	m := &monitor{done: make(chan struct{}), ports: map[string]bool{}, svc: svc, want: want}
+	argv := []string{"ip", "netns", "exec", netns, "nft", "monitor", "new"}
+	if svc.what != "" {
+		argv = append(argv, svc.what)
+	}
+	m.cmd = exec.Command(argv[0], argv[1:]...)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := m.cmd.StdoutPipe()
 	if err != nil {
@@ -52,22 +87,26 @@ func startMonitor(ctx context.Context, p *proxy, what string) (*monitor, error) 
 	}
 	m.cmd.Stderr = m.cmd.Stdout
 	if err := m.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("nft monitor in %s: %w", p.node.netns, err)
+		return nil, fmt.Errorf("nft monitor in %s: %w", netns, err)
 	}
 	go m.read(out)
 	probe := map[string]string{
 		"elements": "add table ip pbprobe; add set ip pbprobe s { type ipv4_addr; }; add element ip pbprobe s { 127.0.0.%d }",
 		"rules":    "add table ip pbprobe; add chain ip pbprobe c; add rule ip pbprobe c meta mark 0x%x counter",
-	}[what]
+		"":         "add table ip pbprobe; add chain ip pbprobe c; add rule ip pbprobe c meta mark 0x%x counter",
+	}[svc.what]
 	if probe == "" {
 		m.stop()
-		return nil, fmt.Errorf("nft monitor: unknown kind %q", what)
+		return nil, fmt.Errorf("nft monitor: unknown kind %q", svc.what)
 	}
-	defer func() { _, _ = p.nft("delete", "table", "ip", "pbprobe") }()
+	nft := func(args ...string) (string, error) {
+		return run(append([]string{"ip", "netns", "exec", netns, "nft"}, args...)...)
+	}
+	defer func() { _, _ = nft("delete", "table", "ip", "pbprobe") }()
 	for i := 1; ; i++ {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := m.waitLine(pctx, func(l string) bool { return strings.Contains(l, "pbprobe") }, func() error {
-			_, err := p.nft(fmt.Sprintf(probe, i%250+1))
+			_, err := nft(fmt.Sprintf(probe, i%250+1))
 			return err
 		})
 		cancel()
@@ -76,7 +115,7 @@ func startMonitor(ctx context.Context, p *proxy, what string) (*monitor, error) 
 		}
 		if ctx.Err() != nil || i >= 30 {
 			m.stop()
-			return nil, fmt.Errorf("nft monitor in %s not reporting changes: %w", p.node.netns, err)
+			return nil, fmt.Errorf("nft monitor in %s not reporting changes: %w", netns, err)
 		}
 	}
 }
@@ -93,16 +132,25 @@ func (m *monitor) read(r io.Reader) {
 			m.match = nil
 			m.hit <- now
 		}
-		if strings.Contains(line, "service-ips") && strings.Contains(line, m.ns) {
-			for _, e := range serviceIPsElemRE.FindAllStringSubmatch(line, -1) {
-				if strings.Contains(e[0], m.ns) && !m.ports[e[1]] {
+		if m.svc.re != nil && strings.Contains(line, m.svc.filter) {
+			for _, e := range m.svc.re.FindAllStringSubmatch(line, -1) {
+				if m.want[e[1]] && !m.ports[e[1]] {
 					m.ports[e[1]] = true
 					m.portsAt = now
 				}
 			}
-			if m.wantHit != nil && len(m.ports) >= m.want {
+			if m.wantHit != nil && len(m.ports) >= m.wantN {
 				m.wantHit <- m.portsAt
 				m.wantHit = nil
+			}
+		}
+		if len(m.pending) > 0 {
+			for _, e := range endpointRE.FindAllStringSubmatch(line, -1) {
+				delete(m.pending, e[1])
+			}
+			if len(m.pending) == 0 && m.pendingHit != nil {
+				m.pendingHit <- now
+				m.pendingHit = nil
 			}
 		}
 		m.mu.Unlock()
@@ -144,7 +192,7 @@ func (m *monitor) waitPorts(ctx context.Context, n int) (time.Time, int, error) 
 		m.mu.Unlock()
 		return at, n, nil
 	}
-	m.want, m.wantHit = n, hit
+	m.wantN, m.wantHit = n, hit
 	m.mu.Unlock()
 	select {
 	case t := <-hit:
@@ -156,6 +204,40 @@ func (m *monitor) waitPorts(ctx context.Context, n int) (time.Time, int, error) 
 		m.wantHit = nil
 		m.mu.Unlock()
 		return time.Time{}, m.seen(), ctx.Err()
+	}
+}
+
+// waitEndpoints runs during (which makes the changes) and waits until
+// every address in ips has appeared as an endpoint in a rule line; it
+// returns when the last one did. Addresses are never reused, so a line
+// naming one is the transaction that programmed it.
+func (m *monitor) waitEndpoints(ctx context.Context, ips []string, during func() error) (time.Time, error) {
+	hit := make(chan time.Time, 1)
+	m.mu.Lock()
+	m.pending = make(map[string]bool, len(ips))
+	for _, ip := range ips {
+		m.pending[ip] = true
+	}
+	m.pendingHit = hit
+	m.mu.Unlock()
+	reset := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := len(m.pending)
+		m.pending, m.pendingHit = nil, nil
+		return n
+	}
+	if err := during(); err != nil {
+		reset()
+		return time.Time{}, err
+	}
+	select {
+	case t := <-hit:
+		return t, nil
+	case <-m.done:
+		return time.Time{}, fmt.Errorf("nft monitor exited with %d of %d endpoints not seen", reset(), len(ips))
+	case <-ctx.Done():
+		return time.Time{}, fmt.Errorf("%d of %d new endpoints not seen in the kernel: %w", reset(), len(ips), ctx.Err())
 	}
 }
 

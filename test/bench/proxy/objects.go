@@ -26,7 +26,14 @@ const (
 	servicePort    = 80
 	endpointPort   = 8080
 	portName       = "http"
-	endpointsBase  = "10.245.0.0" // endpoints: inside the cluster CIDR given to both proxies, never dialled
+	// Endpoints: 10.246.0.0/15, inside the cluster CIDR given to the
+	// proxies; every one of them is local in a site's endpoint namespace
+	// (an AnyIP route), where one server answers for all (site.go).
+	endpointsBase  = "10.246.0.0"
+	endpointsRange = "10.246.0.0/15"
+	// dataPathService is Service 0's name: the data path's target, sorted
+	// after every svc-NNNNN (last in any name-ordered rule list).
+	dataPathService = "svc-datapath"
 )
 
 func newClient(kubeconfig string) (kubernetes.Interface, error) {
@@ -40,10 +47,15 @@ func newClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+func serviceName(i int) string {
+	if i == 0 {
+		return dataPathService
+	}
+	return fmt.Sprintf("svc-%05d", i)
+}
 
-// endpointIP is the j-th address handed out: 10.245.0.1 onwards, skipping
-// nothing (no packet is ever sent to them).
+// endpointIP is the j-th address handed out: 10.246.0.1 onwards (131,070
+// of them before the range ends; allocate refuses more).
 func endpointIP(j int) string {
 	b := netip.MustParseAddr(endpointsBase).As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
@@ -59,7 +71,47 @@ type objects struct {
 
 	mu         sync.Mutex
 	clusterIPs map[int]string
-	nextIP     atomic.Int64 // next endpoint address index
+	slices     map[int]*discovery.EndpointSlice // as last written, for updates without a GET
+	nextIP     atomic.Int64                     // next endpoint address index
+}
+
+// newEndpoint hands out the next endpoint address.
+func (o *objects) newEndpoint() (string, error) {
+	j := int(o.nextIP.Add(1)) - 1
+	ip := endpointIP(j)
+	if !netip.MustParsePrefix(endpointsRange).Contains(netip.MustParseAddr(ip)) {
+		return "", fmt.Errorf("endpoint addresses exhausted after %d (range %s): fewer REPS or sizes", j, endpointsRange)
+	}
+	return ip, nil
+}
+
+// clusterIP is Service i's ClusterIP.
+func (o *objects) clusterIP(i int) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.clusterIPs[i]
+}
+
+// endpointsOf are Service i's endpoint addresses as last written.
+func (o *objects) endpointsOf(i int) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var ips []string
+	for _, e := range o.slices[i].Endpoints {
+		ips = append(ips, e.Addresses...)
+	}
+	return ips
+}
+
+// wantIPs is the set of ClusterIPs of Services 0..n-1.
+func (o *objects) wantIPs(n int) map[string]bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := make(map[string]bool, n)
+	for i := 0; i < n; i++ {
+		m[o.clusterIPs[i]] = true
+	}
+	return m
 }
 
 func (o *objects) ensureNamespace(ctx context.Context) error {
@@ -160,8 +212,12 @@ func (o *objects) createOne(ctx context.Context, i int) error {
 	}
 	eps := make([]discovery.Endpoint, o.endpoints)
 	for j := range eps {
+		ip, err := o.newEndpoint()
+		if err != nil {
+			return err
+		}
 		eps[j] = discovery.Endpoint{
-			Addresses:  []string{endpointIP(int(o.nextIP.Add(1)) - 1)},
+			Addresses:  []string{ip},
 			Conditions: discovery.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 		}
 	}
@@ -179,28 +235,35 @@ func (o *objects) createOne(ctx context.Context, i int) error {
 		Endpoints:   eps,
 		Ports:       []discovery.EndpointPort{{Name: ptr.To(portName), Port: ptr.To[int32](endpointPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
-	if _, err := o.c.DiscoveryV1().EndpointSlices(o.ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+	written, err := o.c.DiscoveryV1().EndpointSlices(o.ns).Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("endpointslice %s: %w", name, err)
 	}
 	o.mu.Lock()
 	o.clusterIPs[i] = got.Spec.ClusterIP
+	o.slices[i] = written
 	o.mu.Unlock()
 	return nil
 }
 
-// replaceEndpoint gives Service i's first endpoint a new address, stamping
-// the trigger time as an EndpointSlice controller does. It returns the
-// old and new addresses and the time just before the API call.
-func (o *objects) replaceEndpoint(ctx context.Context, i int) (oldIP, newIP string, t0 time.Time, err error) {
-	s, err := o.c.DiscoveryV1().EndpointSlices(o.ns).Get(ctx, serviceName(i), metav1.GetOptions{})
-	if err != nil {
-		return "", "", t0, err
-	}
+// setEndpoint gives Service i's first endpoint the address newIP,
+// stamping the trigger time as an EndpointSlice controller does, from the
+// slice as last written (no GET: only this harness writes these slices).
+// It returns the old address and the time just before the API call.
+func (o *objects) setEndpoint(ctx context.Context, i int, newIP string) (oldIP string, t0 time.Time, err error) {
+	o.mu.Lock()
+	s := o.slices[i].DeepCopy()
+	o.mu.Unlock()
 	oldIP = s.Endpoints[0].Addresses[0]
-	newIP = endpointIP(int(o.nextIP.Add(1)) - 1)
 	s.Endpoints[0].Addresses = []string{newIP}
 	t0 = time.Now()
 	s.Annotations[triggerTime] = t0.UTC().Format(time.RFC3339Nano)
-	_, err = o.c.DiscoveryV1().EndpointSlices(o.ns).Update(ctx, s, metav1.UpdateOptions{})
-	return oldIP, newIP, t0, err
+	written, err := o.c.DiscoveryV1().EndpointSlices(o.ns).Update(ctx, s, metav1.UpdateOptions{})
+	if err != nil {
+		return oldIP, t0, fmt.Errorf("endpointslice %s: %w", s.Name, err)
+	}
+	o.mu.Lock()
+	o.slices[i] = written
+	o.mu.Unlock()
+	return oldIP, t0, nil
 }

@@ -6,24 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
-
-// node is one of the run's namespaces with its veth on the lab's bridge.
-type node struct {
-	netns    string // under /run/netns
-	hostVeth string
-	ip       netip.Addr
-	name     string // the Node name the proxy is told (hostnameOverride)
-}
 
 func run(argv ...string) (string, error) {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
@@ -33,54 +23,28 @@ func run(argv ...string) (string, error) {
 	return string(out), nil
 }
 
-// createNode makes the namespace and its veth on bridge; remove undoes it.
-func createNode(n *node, bridge string, prefixLen int, serviceCIDR netip.Prefix) error {
-	steps := [][]string{
-		{"ip", "netns", "add", n.netns},
-		{"ip", "link", "add", n.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
-		{"ip", "link", "set", n.hostVeth, "master", bridge, "up"},
-		{"ip", "-n", n.netns, "link", "set", "lo", "up"},
-		{"ip", "-n", n.netns, "addr", "add", netip.PrefixFrom(n.ip, prefixLen).String(), "dev", "eth0"},
-		{"ip", "-n", n.netns, "link", "set", "eth0", "up"},
-		// As the lab's nodes have it: the service range on-link.
-		{"ip", "-n", n.netns, "route", "add", serviceCIDR.String(), "dev", "eth0"},
-	}
-	for _, s := range steps {
-		if _, err := run(s...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (n *node) remove() {
-	_ = exec.Command("ip", "link", "del", n.hostVeth).Run()
-	_ = exec.Command("ip", "netns", "del", n.netns).Run()
-}
-
 // proxy is one measured proxy: its namespace, how to start it, and where
 // its rules and metrics are.
 type proxy struct {
-	label        string // "kube-proxy" or "flatnet"
-	node         *node
-	table        string // its nftables table (family ip)
+	label        string // kind-mode, e.g. "kube-proxy-nftables"
+	kind         string // "kube-proxy" or "flatnet"
+	mode         string // its KubeProxyConfiguration mode: nftables, iptables, userspace
+	nodeName     string // the Node it is (hostnameOverride)
+	table        string // nftables modes: its table (family ip)
 	metricPrefix string // "kubeproxy_" or "flatnet_"
 	argv         func(config string) []string
 	dir          string // config and logs
 	pidDir       string // one file per running process, for the script's cleanup
 
+	// unavailable is set when the binary refused the mode: the error, and
+	// the proxy is skipped for the rest of the run.
+	unavailable string
+
+	site    *site // where it runs now
 	cmd     *exec.Cmd
 	done    chan struct{}
 	started time.Time
 	logs    int
-}
-
-// deleteTables removes the proxy's tables in its namespace, so that a
-// cold start programs from nothing.
-func (p *proxy) deleteTables() {
-	for _, fam := range []string{"ip", "ip6"} {
-		_, _ = p.nft("delete", "table", fam, p.table)
-	}
 }
 
 // start starts the proxy with the configuration given.
@@ -95,7 +59,7 @@ func (p *proxy) start(config string) error {
 		return err
 	}
 	defer logf.Close()
-	args := append([]string{"netns", "exec", p.node.netns}, p.argv(config)...)
+	args := append([]string{"netns", "exec", p.site.node}, p.argv(config)...)
 	cmd := exec.Command("ip", args...) // ip execs the proxy: same PID
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -141,57 +105,42 @@ func (p *proxy) stop() {
 
 func (p *proxy) pid() int { return p.cmd.Process.Pid }
 
-func (p *proxy) nft(args ...string) (string, error) {
-	return run(append([]string{"ip", "netns", "exec", p.node.netns, "nft"}, args...)...)
+// in runs argv in the proxy's namespace.
+func (p *proxy) in(argv ...string) (string, error) {
+	return run(append([]string{"ip", "netns", "exec", p.site.node}, argv...)...)
 }
 
-// servicePorts counts the elements of the proxy's service-ips map that
-// lead to a chain of a Service in namespace ns: every chain name carries
-// namespace/name/protocol/port, in kube-proxy's tables and flatnet's.
-func (p *proxy) servicePorts(ns string) (int, error) {
-	out, err := p.nft("list", "map", "ip", p.table, "service-ips")
-	if err != nil {
-		return 0, err
-	}
-	return strings.Count(out, "-"+ns+"/"), nil
-}
+func (p *proxy) nft(args ...string) (string, error) { return p.in(append([]string{"nft"}, args...)...) }
 
-var gotoRE = regexp.MustCompile(`goto ([^ ,}\n]+)`)
-
-// serviceChain is the chain service-ips sends ip:port/tcp to.
-func (p *proxy) serviceChain(ip string, port int32) (string, error) {
-	out, err := p.nft("get", "element", "ip", p.table, "service-ips", fmt.Sprintf("{ %s . tcp . %d }", ip, port))
-	if err != nil {
-		return "", err
-	}
-	m := gotoRE.FindStringSubmatch(out)
-	if m == nil {
-		return "", fmt.Errorf("%s: no goto in service-ips element for %s: %s", p.label, ip, out)
-	}
-	return m[1], nil
-}
-
-// chainHasEndpoint reports whether chain dispatches to endpoint ip:port:
-// through an endpoint chain (both proxies name it ...__<ip>/<port>) or, as
-// kube-proxy v1.37 does when no endpoint needs rules of its own, with a
-// dnat map straight from the service chain (`0 : <ip> . <port>`).
-func (p *proxy) chainHasEndpoint(chain, ip string, port int32) (bool, error) {
-	out, err := p.nft("list", "chain", "ip", p.table, chain)
-	if err != nil {
-		return false, err
-	}
-	return hasEndpoint(out, ip, port), nil
-}
-
-func hasEndpoint(listing, ip string, port int32) bool {
-	re := regexp.MustCompile(fmt.Sprintf(`(__|\s)%s(/| \. )%d\b`, regexp.QuoteMeta(ip), port))
-	return re.MatchString(listing)
+// lastLogLine is the last non-empty line of the proxy's current log (why
+// it exited).
+func (p *proxy) lastLogLine() string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, fmt.Sprintf("%s-%d.log", p.label, p.logs)))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // tableSize counts the proxy's IPv4 table: chains, rules, map and set
 // elements (from nft -j) and the lines and bytes of `nft list table`.
 type tableSize struct {
 	Chains, Rules, Elements, Lines, Bytes int
+}
+
+// rules counts what the proxy installed for its Services: nftables
+// rules of its table, iptables rules (nat and filter, both proxies'
+// chains and the built-in ones), or listening sockets (userspace).
+func (p *proxy) rules() (int, error) {
+	switch p.mode {
+	case "nftables":
+		s, err := p.tableSize()
+		return s.Rules, err
+	case "iptables":
+		out, err := p.in("iptables-save")
+		return strings.Count(out, "\n-A "), err
+	default:
+		out, err := p.in("ss", "-Hltn")
+		return strings.Count(strings.TrimSpace(out), "\n") + 1, err
+	}
 }
 
 func (p *proxy) tableSize() (tableSize, error) {
@@ -239,7 +188,7 @@ type histogram struct{ Sum, Count float64 }
 // metrics scrapes the proxy's /metrics inside its namespace and returns
 // every _sum and _count of the histograms named (without prefix).
 func (p *proxy) metrics(addr string, names ...string) (map[string]histogram, error) {
-	out, err := run("ip", "netns", "exec", p.node.netns, "curl", "-sf", "--max-time", "5", "http://"+addr+"/metrics")
+	out, err := p.in("curl", "-sf", "--max-time", "5", "http://"+addr+"/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +235,10 @@ func parseHistograms(text, prefix string, names ...string) map[string]histogram 
 	return res
 }
 
-// procStats are a process's CPU seconds (user+system) and resident memory.
+// procStats are a process's CPU seconds (user+system, its own and its
+// waited-for children's: kube-proxy's nft and iptables-restore, whose
+// work, parsing and the kernel's commit, is done in the process that sends
+// the transaction) and resident memory.
 func procStats(pid int) (cpu float64, rssMiB float64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -299,10 +251,11 @@ func procStats(pid int) (cpu float64, rssMiB float64, err error) {
 	}
 	f := strings.Fields(s[i+1:])
 	// Fields after the command: state is f[0]; utime, stime are fields 14, 15 (f[11], f[12]).
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	const hz = 100 // USER_HZ on Linux
-	cpu = (ut + st) / hz
+	const hz = 100                            // USER_HZ on Linux
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		v, _ := strconv.ParseFloat(f[i], 64)
+		cpu += v / hz
+	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return cpu, 0, err

@@ -1,19 +1,64 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
-func TestHasEndpoint(t *testing.T) {
-	kubeProxy := `meta l4proto tcp dnat ip to numgen random mod 3 map { 0 : 10.245.0.107 . 8080, 1 : 10.245.0.151 . 8080 }`
-	chains := `numgen random mod 2 vmap { 0 : goto ep-ABC-ns/a/tcp/http__10.245.0.107/8080, 1 : goto ep-DEF-ns/a/tcp/http__10.245.0.151/8080 }`
-	for _, l := range []string{kubeProxy, chains} {
-		for ip, want := range map[string]bool{"10.245.0.107": true, "10.245.0.151": true, "10.245.0.15": false, "10.245.0.10": false} {
-			if got := hasEndpoint(l, ip, 8080); got != want {
-				t.Errorf("hasEndpoint(%q, %s) = %v, want %v", l, ip, got, want)
-			}
+func TestEndpointRE(t *testing.T) {
+	for _, l := range []string{
+		// kube-proxy nftables: a dnat map from the service chain.
+		`meta l4proto tcp dnat ip to numgen random mod 3 map { 0 : 10.246.0.107 . 8080, 1 : 10.246.0.151 . 8080 }`,
+		// endpoint chains named after the endpoint.
+		`numgen random mod 2 vmap { 0 : goto ep-ABC-ns/a/tcp/http__10.246.0.107/8080, 1 : goto ep-DEF-ns/a/tcp/http__10.246.0.151/8080 }`,
+		// iptables-nft, as nft monitor prints a DNAT.
+		`add rule ip nat KUBE-SEP-X meta l4proto tcp   counter packets 0 bytes 0 dnat to 10.246.0.107:8080`,
+	} {
+		got := map[string]bool{}
+		for _, m := range endpointRE.FindAllStringSubmatch(l, -1) {
+			got[m[1]] = true
 		}
-		if hasEndpoint(l, "10.245.0.107", 80) {
-			t.Errorf("hasEndpoint(%q, port 80) = true", l)
+		if !got["10.246.0.107"] || got["10.246.0.15"] || got["10.246.0.10"] {
+			t.Errorf("%q: endpoints %v", l, got)
 		}
+	}
+	if endpointRE.MatchString("ip daddr 10.246.0.107 tcp dport 80") {
+		t.Error("a service port taken for an endpoint")
+	}
+}
+
+func TestSvcPatterns(t *testing.T) {
+	for _, c := range []struct {
+		p    svcPattern
+		line string
+		want string
+	}{
+		{nftSvc, `add element ip kube-proxy service-ips { 10.96.0.12 . tcp . 80 : goto service-ABC-proxybench/svc-00001/tcp/http }`, "10.96.0.12"},
+		{iptSvc, `add rule ip nat KUBE-SERVICES ip daddr 10.96.0.12  meta l4proto tcp  tcp dport 80 counter packets 0 bytes 0 jump KUBE-SVC-X`, "10.96.0.12"},
+		{iptSvc, `add rule ip nat KUBE-SVC-X ip saddr != 10.244.0.0/14 ip daddr 10.96.0.12 tcp dport 80 counter jump KUBE-MARK-MASQ`, "10.96.0.12"},
+		{iptSvc, `add rule ip nat KUBE-SERVICES ip daddr 10.96.0.12 tcp dport 8080 counter jump KUBE-SVC-X`, ""},
+	} {
+		m := c.p.re.FindStringSubmatch(c.line)
+		got := ""
+		if m != nil && strings.Contains(c.line, c.p.filter) {
+			got = m[1]
+		}
+		if got != c.want {
+			t.Errorf("%q: %q, want %q", c.line, got, c.want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	v := make([]float64, 50)
+	for i := range v {
+		v[i] = float64(i + 1)
+	}
+	if got := percentile(v, 99); got != 50 {
+		t.Errorf("p99 of 1..50 = %v, want 50 (nearest rank)", got)
+	}
+	if got := percentile(v, 50); got != 25 {
+		t.Errorf("p50 of 1..50 = %v, want 25", got)
 	}
 }
 

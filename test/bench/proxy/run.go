@@ -3,28 +3,35 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
-// The KubeProxyConfiguration both proxies read; only hostnameOverride
-// differs. conntrack's zeros leave the namespace's sysctls as they are
-// (kube-proxy would set them inside its namespace otherwise; flatnet
-// ignores the section). nodePortAddresses 0.0.0.0/0: every address for
-// both (flatnet's default; kube-proxy's nftables default, the node's
-// primary IPs, is one flatnet refuses); no NodePorts are measured.
+// The KubeProxyConfiguration every proxy reads; only mode and
+// hostnameOverride differ. Both the iptables and the nftables sections
+// carry the same periods, whichever mode reads them. conntrack's zeros
+// leave the namespace's sysctls as they are (kube-proxy would set them
+// inside its namespace otherwise; flatnet ignores the section).
+// nodePortAddresses 0.0.0.0/0: every address for both (flatnet's default;
+// kube-proxy's nftables default, the node's primary IPs, is one flatnet
+// refuses); no NodePorts are measured.
 const configTemplate = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -33,7 +40,10 @@ clientConnection:
   burst: 100
 hostnameOverride: %s
 clusterCIDR: %s
-mode: nftables
+mode: %s
+iptables:
+  minSyncPeriod: %s
+  syncPeriod: 30s
 nftables:
   minSyncPeriod: %s
   syncPeriod: 30s
@@ -51,7 +61,13 @@ conntrack:
 const (
 	metricsPort = 10249
 	healthzPort = 10256
+	// clusterCIDR covers the lab's pods, the client (10.245.255.2) and
+	// the endpoints (10.246.0.0/15).
+	clusterCIDR = "10.244.0.0/14"
 )
+
+// allModes are the proxies -modes chooses from, in table order.
+var allModes = []string{"kube-proxy-nftables", "kube-proxy-iptables", "flatnet-nftables", "flatnet-iptables", "flatnet-userspace"}
 
 var histograms = []string{
 	"sync_proxy_rules_duration_seconds",
@@ -61,19 +77,28 @@ var histograms = []string{
 }
 
 type runner struct {
-	ctx      context.Context
-	lab      *lab.Spec
-	objs     *objects
-	proxies  []*proxy
-	dir      string
-	out      *os.File
-	reps     int
-	timeout  time.Duration
-	minSyncs []string
+	ctx     context.Context
+	lab     *lab.Spec
+	objs    *objects
+	proxies []*proxy
+	configs map[*proxy]string
+	self    string // this binary, for the site's helpers
+	prefix  string
+	nodeIP  netip.Addr
+	dir     string
+	pidDir  string
+	out     *os.File
+	reps    int
+	burst   int
+	timeout time.Duration
+	minSync string
+	run     string
+	dp      probeReq // the data path's load (without Addr)
 }
 
 // result is one JSON line of the results.
 type result struct {
+	Run     string  `json:"run"` // the run's start (report shows the last run)
 	Proxy   string  `json:"proxy"`
 	N       int     `json:"n"`
 	MinSync string  `json:"minSync,omitempty"`
@@ -84,6 +109,7 @@ type result struct {
 }
 
 func (r *runner) record(res result) {
+	res.MinSync, res.Run = r.minSync, r.run
 	b, _ := json.Marshal(res)
 	fmt.Fprintln(r.out, string(b))
 }
@@ -92,39 +118,70 @@ func logf(format string, args ...any) {
 	fmt.Printf("proxybench: "+format+"\n", args...)
 }
 
+// unavailableError is a proxy that exited before programming anything:
+// the binary refused its mode (or could not run it here).
+type unavailableError struct{ msg string }
+
+func (e unavailableError) Error() string { return "not available: " + e.msg }
+
 func runCmd(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var (
 		stateDir   = fs.String("state-dir", "", "the lab's --state-dir")
 		labName    = fs.String("lab", "", "the lab's --name")
-		prefix     = fs.String("prefix", "pb", "prefix of this run's namespace and interface names (unique per run)")
+		prefix     = fs.String("prefix", "pb", "prefix of this run's namespace and interface names (unique per run, at most 12 characters)")
 		kubeProxy  = fs.String("kube-proxy", "", "the kube-proxy binary")
 		flatnet    = fs.String("flatnet", "bin/flatnet", "the flatnet binary")
-		sizes      = fs.String("sizes", "1000,5000", "numbers of Services, ascending")
+		modes      = fs.String("modes", strings.Join(allModes, ","), "proxies to measure: any of "+strings.Join(allModes, ","))
+		sizes      = fs.String("sizes", "1000,5000,10000", "numbers of Services, ascending")
 		endpoints  = fs.Int("endpoints", 3, "endpoints per Service")
-		reps       = fs.Int("reps", 10, "partial updates per proxy, size and min sync period")
-		minSyncs   = fs.String("min-sync", "1s,0s", "min sync periods (both proxies alike); churn uses the first")
-		workers    = fs.Int("workers", 16, "concurrent creates")
+		reps       = fs.Int("reps", 50, "single endpoint changes per proxy and size")
+		burst      = fs.Int("burst", 1000, "endpoint changes in the burst (issued over one second)")
+		minSync    = fs.String("min-sync", "1s", "min sync period (every proxy alike)")
+		dpBase     = fs.Int("dp-base", 10, "Services installed for the data path's baseline")
+		dpDur      = fs.Duration("dp-duration", 5*time.Second, "data path: longest run")
+		dpMax      = fs.Int("dp-max", 50000, "data path: most connections")
+		dpConc     = fs.Int("dp-conc", 4, "data path: connections at a time")
+		workers    = fs.Int("workers", 16, "concurrent creates and burst updates")
 		dir        = fs.String("dir", "", "working directory (configs, logs, pid files)")
-		resultPath = fs.String("out", "", "results (JSON lines)")
+		resultPath = fs.String("out", "", "results (JSON lines, appended)")
 		timeout    = fs.Duration("timeout", 5*time.Minute, "longest wait for a proxy to program what it is waited for")
 	)
 	_ = fs.Parse(args)
 	if *stateDir == "" || *labName == "" || *kubeProxy == "" || *dir == "" || *resultPath == "" {
 		return fmt.Errorf("run: -state-dir, -lab, -kube-proxy, -dir and -out are required")
 	}
-	var ns []int
+	if len(*prefix) > 12 {
+		return fmt.Errorf("-prefix %q: at most 12 characters (interface names)", *prefix)
+	}
+	ns := []int{*dpBase}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || (len(ns) > 0 && n <= ns[len(ns)-1]) {
-			return fmt.Errorf("-sizes %q: positive and ascending", *sizes)
+		if err != nil || n <= ns[len(ns)-1] {
+			return fmt.Errorf("-sizes %q: ascending, each above -dp-base %d", *sizes, *dpBase)
 		}
 		ns = append(ns, n)
 	}
-	for _, m := range strings.Split(*minSyncs, ",") {
-		if _, err := time.ParseDuration(m); err != nil {
-			return fmt.Errorf("-min-sync %q: %w", m, err)
+	if _, err := time.ParseDuration(*minSync); err != nil {
+		return fmt.Errorf("-min-sync %q: %w", *minSync, err)
+	}
+	var chosen []string
+	for _, m := range strings.Split(*modes, ",") {
+		m = strings.TrimSpace(m)
+		if !slices.Contains(allModes, m) {
+			return fmt.Errorf("-modes: %q is not one of %s", m, strings.Join(allModes, ","))
 		}
+		chosen = append(chosen, m)
+	}
+	if slices.ContainsFunc(chosen, func(m string) bool { return strings.HasSuffix(m, "-iptables") }) {
+		// The monitor sees iptables rules only as nftables rules.
+		if v, err := run("iptables", "--version"); err != nil || !strings.Contains(v, "nf_tables") {
+			return fmt.Errorf("iptables modes need iptables-nft (the run watches their rules with nft monitor); iptables --version: %q %v", strings.TrimSpace(v), err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -138,7 +195,7 @@ func runCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	out, err := os.Create(*resultPath)
+	out, err := os.OpenFile(*resultPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -148,47 +205,29 @@ func runCmd(args []string) error {
 		return err
 	}
 
-	// Two namespaces on the lab's underlay, at .230 and .231.
-	mkNode := func(suffix string, host int) (*node, error) {
-		ip := spec.Underlay.Masked().Addr()
-		for range host {
-			ip = ip.Next()
-		}
-		for _, n := range spec.Nodes {
-			if n.IP == ip {
-				return nil, fmt.Errorf("%s is lab node %s's address", ip, n.Name)
-			}
-		}
-		n := &node{netns: *prefix + "-" + suffix, hostVeth: *prefix + suffix, ip: ip, name: *prefix + "-" + suffix}
-		if len(n.hostVeth) > 15 {
-			return nil, fmt.Errorf("-prefix %q too long for interface %s", *prefix, n.hostVeth)
-		}
-		return n, nil
+	// The site's node, on the lab's underlay at .230.
+	nodeIP := spec.Underlay.Masked().Addr()
+	for range 230 {
+		nodeIP = nodeIP.Next()
 	}
-	kpNode, err := mkNode("kp", 230)
-	if err != nil {
-		return err
-	}
-	flNode, err := mkNode("fl", 231)
-	if err != nil {
-		return err
-	}
-	for _, n := range []*node{kpNode, flNode} {
-		defer n.remove()
-		if err := createNode(n, spec.Bridge, spec.Underlay.Bits(), spec.ServiceCIDR); err != nil {
-			return err
+	for _, n := range spec.Nodes {
+		if n.IP == nodeIP {
+			return fmt.Errorf("%s is lab node %s's address", nodeIP, n.Name)
 		}
+	}
+	cidr := netip.MustParsePrefix(clusterCIDR)
+	for _, p := range []netip.Prefix{spec.ClusterCIDR, netip.MustParsePrefix(endpointsRange), netip.MustParsePrefix(clientIP + "/32")} {
+		if !cidr.Contains(p.Addr()) || p.Bits() < cidr.Bits() {
+			return fmt.Errorf("cluster CIDR %s does not cover %s", cidr, p)
+		}
+	}
+	if spec.ServiceCIDR.Overlaps(cidr) {
+		return fmt.Errorf("the lab's service CIDR %s overlaps the run's cluster CIDR %s", spec.ServiceCIDR, cidr)
 	}
 
-	objs := &objects{c: c, ns: benchNamespace, endpoints: *endpoints, workers: *workers, clusterIPs: map[int]string{}}
+	objs := &objects{c: c, ns: benchNamespace, endpoints: *endpoints, workers: *workers, clusterIPs: map[int]string{}, slices: map[int]*discovery.EndpointSlice{}}
 	if err := objs.ensureNamespace(ctx); err != nil {
 		return err
-	}
-	for _, n := range []*node{kpNode, flNode} {
-		if err := objs.ensureNode(ctx, n.name, n.ip); err != nil {
-			return err
-		}
-		defer objs.deleteNode(context.Background(), n.name)
 	}
 
 	// The lab's node agents proxy every Service too: paused while measuring.
@@ -208,38 +247,39 @@ func runCmd(args []string) error {
 		}()
 	}
 
-	clusterCIDR := netip.MustParsePrefix("10.244.0.0/15") // the lab's pods and the benchmark's endpoints
-	if !clusterCIDR.Contains(netip.MustParseAddr(endpointsBase)) || !clusterCIDR.Contains(spec.ClusterCIDR.Addr()) {
-		return fmt.Errorf("cluster CIDR %s does not cover the lab's %s and the endpoints' %s", clusterCIDR, spec.ClusterCIDR, endpointsBase)
+	r := &runner{ctx: ctx, lab: spec, objs: objs, configs: map[*proxy]string{}, self: self, prefix: *prefix, nodeIP: nodeIP,
+		dir: *dir, pidDir: pidDir, out: out, reps: *reps, burst: *burst, timeout: *timeout, minSync: *minSync, run: time.Now().UTC().Format(time.RFC3339),
+		dp: probeReq{Op: "load", Duration: *dpDur, Max: *dpMax, Conc: *dpConc}}
+	for i, label := range chosen {
+		kind, mode, _ := strings.Cut(strings.TrimPrefix(label, "kube-proxy-"), "-")
+		p := &proxy{label: label, kind: "flatnet", mode: mode, table: "flatnet-proxy", metricPrefix: "flatnet_", dir: *dir, pidDir: pidDir,
+			nodeName: fmt.Sprintf("%s-%d", *prefix, i),
+			argv:     func(cfg string) []string { return []string{*flatnet, "agent", "--proxy-only", "--config", cfg} }}
+		if strings.HasPrefix(label, "kube-proxy-") {
+			p.kind, p.mode, p.table, p.metricPrefix = "kube-proxy", kind, "kube-proxy", "kubeproxy_"
+			p.argv = func(cfg string) []string { return []string{*kubeProxy, "--config", cfg} }
+		}
+		path := filepath.Join(*dir, label+".yaml")
+		cfg := fmt.Appendf(nil, configTemplate, spec.Kubeconfig(), p.nodeName, clusterCIDR, p.mode, *minSync, *minSync, metricsPort, healthzPort)
+		if err := os.WriteFile(path, cfg, 0o644); err != nil {
+			return err
+		}
+		if err := objs.ensureNode(ctx, p.nodeName, nodeIP); err != nil {
+			return err
+		}
+		defer objs.deleteNode(context.Background(), p.nodeName)
+		r.proxies = append(r.proxies, p)
+		r.configs[p] = path
 	}
-	writeConfig := func(n *node, minSync string) (string, error) {
-		path := filepath.Join(*dir, fmt.Sprintf("%s-%s.yaml", n.name, minSync))
-		return path, os.WriteFile(path, fmt.Appendf(nil, configTemplate, spec.Kubeconfig(), n.name, clusterCIDR, minSync, metricsPort, healthzPort), 0o644)
-	}
-	kp := &proxy{label: "kube-proxy", node: kpNode, table: "kube-proxy", metricPrefix: "kubeproxy_", dir: *dir, pidDir: pidDir,
-		argv: func(cfg string) []string { return []string{*kubeProxy, "--config", cfg} }}
-	fl := &proxy{label: "flatnet", node: flNode, table: "flatnet-proxy", metricPrefix: "flatnet_", dir: *dir, pidDir: pidDir,
-		argv: func(cfg string) []string { return []string{*flatnet, "agent", "--proxy-only", "--config", cfg} }}
-	r := &runner{ctx: ctx, lab: spec, objs: objs, proxies: []*proxy{kp, fl}, dir: *dir, out: out, reps: *reps, timeout: *timeout,
-		minSyncs: strings.Split(*minSyncs, ",")}
 	defer func() {
 		for _, p := range r.proxies {
 			p.stop()
 		}
 	}()
-	configs := map[*proxy]map[string]string{}
-	for _, p := range r.proxies {
-		configs[p] = map[string]string{}
-		for _, m := range r.minSyncs {
-			if configs[p][m], err = writeConfig(p.node, m); err != nil {
-				return err
-			}
-		}
-	}
 
 	have := 0
 	for _, n := range ns {
-		if err := r.size(have, n, configs); err != nil {
+		if err := r.size(have, n, n == *dpBase); err != nil {
 			return err
 		}
 		have = n
@@ -247,258 +287,380 @@ func runCmd(args []string) error {
 	return nil
 }
 
-// size runs every measurement at n Services, creating those from have on.
-func (r *runner) size(have, n int, configs map[*proxy]map[string]string) error {
-	first := r.minSyncs[0]
-	// 1. churn: both running and caught up at have, then create up to n.
-	mons := map[*proxy]*monitor{}
-	defer func() {
-		for _, m := range mons {
-			m.stop()
-		}
-	}()
-	for _, p := range r.proxies {
-		p.deleteTables()
-		m, err := startMonitor(r.ctx, p, "elements")
-		if err != nil {
-			return err
-		}
-		mons[p] = m
-		if err := p.start(configs[p][first]); err != nil {
-			return err
-		}
-	}
-	for _, p := range r.proxies {
-		if err := r.waitTable(p); err != nil {
-			return err
-		}
-		if _, err := r.waitPorts(p, mons[p], have); err != nil {
-			return err
-		}
-	}
-	time.Sleep(2 * time.Second) // past the min sync period: both idle
-	logf("N=%d: creating Services %d..%d with %d endpoints each (both proxies running)", n, have, n-1, r.objs.endpoints)
+// size creates Services have..n-1 and measures each proxy at n.
+func (r *runner) size(have, n int, baseline bool) error {
+	logf("N=%d: creating Services %d..%d with %d endpoints each", n, have, n-1, r.objs.endpoints)
 	t0 := time.Now()
 	last, err := r.objs.create(r.ctx, have, n)
 	if err != nil {
 		return err
 	}
 	logf("N=%d: created %d Services and slices in %.1fs", n, n-have, last.Sub(t0).Seconds())
-	r.record(result{Proxy: "api", N: n, MinSync: first, Metric: "create_s", Value: last.Sub(t0).Seconds(), Note: fmt.Sprintf("%d Services + slices", n-have)})
-	type caught struct {
-		p   *proxy
-		at  time.Time
-		err error
-	}
-	ch := make(chan caught, len(r.proxies))
+	r.record(result{Proxy: "api", N: n, Metric: "create_s", Value: last.Sub(t0).Seconds(), Note: fmt.Sprintf("%d Services + slices", n-have)})
 	for _, p := range r.proxies {
-		go func() {
-			at, err := r.waitPorts(p, mons[p], n)
-			ch <- caught{p, at, err}
-		}()
-	}
-	for range r.proxies {
-		c := <-ch
-		if c.err != nil {
-			return c.err
+		if p.unavailable != "" {
+			continue
 		}
-		d := c.at.Sub(last).Seconds()
-		logf("N=%d: %s had all %d service ports %.2fs after the last create", n, c.p.label, n, d)
-		r.record(result{Proxy: c.p.label, N: n, MinSync: first, Metric: "churn_catchup_s", Value: d})
-	}
-	for _, p := range r.proxies {
-		mons[p].stop()
-		delete(mons, p)
-		p.stop()
-	}
-
-	// 2. each proxy alone.
-	for mi, m := range r.minSyncs {
-		for _, p := range r.proxies {
-			if err := r.alone(p, n, m, configs[p][m], mi == 0); err != nil {
-				return err
-			}
+		err := r.measure(p, n, baseline)
+		if r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		var un unavailableError
+		switch {
+		case errors.As(err, &un):
+			p.unavailable = un.msg
+			logf("N=%d: %s %v: skipped for the rest of the run", n, p.label, un)
+			r.record(result{Proxy: p.label, N: n, Metric: "unavailable", Note: un.msg})
+		case err != nil:
+			logf("N=%d: %s FAILED: %v", n, p.label, err)
+			r.record(result{Proxy: p.label, N: n, Metric: "error", Note: err.Error()})
 		}
 	}
 	return nil
 }
 
-// waitTable waits for p's service-ips map to exist (its first sync).
-func (r *runner) waitTable(p *proxy) error {
-	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-	defer cancel()
-	var lastErr error
-	err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		if !p.running() {
-			return false, fmt.Errorf("%s exited; log in %s", p.label, r.dir)
-		}
-		var out string
-		if out, lastErr = p.nft("list", "tables"); lastErr != nil {
-			return false, nil
-		}
-		for _, l := range strings.Split(out, "\n") {
-			if strings.TrimSpace(l) == "table ip "+p.table {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s: no table ip %s: %w (%v)", p.label, p.table, err, lastErr)
-	}
-	return nil
-}
-
-// waitPorts waits until m has seen n of the benchmark's service ports
-// added to p's service-ips map, returns when the n-th was, and checks
-// (untimed) that the map holds them.
-func (r *runner) waitPorts(p *proxy, m *monitor, n int) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-	defer cancel()
-	exited := make(chan struct{})
-	go func() {
-		select {
-		case <-p.done:
-			cancel()
-		case <-exited:
-		}
-	}()
-	at, seen, err := m.waitPorts(ctx, n)
-	close(exited)
-	if err != nil {
-		return at, fmt.Errorf("%s: %d of %d service ports added to service-ips: %w (running: %v; logs in %s)", p.label, seen, n, err, p.running(), r.dir)
-	}
-	if n > 0 {
-		if c, err := p.servicePorts(r.objs.ns); err != nil || c != n {
-			return at, fmt.Errorf("%s: the monitor saw %d service ports added, the map holds %d (%v)", p.label, n, c, err)
-		}
-	}
-	return at, nil
-}
-
-// alone measures p with the other proxies stopped: cold start, table size,
-// partial updates.
-func (r *runner) alone(p *proxy, n int, minSync, config string, size bool) error {
+// measure runs p alone on a fresh site at n Services: cold start, then
+// (baseline: only the data path) memory and full sync, single endpoint
+// changes, the burst, the data path.
+func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 	rec := func(metric string, v float64, note string) {
-		r.record(result{Proxy: p.label, N: n, MinSync: minSync, Metric: metric, Value: v, Note: note})
+		r.record(result{Proxy: p.label, N: n, Metric: metric, Value: v, Note: note})
 	}
-	time.Sleep(time.Second)
-	p.deleteTables()
-	em, err := startMonitor(r.ctx, p, "elements")
+	s := newSite(r.prefix, r.nodeIP, r.pidDir)
+	defer s.remove()
+	if err := s.create(r.lab.Bridge, r.lab.Underlay.Bits(), r.lab.ServiceCIDR, r.self, r.dir); err != nil {
+		return err
+	}
+	p.site = s
+	want := r.objs.wantIPs(n)
+
+	// 1. cold start.
+	var mon *monitor
+	switch p.mode {
+	case "nftables":
+		mon, err = startMonitor(r.ctx, s.node, nftSvc, want)
+	case "iptables":
+		mon, err = startMonitor(r.ctx, s.node, iptSvc, want)
+	}
 	if err != nil {
 		return err
 	}
-	if err := p.start(config); err != nil {
-		em.stop()
+	defer func() {
+		if mon != nil {
+			mon.stop()
+		}
+	}()
+	if err := p.start(r.configs[p]); err != nil {
 		return err
 	}
 	defer p.stop()
-	at, err := r.waitPorts(p, em, n)
-	em.stop()
+	at, seen, err := r.waitPrograms(p, mon, want)
 	if err != nil {
+		if !p.running() && seen == 0 {
+			return unavailableError{p.lastLogLine()}
+		}
 		return err
 	}
-	cold := at.Sub(p.started).Seconds()
 	cpu, _, _ := procStats(p.pid())
-	rec("cold_start_s", cold, "")
+	// Reachable: the first and the last Service answer from one of their
+	// endpoints, through the client namespace.
+	if err := r.reach(p, []int{0, n - 1}, nil, 1000); err != nil {
+		return fmt.Errorf("all %d programmed, but: %w", n, err)
+	}
+	reached := time.Now()
+	rec("cold_start_s", reached.Sub(p.started).Seconds(), fmt.Sprintf("programmed at %.3fs", at.Sub(p.started).Seconds()))
 	rec("cold_start_cpu_s", cpu, "")
 	time.Sleep(2 * time.Second) // the first sync's metrics written; the proxy idle
-	m, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
-	if err != nil {
-		return err
-	}
-	full := m["sync_full_proxy_rules_duration_seconds"]
-	if full.Count > 0 {
-		rec("full_sync_s", full.Sum/full.Count, fmt.Sprintf("mean of %.0f full syncs", full.Count))
-	}
 	_, rss, _ := procStats(p.pid())
 	rec("rss_mib", rss, "")
-	logf("N=%d min-sync %s: %s cold start %.2fs (%.2f CPU s), full sync %.3fs (%v syncs), RSS %.0f MiB",
-		n, minSync, p.label, cold, cpu, full.Sum/max(full.Count, 1), full.Count, rss)
-	if size {
-		s, err := p.tableSize()
-		if err != nil {
+	full := histogram{}
+	if m, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...); err == nil {
+		full = m["sync_full_proxy_rules_duration_seconds"]
+		if full.Count > 0 {
+			rec("full_sync_s", full.Sum/full.Count, fmt.Sprintf("mean of %.0f full syncs", full.Count))
+		}
+	}
+	logf("N=%d: %s cold start %.2fs to all programmed, %.2fs to reachable (%.2f CPU s), full sync %.3fs, RSS %.0f MiB",
+		n, p.label, at.Sub(p.started).Seconds(), reached.Sub(p.started).Seconds(), cpu, full.Sum/max(full.Count, 1), rss)
+
+	if !baseline {
+		if k, err := p.rules(); err == nil {
+			rec("rules", float64(k), "")
+		}
+		// nftables modes: from here on every new object, not map elements
+		// alone; the iptables monitor already sees every rule.
+		if p.mode == "nftables" {
+			mon.stop()
+			if mon, err = startMonitor(r.ctx, s.node, nftChanges, nil); err != nil {
+				return err
+			}
+		}
+		if err := r.changes(p, n, mon); err != nil {
 			return err
 		}
-		rec("nft_rules", float64(s.Rules), "")
-		rec("nft_chains", float64(s.Chains), "")
-		rec("nft_elements", float64(s.Elements), "")
-		rec("nft_lines", float64(s.Lines), "")
-		rec("nft_bytes", float64(s.Bytes), "")
-		logf("N=%d: %s table ip %s: %d chains, %d rules, %d map/set elements, %d lines", n, p.label, p.table, s.Chains, s.Rules, s.Elements, s.Lines)
+		if err := r.burstChanges(p, n, mon); err != nil {
+			return err
+		}
 	}
+	return r.dataPath(p, n)
+}
 
-	rm, err := startMonitor(r.ctx, p, "rules")
-	if err != nil {
-		return err
+// waitPrograms waits until every ClusterIP in want is programmed: seen by
+// the monitor (kernel modes) or listened on (userspace, polling ss every
+// 200 ms: a socket listing, not a rule listing, cheap at 10,000). It
+// returns when the last was, and how many were.
+func (r *runner) waitPrograms(p *proxy, m *monitor, want map[string]bool) (time.Time, int, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	defer cancel()
+	if m != nil {
+		exited := make(chan struct{})
+		go func() {
+			select {
+			case <-p.done:
+				cancel()
+			case <-exited:
+			}
+		}()
+		at, seen, err := m.waitPorts(ctx, len(want))
+		close(exited)
+		if err != nil {
+			return at, seen, fmt.Errorf("%s: %d of %d service ports programmed: %w (running: %v; logs in %s)", p.label, seen, len(want), err, p.running(), r.dir)
+		}
+		return at, seen, nil
 	}
-	defer rm.stop()
-	minDur, _ := time.ParseDuration(minSync)
-	var kernel, syncs, progs []float64
+	var at time.Time
+	seen := 0
+	err := poll(ctx, 200*time.Millisecond, func() (bool, error) {
+		if !p.running() {
+			return false, fmt.Errorf("%s exited", p.label)
+		}
+		out, err := p.in("ss", "-Hltn")
+		if err != nil {
+			return false, err
+		}
+		now := time.Now()
+		seen = 0
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(l)
+			if len(f) < 4 {
+				continue
+			}
+			if ip, port, ok := strings.Cut(f[3], ":"); ok && port == strconv.Itoa(servicePort) && want[ip] {
+				seen++
+			}
+		}
+		at = now
+		return seen >= len(want), nil
+	})
+	if err != nil {
+		return at, seen, fmt.Errorf("%s: %d of %d service ports listened on: %w (logs in %s)", p.label, seen, len(want), err, r.dir)
+	}
+	return at, seen, nil
+}
+
+// reach checks that each Service in idx answers through the client
+// namespace: from one of its endpoints, or from want[j] when given.
+func (r *runner) reach(p *proxy, idx []int, want []string, tries int) error {
+	req := probeReq{Op: "probe", Tries: tries, Par: 8, Timeout: r.timeout}
+	for j, i := range idx {
+		t := probeTarget{Addr: fmt.Sprintf("%s:%d", r.objs.clusterIP(i), servicePort), Want: r.objs.endpointsOf(i)}
+		if want != nil {
+			t.Want = []string{want[j]}
+		}
+		req.Targets = append(req.Targets, t)
+	}
+	_, err := p.site.prober.do(req)
+	if err != nil {
+		return fmt.Errorf("%s: connecting: %w", p.label, err)
+	}
+	return nil
+}
+
+// changes replaces one endpoint of one Service REPS times, each timed from
+// the API call to the kernel (the monitor: a rule naming the new address)
+// and to a connection answered by the new endpoint. In userspace mode
+// there is no kernel change: the prober connects from the API call on,
+// every 2 ms, until the new endpoint answers.
+func (r *runner) changes(p *proxy, n int, mon *monitor) error {
+	minDur, _ := time.ParseDuration(r.minSync)
+	var kernel, conns, progs []float64
 	for rep := 1; rep <= r.reps; rep++ {
 		time.Sleep(max(minDur, 500*time.Millisecond) + 500*time.Millisecond) // idle, past the min sync period
-		i := (rep*7919 + n/3) % n                                            // spread over the Services
-		ip := r.objs.clusterIPs[i]
-		chain, err := p.serviceChain(ip, servicePort)
+		i := 1 + (rep*7919+n/3)%(n-1)                                        // spread over the Services, never the data path's
+		newIP, err := r.objs.newEndpoint()
 		if err != nil {
 			return err
 		}
+		addr := fmt.Sprintf("%s:%d", r.objs.clusterIP(i), servicePort)
 		before, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
 		if err != nil {
 			return err
 		}
-		var oldIP, newIP string
-		var t0 time.Time
-		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-		// The service chain's new rule names the new endpoint: the
-		// transaction that rewrote the chain is committed.
-		seen, err := rm.waitLine(ctx, func(l string) bool {
-			return strings.Contains(l, " "+chain+" ") && hasEndpoint(l, newIP, endpointPort)
-		}, func() error {
-			var err error
-			rm.mu.Lock() // newIP is read by the matcher
-			defer rm.mu.Unlock()
-			oldIP, newIP, t0, err = r.objs.replaceEndpoint(r.ctx, i)
+		var t0, seen, conn time.Time
+		var oldIP string
+		update := func() (err error) {
+			oldIP, t0, err = r.objs.setEndpoint(r.ctx, i, newIP)
 			return err
-		})
-		cancel()
-		if err != nil {
-			listing, _ := p.nft("list", "chain", "ip", p.table, chain)
-			return fmt.Errorf("%s: waiting for %s (replacing %s) in %s: %w; the chain now:\n%s", p.label, newIP, oldIP, chain, err, listing)
 		}
-		k := seen.Sub(t0).Seconds()
-		// The sync that programmed it has returned: wait for its metrics.
-		time.Sleep(500 * time.Millisecond)
+		probe := probeReq{Op: "probe", Targets: []probeTarget{{Addr: addr, Want: []string{newIP}}}, Timeout: r.timeout}
+		if mon != nil {
+			ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+			seen, err = mon.waitEndpoints(ctx, []string{newIP}, update)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: Service %d, %s replacing %s: %w", p.label, i, newIP, oldIP, err)
+			}
+			probe.Tries = 60 // random choice of 3: missed 60 times with odds of 3e-11
+			if _, err := p.site.prober.do(probe); err != nil {
+				return fmt.Errorf("%s: in the kernel but not answering: %w", p.label, err)
+			}
+			conn = time.Now()
+		} else {
+			probe.Tries, probe.Gap = 1<<30, 2*time.Millisecond
+			done := make(chan error, 1)
+			go func() {
+				_, err := p.site.prober.do(probe)
+				conn = time.Now()
+				done <- err
+			}()
+			if err := update(); err != nil {
+				return err
+			}
+			if err := <-done; err != nil {
+				return fmt.Errorf("%s: Service %d: %w", p.label, i, err)
+			}
+			seen = conn
+		}
+		k, c := seen.Sub(t0).Seconds(), conn.Sub(t0).Seconds()
+		time.Sleep(500 * time.Millisecond) // the sync that programmed it has returned: its metrics
 		after, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
 		if err != nil {
 			return err
 		}
-		if rep == 1 { // untimed: the kernel has the new endpoint and not the old
-			listing, err := p.nft("list", "chain", "ip", p.table, chain)
-			if err != nil || !hasEndpoint(listing, newIP, endpointPort) || hasEndpoint(listing, oldIP, endpointPort) {
-				return fmt.Errorf("%s: %s after the update (%v): want %s and not %s:\n%s", p.label, chain, err, newIP, oldIP, listing)
-			}
-		}
 		d := func(name string) (float64, float64) {
 			return after[name].Sum - before[name].Sum, after[name].Count - before[name].Count
 		}
-		ss, sc := d("sync_proxy_rules_duration_seconds")
-		_, pc := d("sync_partial_proxy_rules_duration_seconds")
-		ps, pcount := d("network_programming_duration_seconds")
-		r.record(result{Proxy: p.label, N: n, MinSync: minSync, Metric: "partial_kernel_s", Value: k, Rep: rep})
-		kernel = append(kernel, k)
-		if sc > 0 {
-			r.record(result{Proxy: p.label, N: n, MinSync: minSync, Metric: "partial_sync_s", Value: ss / sc, Rep: rep,
-				Note: fmt.Sprintf("%.0f syncs (%.0f partial)", sc, pc)})
-			syncs = append(syncs, ss/sc)
+		r.record(result{Proxy: p.label, N: n, Metric: "change_s", Value: k, Rep: rep})
+		r.record(result{Proxy: p.label, N: n, Metric: "change_connect_s", Value: c, Rep: rep})
+		kernel, conns = append(kernel, k), append(conns, c)
+		if ss, sc := d("sync_proxy_rules_duration_seconds"); sc > 0 {
+			_, pc := d("sync_partial_proxy_rules_duration_seconds")
+			r.record(result{Proxy: p.label, N: n, Metric: "change_sync_s", Value: ss / sc, Rep: rep, Note: fmt.Sprintf("%.0f syncs (%.0f partial)", sc, pc)})
 		}
-		if pcount > 0 {
-			r.record(result{Proxy: p.label, N: n, MinSync: minSync, Metric: "partial_netprog_s", Value: ps / pcount, Rep: rep})
-			progs = append(progs, ps/pcount)
+		if ps, pc := d("network_programming_duration_seconds"); pc > 0 {
+			r.record(result{Proxy: p.label, N: n, Metric: "change_netprog_s", Value: ps / pc, Rep: rep})
+			progs = append(progs, ps/pc)
 		}
 	}
-	logf("N=%d min-sync %s: %s partial update: kernel %.3fs, sync %.4fs, network programming %.3fs (medians of %d)",
-		n, minSync, p.label, median(kernel), median(syncs), median(progs), r.reps)
+	sort.Float64s(kernel)
+	logf("N=%d: %s one endpoint change: programmed median %.1f ms p99 %.1f ms, answering median %.1f ms, network programming %.1f ms (%d changes)",
+		n, p.label, 1000*median(kernel), 1000*percentile(kernel, 99), 1000*median(conns), 1000*median(progs), r.reps)
+	return nil
+}
+
+// burstChanges replaces one endpoint in each of BURST Services, issued
+// evenly over one second (WORKERS at a time), and times from the last
+// update's return until all are programmed (monitor; userspace: each
+// Service answered by its new endpoint, the prober sweeping them 8 at a
+// time), with the proxy's CPU from the burst's start until then.
+func (r *runner) burstChanges(p *proxy, n int, mon *monitor) error {
+	k := min(r.burst, n-1)
+	idx := make([]int, k)
+	ips := make([]string, k)
+	for j := range idx {
+		idx[j] = 1 + j*(n-1)/k
+		var err error
+		if ips[j], err = r.objs.newEndpoint(); err != nil {
+			return err
+		}
+	}
+	minDur, _ := time.ParseDuration(r.minSync)
+	time.Sleep(max(minDur, 500*time.Millisecond) + time.Second)
+	cpu0, _, _ := procStats(p.pid())
+	var start, end time.Time
+	issue := func() error {
+		var mu sync.Mutex
+		var errs []error
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		for range r.objs.workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range jobs {
+					if _, _, err := r.objs.setEndpoint(r.ctx, idx[j], ips[j]); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		start = time.Now()
+		for j := range idx {
+			time.Sleep(time.Until(start.Add(time.Duration(j) * time.Second / time.Duration(k))))
+			jobs <- j
+		}
+		close(jobs)
+		wg.Wait()
+		end = time.Now()
+		return errors.Join(errs...)
+	}
+	var at time.Time
+	if mon != nil {
+		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+		var err error
+		at, err = mon.waitEndpoints(ctx, ips, issue)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: burst of %d: %w", p.label, k, err)
+		}
+	} else {
+		if err := issue(); err != nil {
+			return err
+		}
+		if err := r.reach(p, idx, ips, 1000); err != nil {
+			return fmt.Errorf("burst of %d: %w", k, err)
+		}
+		at = time.Now()
+	}
+	cpu1, _, _ := procStats(p.pid())
+	// Kernel modes: the first and the last changed answer from their new endpoint.
+	if err := r.reach(p, []int{idx[0], idx[k-1]}, []string{ips[0], ips[k-1]}, 60); err != nil {
+		return fmt.Errorf("after the burst: %w", err)
+	}
+	r.record(result{Proxy: p.label, N: n, Metric: "burst_s", Value: at.Sub(end).Seconds(), Note: fmt.Sprintf("%d changes issued in %.2fs", k, end.Sub(start).Seconds())})
+	r.record(result{Proxy: p.label, N: n, Metric: "burst_issue_s", Value: end.Sub(start).Seconds()})
+	r.record(result{Proxy: p.label, N: n, Metric: "burst_cpu_s", Value: cpu1 - cpu0})
+	logf("N=%d: %s burst of %d changes (issued in %.2fs): all programmed %.2fs after the last, %.2f CPU s",
+		n, p.label, k, end.Sub(start).Seconds(), at.Sub(end).Seconds(), cpu1-cpu0)
+	return nil
+}
+
+// dataPath opens new connections to the data path's Service (0) from the
+// client namespace: rate and connect latency. Conntrack of the node is
+// flushed before and after, so every run starts from an empty table.
+func (r *runner) dataPath(p *proxy, n int) error {
+	_, _ = p.in("conntrack", "-F")
+	defer func() { _, _ = p.in("conntrack", "-F") }()
+	if err := r.reach(p, []int{0}, nil, 1000); err != nil {
+		return err
+	}
+	req := r.dp
+	req.Addr = fmt.Sprintf("%s:%d", r.objs.clusterIP(0), servicePort)
+	resp, err := p.site.prober.do(req)
+	if err != nil {
+		return fmt.Errorf("%s: data path: %w", p.label, err)
+	}
+	if resp.N == 0 {
+		return fmt.Errorf("%s: data path: no connection made (%d failed)", p.label, resp.Errors)
+	}
+	note := fmt.Sprintf("%d connections in %.2fs, %d at a time, %d failed", resp.N, resp.Seconds, req.Conc, resp.Errors)
+	rate := float64(resp.N) / resp.Seconds
+	r.record(result{Proxy: p.label, N: n, Metric: "dp_cps", Value: rate, Note: note})
+	r.record(result{Proxy: p.label, N: n, Metric: "dp_p50_s", Value: resp.P50})
+	r.record(result{Proxy: p.label, N: n, Metric: "dp_p99_s", Value: resp.P99})
+	logf("N=%d: %s data path: %.0f new connections/s, connect p50 %.0f us p99 %.0f us (%s)", n, p.label, rate, resp.P50*1e6, resp.P99*1e6, note)
 	return nil
 }
 
