@@ -19,20 +19,20 @@ import (
 // network namespaces of this run, made fresh for it and removed after, so
 // that no proxy inherits another's rules, addresses or conntrack entries.
 //
-//		lab bridge ── <prefix>n ═ eth0 [node: the proxy] c0 ═ eth0 [client]
-//		                                                 e0 ═ eth0 [endpoints]
+//	lab bridge -- <prefix>n = eth0 [node: the proxy] c0 = eth0 [client]
+//	                                                 e0 = eth0 [endpoints]
 //
-//	  - node (<prefix>-n): the proxy runs here; eth0 on the lab's underlay
-//	    reaches the apiserver. It forwards between client and endpoints.
-//	  - client (<prefix>-c): a pod-like namespace, 10.245.255.2 (inside the
-//	    cluster CIDR the proxies are given, so no masquerade), default route
-//	    via the node. The prober (probe.go) runs here for the whole site:
-//	    every connection the harness makes to a ClusterIP leaves from here
-//	    and is DNATed (or, in userspace mode, accepted) in the node.
-//	  - endpoints (<prefix>-e): every endpoint address the harness hands out
-//	    (endpointsRange) is local here through one AnyIP route, and one
-//	    server on *:8080 answers each connection with the address it was
-//	    reached at: a connection says which endpoint it got.
+// The node (<prefix>-n) runs the proxy; its eth0 on the lab's underlay
+// reaches the apiserver, and it forwards between client and endpoints.
+// The client (<prefix>-c) is a pod-like namespace, 10.245.255.2 (inside
+// the cluster CIDR the proxies are given, so no masquerade), default route
+// via the node; the prober (probe.go) runs here for the whole site, so
+// every connection the harness makes to a ClusterIP leaves from here and
+// is DNATed (or, in userspace mode, accepted) in the node. In the
+// endpoints (<prefix>-e) every endpoint address the harness hands out
+// (endpointsRange) is local through one AnyIP route, and one server on
+// *:8080 answers each connection with the address it was reached at: a
+// connection says which endpoint it got.
 //
 // Only the uplink veth is in the root namespace.
 type site struct {
