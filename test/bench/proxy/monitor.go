@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -26,6 +27,11 @@ import (
 type monitor struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+	// lost is closed when nft reports lost events (its socket buffer
+	// overran: a transaction of 100,000 rules can do that); waits then
+	// end with errLost and the runner falls back to listing.
+	lost     chan struct{}
+	lostOnce sync.Once
 
 	mu    sync.Mutex
 	match func(line string) bool // called for each line under mu
@@ -74,7 +80,7 @@ var (
 // would be missed, so a probe table of the monitor's own is changed until
 // the monitor reports it, then deleted.
 func startMonitor(ctx context.Context, netns string, svc svcPattern, want map[string]bool) (*monitor, error) {
-	m := &monitor{done: make(chan struct{}), ports: map[string]bool{}, svc: svc, want: want}
+	m := &monitor{done: make(chan struct{}), lost: make(chan struct{}), ports: map[string]bool{}, svc: svc, want: want}
 	argv := []string{"ip", "netns", "exec", netns, "nft", "monitor", "new"}
 	if svc.what != "" {
 		argv = append(argv, svc.what)
@@ -127,6 +133,9 @@ func (m *monitor) read(r io.Reader) {
 	for sc.Scan() {
 		line := sc.Text()
 		now := time.Now()
+		if strings.Contains(line, "lost some netlink events") {
+			m.lostOnce.Do(func() { close(m.lost) })
+		}
 		m.mu.Lock()
 		if m.match != nil && m.match(line) {
 			m.match = nil
@@ -197,6 +206,8 @@ func (m *monitor) waitPorts(ctx context.Context, n int) (time.Time, int, error) 
 	select {
 	case t := <-hit:
 		return t, n, nil
+	case <-m.lost:
+		return time.Time{}, m.seen(), errLost
 	case <-m.done:
 		return time.Time{}, m.seen(), fmt.Errorf("nft monitor exited")
 	case <-ctx.Done():
@@ -234,10 +245,25 @@ func (m *monitor) waitEndpoints(ctx context.Context, ips []string, during func()
 	select {
 	case t := <-hit:
 		return t, nil
+	case <-m.lost:
+		reset()
+		return time.Time{}, errLost
 	case <-m.done:
 		return time.Time{}, fmt.Errorf("nft monitor exited with %d of %d endpoints not seen", reset(), len(ips))
 	case <-ctx.Done():
 		return time.Time{}, fmt.Errorf("%d of %d new endpoints not seen in the kernel: %w", reset(), len(ips), ctx.Err())
+	}
+}
+
+var errLost = errors.New("nft monitor lost events")
+
+// isLost reports whether the monitor lost events (it must be replaced).
+func (m *monitor) isLost() bool {
+	select {
+	case <-m.lost:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -40,7 +40,9 @@ type proxy struct {
 	// the proxy is skipped for the rest of the run.
 	unavailable string
 
-	site    *site // where it runs now
+	site    *site    // where it runs now
+	n       int      // at how many Services
+	mon     *monitor // its kernel modes' monitor there
 	cmd     *exec.Cmd
 	done    chan struct{}
 	started time.Time

@@ -111,7 +111,7 @@ func report(w io.Writer, res []result) {
 		case "create_s":
 			fmt.Fprintf(w, "N=%d: created %s in %.1f s\n", x.N, x.Note, x.Value)
 			continue
-		case "unavailable", "error":
+		case "unavailable", "error", "monitor_lost":
 			continue
 		}
 		k := key{x.N, x.Metric}
@@ -176,6 +176,8 @@ func report(w io.Writer, res []result) {
 			fmt.Fprintf(w, "- %s: not available: %s\n", x.Proxy, x.Note)
 		case "error":
 			fmt.Fprintf(w, "- %s at N=%d failed: %s\n", x.Proxy, x.N, x.Note)
+		case "monitor_lost":
+			fmt.Fprintf(w, "- %s at N=%d, %s: the nft monitor lost events; timed by listing every second\n", x.Proxy, x.N, x.Note)
 		}
 	}
 	acceptance(w, t, ns)

@@ -331,30 +331,31 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 	if err := s.create(r.lab.Bridge, r.lab.Underlay.Bits(), r.lab.ServiceCIDR, r.self, r.dir); err != nil {
 		return err
 	}
-	p.site = s
+	p.site, p.n = s, n
 	want := r.objs.wantIPs(n)
 
 	// 1. cold start.
-	var mon *monitor
+	p.mon = nil
 	switch p.mode {
 	case "nftables":
-		mon, err = startMonitor(r.ctx, s.node, nftSvc, want)
+		p.mon, err = startMonitor(r.ctx, s.node, nftSvc, want)
 	case "iptables":
-		mon, err = startMonitor(r.ctx, s.node, iptSvc, want)
+		p.mon, err = startMonitor(r.ctx, s.node, iptSvc, want)
 	}
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if mon != nil {
-			mon.stop()
+		if p.mon != nil {
+			p.mon.stop()
+			p.mon = nil
 		}
 	}()
 	if err := p.start(r.configs[p]); err != nil {
 		return err
 	}
 	defer p.stop()
-	at, seen, err := r.waitPrograms(p, mon, want)
+	at, seen, err := r.waitPrograms(p, want)
 	if err != nil {
 		if !p.running() && seen == 0 {
 			return unavailableError{p.lastLogLine()}
@@ -390,15 +391,15 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 		// nftables modes: from here on every new object, not map elements
 		// alone; the iptables monitor already sees every rule.
 		if p.mode == "nftables" {
-			mon.stop()
-			if mon, err = startMonitor(r.ctx, s.node, nftChanges, nil); err != nil {
+			p.mon.stop()
+			if p.mon, err = startMonitor(r.ctx, s.node, nftChanges, nil); err != nil {
 				return err
 			}
 		}
-		if err := r.changes(p, n, mon); err != nil {
+		if err := r.changes(p, n); err != nil {
 			return err
 		}
-		if err := r.burstChanges(p, n, mon); err != nil {
+		if err := r.burstChanges(p, n); err != nil {
 			return err
 		}
 	}
@@ -409,10 +410,10 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 // the monitor (kernel modes) or listened on (userspace, polling ss every
 // 200 ms: a socket listing, not a rule listing, cheap at 10,000). It
 // returns when the last was, and how many were.
-func (r *runner) waitPrograms(p *proxy, m *monitor, want map[string]bool) (time.Time, int, error) {
+func (r *runner) waitPrograms(p *proxy, want map[string]bool) (time.Time, int, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
-	if m != nil {
+	if m := p.mon; m != nil {
 		exited := make(chan struct{})
 		go func() {
 			select {
@@ -423,6 +424,18 @@ func (r *runner) waitPrograms(p *proxy, m *monitor, want map[string]bool) (time.
 		}()
 		at, seen, err := m.waitPorts(ctx, len(want))
 		close(exited)
+		if errors.Is(err, errLost) {
+			return r.fallback(ctx, p, "cold start", func(l string) bool {
+				got := map[string]bool{}
+				for _, e := range m.svc.re.FindAllStringSubmatch(l, -1) {
+					if want[e[1]] {
+						got[e[1]] = true
+					}
+				}
+				seen = len(got)
+				return seen >= len(want)
+			})
+		}
 		if err != nil {
 			return at, seen, fmt.Errorf("%s: %d of %d service ports programmed: %w (running: %v; logs in %s)", p.label, seen, len(want), err, p.running(), r.dir)
 		}
@@ -458,6 +471,31 @@ func (r *runner) waitPrograms(p *proxy, m *monitor, want map[string]bool) (time.
 	return at, seen, nil
 }
 
+// fallback is what a wait does when the monitor lost events: `nft list
+// ruleset` in the proxy's namespace every second (seconds of CPU at
+// 10,000 Services, so only then) until done holds for it; the monitor is
+// replaced for the next wait, and the fallback recorded.
+func (r *runner) fallback(ctx context.Context, p *proxy, step string, done func(listing string) bool) (time.Time, int, error) {
+	logf("%s: %s: the nft monitor lost events; polling nft list ruleset instead (coarser)", p.label, step)
+	r.record(result{Proxy: p.label, N: p.n, Metric: "monitor_lost", Note: step})
+	old := p.mon
+	var err error
+	if p.mon, err = startMonitor(r.ctx, p.site.node, old.svc, old.want); err != nil {
+		p.mon = nil
+	}
+	old.stop()
+	var at time.Time
+	err = poll(ctx, time.Second, func() (bool, error) {
+		out, err := p.nft("list", "ruleset")
+		if err != nil {
+			return false, err
+		}
+		at = time.Now()
+		return done(out), nil
+	})
+	return at, 0, err
+}
+
 // reach checks that each Service in idx answers through the client
 // namespace: from one of its endpoints, or from want[j] when given.
 func (r *runner) reach(p *proxy, idx []int, want []string, tries int) error {
@@ -481,7 +519,7 @@ func (r *runner) reach(p *proxy, idx []int, want []string, tries int) error {
 // and to a connection answered by the new endpoint. In userspace mode
 // there is no kernel change: the prober connects from the API call on,
 // every 2 ms, until the new endpoint answers.
-func (r *runner) changes(p *proxy, n int, mon *monitor) error {
+func (r *runner) changes(p *proxy, n int) error {
 	minDur, _ := time.ParseDuration(r.minSync)
 	var kernel, conns, progs []float64
 	for rep := 1; rep <= r.reps; rep++ {
@@ -503,9 +541,9 @@ func (r *runner) changes(p *proxy, n int, mon *monitor) error {
 			return err
 		}
 		probe := probeReq{Op: "probe", Targets: []probeTarget{{Addr: addr, Want: []string{newIP}}}, Timeout: r.timeout}
-		if mon != nil {
+		if p.mon != nil {
 			ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-			seen, err = mon.waitEndpoints(ctx, []string{newIP}, update)
+			seen, err = r.waitEndpoints(ctx, p, "change", []string{newIP}, update)
 			cancel()
 			if err != nil {
 				return fmt.Errorf("%s: Service %d, %s replacing %s: %w", p.label, i, newIP, oldIP, err)
@@ -558,12 +596,33 @@ func (r *runner) changes(p *proxy, n int, mon *monitor) error {
 	return nil
 }
 
+// waitEndpoints is the monitor's waitEndpoints, with the fallback.
+func (r *runner) waitEndpoints(ctx context.Context, p *proxy, step string, ips []string, during func() error) (time.Time, error) {
+	at, err := p.mon.waitEndpoints(ctx, ips, during)
+	if !errors.Is(err, errLost) {
+		return at, err
+	}
+	at, _, err = r.fallback(ctx, p, step, func(l string) bool {
+		got := map[string]bool{}
+		for _, e := range endpointRE.FindAllStringSubmatch(l, -1) {
+			got[e[1]] = true
+		}
+		for _, ip := range ips {
+			if !got[ip] {
+				return false
+			}
+		}
+		return true
+	})
+	return at, err
+}
+
 // burstChanges replaces one endpoint in each of BURST Services, issued
 // evenly over one second (WORKERS at a time), and times from the last
 // update's return until all are programmed (monitor; userspace: each
 // Service answered by its new endpoint, the prober sweeping them 8 at a
 // time), with the proxy's CPU from the burst's start until then.
-func (r *runner) burstChanges(p *proxy, n int, mon *monitor) error {
+func (r *runner) burstChanges(p *proxy, n int) error {
 	k := min(r.burst, n-1)
 	idx := make([]int, k)
 	ips := make([]string, k)
@@ -607,10 +666,10 @@ func (r *runner) burstChanges(p *proxy, n int, mon *monitor) error {
 		return errors.Join(errs...)
 	}
 	var at time.Time
-	if mon != nil {
+	if p.mon != nil {
 		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 		var err error
-		at, err = mon.waitEndpoints(ctx, ips, issue)
+		at, err = r.waitEndpoints(ctx, p, "burst", ips, issue)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%s: burst of %d: %w", p.label, k, err)
