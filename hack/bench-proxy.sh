@@ -30,6 +30,11 @@
 #   DP_DURATION, DP_MAX, DP_CONC  data path: longest run, most connections,
 #             connections at a time (default 5s, 50000, 4)
 #   TIMEOUT   longest wait for a proxy to program one step (default 5m)
+#   NICE      niceness of the lab and the run (default -10: the machine's
+#             other work, builds and tests, takes less from the figures)
+#   LAB_DIR   parent of the lab's state, etcd's data included (default
+#             /dev/shm: no fsync in every API write; the API's part of
+#             "API → programmed" is the same for every proxy)
 #   RESULTS   append the raw results (JSON lines) to this file
 #   FLATNET   the flatnet binary measured and running the lab (default
 #             bin/flatnet, which make bench-proxy builds from the work tree)
@@ -89,6 +94,8 @@ build_kube_proxy() {
 build_kube_proxy
 
 root=$(mktemp -d /tmp/flatnet-bench-proxy.XXXXXX)
+labs=$(mktemp -d "${LAB_DIR:-/dev/shm}/flatnet-bench-proxy-lab.XXXXXX")
+nice=${NICE:--10}
 name=pb$$
 prefix=pb$$
 bench_pid=
@@ -106,14 +113,14 @@ cleanup() {
   ip link del "${prefix}n" 2>/dev/null
   for s in n c e; do ip netns del "$prefix-$s" 2>/dev/null; done
   if [ -n "$labup" ]; then
-    "$flatnet" lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
+    "$flatnet" lab --state-dir "$labs" --name "$name" down >"$root/down.log" 2>&1 ||
       { echo "bench-proxy: lab down $name failed:" >&2; cat "$root/down.log" >&2; rc=1; }
   fi
   if [ -n "${RESULTS:-}" ] && [ -f "$root/results.jsonl" ]; then cat "$root/results.jsonl" >>"$RESULTS"; fi
   if [ "$rc" != 0 ] && [ -d "$root/work" ]; then
     for f in "$root"/work/*.log; do [ -f "$f" ] && { echo "--- $f (last 20 lines)"; tail -n 20 "$f"; } >&2; done
   fi
-  rm -rf "$root"
+  rm -rf "$root" "$labs"
   exit $rc
 }
 trap cleanup EXIT
@@ -121,14 +128,14 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 go build -o "$root/proxybench" ./test/bench/proxy
-mkdir -p "$root/work" "$root/labs"
+mkdir -p "$root/work"
 
 echo "bench-proxy: $(date -u +%FT%TZ), $(nproc) cores, $(uname -r), $("$flatnet" version 2>/dev/null | head -1) ($flatnet), $("$k8sbin/kube-proxy" --version), $(nft --version | cut -d' ' -f1-2), $(iptables --version); commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo +dirty); load $(cut -d' ' -f1-3 /proc/loadavg)"
 labup=1
-"$flatnet" lab --state-dir "$root/labs" --name "$name" up --nodes 1 >"$root/up.log" 2>&1 || { cat "$root/up.log" >&2; exit 1; }
-echo "bench-proxy: lab $name up"
+nice -n "$nice" "$flatnet" lab --state-dir "$labs" --name "$name" up --nodes 1 >"$root/up.log" 2>&1 || { cat "$root/up.log" >&2; exit 1; }
+echo "bench-proxy: lab $name up (state in $labs, nice $nice)"
 
-"$root/proxybench" run -state-dir "$root/labs" -lab "$name" -prefix "$prefix" \
+nice -n "$nice" "$root/proxybench" run -state-dir "$labs" -lab "$name" -prefix "$prefix" \
   -kube-proxy "$k8sbin/kube-proxy" -flatnet "$flatnet" \
   -modes "${MODES:-kube-proxy-nftables,kube-proxy-iptables,flatnet-nftables,flatnet-iptables,flatnet-userspace}" \
   -sizes "${SIZES:-1000,5000,10000}" -reps "${REPS:-50}" -burst "${BURST:-1000}" -min-sync "${MIN_SYNC:-1s}" \

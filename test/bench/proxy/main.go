@@ -68,6 +68,8 @@ func main() {
 		err = serveCmd(os.Args[2:])
 	case "prober":
 		err = proberCmd(os.Args[2:])
+	case "watch":
+		err = watchCmd(os.Args[2:])
 	default:
 		usage()
 	}

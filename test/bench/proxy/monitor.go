@@ -6,159 +6,120 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// monitor follows `nft monitor new <what>` inside a proxy's namespace:
-// the kernel announces each committed change, so the time a line is read
-// is when the change is in the kernel, without polling `nft list`, which
-// at 5,000 Services takes about a second of CPU per call and would compete
-// with the proxies for the machine's two cores. Lines are matched as they
-// arrive (nothing is buffered), so the pipe never backs up. iptables here
-// is iptables-nft (the run checks), so the iptables modes' rules are
-// nftables rules too and the same monitor sees them, as nft prints them
-// ("ip daddr 10.96.0.7 tcp dport 80 ... jump KUBE-SVC-...", "dnat to
-// 10.246.0.9:8080").
+// monitor follows the kernel's nftables notifications in a proxy's
+// namespace through `proxybench watch` (watch.go): each address comes
+// stamped with when its commit was announced, without polling rule
+// listings, which at 10,000 Services take seconds of CPU per call and
+// would compete with the proxies for the machine's two cores, and without
+// `nft monitor`'s formatting lag. iptables here is iptables-nft (the run
+// checks), so the iptables modes' rules are nftables objects too.
 type monitor struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	// lost is closed when nft reports lost events (its socket buffer
-	// overran: a transaction of 100,000 rules can do that); waits then
-	// end with errLost and the runner falls back to listing.
+	cmd   *exec.Cmd
+	done  chan struct{}
+	ready chan struct{}
+	// lost is closed when the kernel dropped notifications (the socket
+	// overran); waits then end with errLost and the runner falls back to
+	// listing.
 	lost     chan struct{}
 	lostOnce sync.Once
+	want     map[string]bool // ClusterIPs counted (constant)
 
-	mu    sync.Mutex
-	match func(line string) bool // called for each line under mu
-	hit   chan time.Time
-
-	// ClusterIPs in want seen programmed (by svc's pattern).
-	svc     svcPattern
-	want    map[string]bool
+	mu sync.Mutex
+	// ClusterIPs in want seen in a new rule or element.
 	ports   map[string]bool
 	portsAt time.Time
 	wantN   int
 	wantHit chan time.Time
 
-	// Endpoint addresses awaited in any rule line (waitEndpoints).
+	// Endpoint addresses awaited (waitEndpoints).
 	pending    map[string]bool
 	pendingHit chan time.Time
 }
 
-// svcPattern says which monitor lines program a service port and where
-// its ClusterIP is: service-ips map elements (nftables modes), or rules
-// matching the address and port 80 (iptables modes).
-type svcPattern struct {
-	what   string // nft monitor new <what>
-	filter string // a line must contain it ("" for any)
-	re     *regexp.Regexp
-}
-
 var (
-	nftSvc = svcPattern{"elements", "service-ips", regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+) \. tcp \. 80 : goto \S+`)}
-	iptSvc = svcPattern{"rules", "ip daddr", regexp.MustCompile(`ip daddr (\d+\.\d+\.\d+\.\d+) [^\n]*?\bdport 80\b`)}
-	// nftChanges sees endpoint changes in the nftables modes: every new
-	// object (rules, and map elements should a renderer put endpoints in
-	// a map), no service pattern (after the cold start only endpoints are
-	// awaited).
-	nftChanges = svcPattern{}
-	// An endpoint in a rule: kube-proxy's dnat map ("10.246.0.9 . 8080"),
-	// an endpoint chain's name ("__10.246.0.9/8080"), an iptables DNAT
+	// Where a listing (the fallback) shows a Service programmed: a
+	// service-ips element (nftables modes), a rule matching its address
+	// and port 80 (iptables modes, as nft lists iptables-nft's rules).
+	nftSvcRE = regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+) \. tcp \. 80 : goto \S+`)
+	iptSvcRE = regexp.MustCompile(`ip daddr (\d+\.\d+\.\d+\.\d+) [^\n]*?\bdport 80\b`)
+	// An endpoint in a listing: kube-proxy's dnat map ("10.246.0.9 .
+	// 8080"), an endpoint chain's name ("__10.246.0.9/8080"), a DNAT
 	// ("dnat to 10.246.0.9:8080").
 	endpointRE = regexp.MustCompile(fmt.Sprintf(`(\d+\.\d+\.\d+\.\d+)(?:/| \. |:)%d\b`, endpointPort))
 )
 
-// startMonitor runs `nft monitor new svc.what` in namespace netns,
-// counting the ClusterIPs in want that lines matching svc program, and
-// returns once it is live: nft reads the ruleset into its cache first (a
-// second or more at 20,000 chains), and a change made before it listens
-// would be missed, so a probe table of the monitor's own is changed until
-// the monitor reports it, then deleted.
-func startMonitor(ctx context.Context, netns string, svc svcPattern, want map[string]bool) (*monitor, error) {
-	m := &monitor{done: make(chan struct{}), lost: make(chan struct{}), ports: map[string]bool{}, svc: svc, want: want}
-	argv := []string{"ip", "netns", "exec", netns, "nft", "monitor", "new"}
-	if svc.what != "" {
-		argv = append(argv, svc.what)
-	}
-	m.cmd = exec.Command(argv[0], argv[1:]...)
+// startMonitor runs self's watch in namespace netns, reporting addresses
+// of the endpoints' range and serviceCIDR, counting the ClusterIPs in
+// want, and returns once it is subscribed.
+func startMonitor(ctx context.Context, self, netns string, serviceCIDR netip.Prefix, want map[string]bool) (*monitor, error) {
+	m := &monitor{done: make(chan struct{}), ready: make(chan struct{}), lost: make(chan struct{}), ports: map[string]bool{}, want: want}
+	m.cmd = exec.Command("ip", "netns", "exec", netns, self, "watch", "-prefixes", endpointsRange+","+serviceCIDR.String())
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := m.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	m.cmd.Stderr = m.cmd.Stdout
+	m.cmd.Stderr = os.Stderr
 	if err := m.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("nft monitor in %s: %w", netns, err)
+		return nil, fmt.Errorf("watch in %s: %w", netns, err)
 	}
 	go m.read(out)
-	probe := map[string]string{
-		"elements": "add table ip pbprobe; add set ip pbprobe s { type ipv4_addr; }; add element ip pbprobe s { 127.0.0.%d }",
-		"rules":    "add table ip pbprobe; add chain ip pbprobe c; add rule ip pbprobe c meta mark 0x%x counter",
-		"":         "add table ip pbprobe; add chain ip pbprobe c; add rule ip pbprobe c meta mark 0x%x counter",
-	}[svc.what]
-	if probe == "" {
-		m.stop()
-		return nil, fmt.Errorf("nft monitor: unknown kind %q", svc.what)
+	select {
+	case <-m.ready:
+		return m, nil
+	case <-m.done:
+		return nil, fmt.Errorf("watch in %s exited before it was ready", netns)
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
 	}
-	nft := func(args ...string) (string, error) {
-		return run(append([]string{"ip", "netns", "exec", netns, "nft"}, args...)...)
-	}
-	defer func() { _, _ = nft("delete", "table", "ip", "pbprobe") }()
-	for i := 1; ; i++ {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := m.waitLine(pctx, func(l string) bool { return strings.Contains(l, "pbprobe") }, func() error {
-			_, err := nft(fmt.Sprintf(probe, i%250+1))
-			return err
-		})
-		cancel()
-		if err == nil {
-			return m, nil
-		}
-		if ctx.Err() != nil || i >= 30 {
-			m.stop()
-			return nil, fmt.Errorf("nft monitor in %s not reporting changes: %w", netns, err)
-		}
-	}
+	m.stop()
+	return nil, fmt.Errorf("watch in %s: not ready after 10 s", netns)
 }
 
 func (m *monitor) read(r io.Reader) {
 	defer close(m.done)
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	var readyOnce sync.Once
 	for sc.Scan() {
 		line := sc.Text()
-		now := time.Now()
-		if strings.Contains(line, "lost some netlink events") {
+		switch line {
+		case "ready":
+			readyOnce.Do(func() { close(m.ready) })
+			continue
+		case "lost":
 			m.lostOnce.Do(func() { close(m.lost) })
+			continue
 		}
+		ts, ip, ok := strings.Cut(line, " ")
+		ns, err := strconv.ParseInt(ts, 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		at := time.Unix(0, ns)
 		m.mu.Lock()
-		if m.match != nil && m.match(line) {
-			m.match = nil
-			m.hit <- now
-		}
-		if m.svc.re != nil && strings.Contains(line, m.svc.filter) {
-			for _, e := range m.svc.re.FindAllStringSubmatch(line, -1) {
-				if m.want[e[1]] && !m.ports[e[1]] {
-					m.ports[e[1]] = true
-					m.portsAt = now
-				}
-			}
+		if m.want[ip] && !m.ports[ip] {
+			m.ports[ip] = true
+			m.portsAt = at
 			if m.wantHit != nil && len(m.ports) >= m.wantN {
 				m.wantHit <- m.portsAt
 				m.wantHit = nil
 			}
 		}
-		if len(m.pending) > 0 {
-			for _, e := range endpointRE.FindAllStringSubmatch(line, -1) {
-				delete(m.pending, e[1])
-			}
+		if m.pending[ip] {
+			delete(m.pending, ip)
 			if len(m.pending) == 0 && m.pendingHit != nil {
-				m.pendingHit <- now
+				m.pendingHit <- at
 				m.pendingHit = nil
 			}
 		}
@@ -166,33 +127,8 @@ func (m *monitor) read(r io.Reader) {
 	}
 }
 
-// waitLine waits for the first line after this call for which match holds.
-func (m *monitor) waitLine(ctx context.Context, match func(string) bool, during func() error) (time.Time, error) {
-	hit := make(chan time.Time, 1)
-	m.mu.Lock()
-	m.match, m.hit = match, hit
-	m.mu.Unlock()
-	if during != nil {
-		if err := during(); err != nil {
-			return time.Time{}, err
-		}
-	}
-	select {
-	case t := <-hit:
-		return t, nil
-	case <-m.done:
-		return time.Time{}, fmt.Errorf("nft monitor exited")
-	case <-ctx.Done():
-		m.mu.Lock()
-		m.match = nil
-		m.mu.Unlock()
-		return time.Time{}, ctx.Err()
-	}
-}
-
-// waitPorts waits until n distinct service ports of the benchmark's
-// namespace have been added to service-ips since the monitor started, and
-// returns when the n-th was.
+// waitPorts waits until n of the ClusterIPs in want have been seen since
+// the monitor started, and returns when the n-th was.
 func (m *monitor) waitPorts(ctx context.Context, n int) (time.Time, int, error) {
 	hit := make(chan time.Time, 1)
 	m.mu.Lock()
@@ -209,7 +145,7 @@ func (m *monitor) waitPorts(ctx context.Context, n int) (time.Time, int, error) 
 	case <-m.lost:
 		return time.Time{}, m.seen(), errLost
 	case <-m.done:
-		return time.Time{}, m.seen(), fmt.Errorf("nft monitor exited")
+		return time.Time{}, m.seen(), fmt.Errorf("watch exited")
 	case <-ctx.Done():
 		m.mu.Lock()
 		m.wantHit = nil
@@ -219,9 +155,9 @@ func (m *monitor) waitPorts(ctx context.Context, n int) (time.Time, int, error) 
 }
 
 // waitEndpoints runs during (which makes the changes) and waits until
-// every address in ips has appeared as an endpoint in a rule line; it
-// returns when the last one did. Addresses are never reused, so a line
-// naming one is the transaction that programmed it.
+// every address in ips has appeared in a new rule or element; it returns
+// when the last one did. Addresses are never reused, so a message naming
+// one is the transaction that programmed it.
 func (m *monitor) waitEndpoints(ctx context.Context, ips []string, during func() error) (time.Time, error) {
 	hit := make(chan time.Time, 1)
 	m.mu.Lock()
@@ -249,13 +185,13 @@ func (m *monitor) waitEndpoints(ctx context.Context, ips []string, during func()
 		reset()
 		return time.Time{}, errLost
 	case <-m.done:
-		return time.Time{}, fmt.Errorf("nft monitor exited with %d of %d endpoints not seen", reset(), len(ips))
+		return time.Time{}, fmt.Errorf("watch exited with %d of %d endpoints not seen", reset(), len(ips))
 	case <-ctx.Done():
 		return time.Time{}, fmt.Errorf("%d of %d new endpoints not seen in the kernel: %w", reset(), len(ips), ctx.Err())
 	}
 }
 
-var errLost = errors.New("nft monitor lost events")
+var errLost = errors.New("the kernel dropped nftables notifications")
 
 // isLost reports whether the monitor lost events (it must be replaced).
 func (m *monitor) isLost() bool {

@@ -1,7 +1,9 @@
 package main
 
 import (
-	"strings"
+	"net/netip"
+	"regexp"
+	"slices"
 	"testing"
 )
 
@@ -27,25 +29,40 @@ func TestEndpointRE(t *testing.T) {
 	}
 }
 
-func TestSvcPatterns(t *testing.T) {
+func TestSvcListingREs(t *testing.T) {
 	for _, c := range []struct {
-		p    svcPattern
+		re   *regexp.Regexp
 		line string
 		want string
 	}{
-		{nftSvc, `add element ip kube-proxy service-ips { 10.96.0.12 . tcp . 80 : goto service-ABC-proxybench/svc-00001/tcp/http }`, "10.96.0.12"},
-		{iptSvc, `add rule ip nat KUBE-SERVICES ip daddr 10.96.0.12  meta l4proto tcp  tcp dport 80 counter packets 0 bytes 0 jump KUBE-SVC-X`, "10.96.0.12"},
-		{iptSvc, `add rule ip nat KUBE-SVC-X ip saddr != 10.244.0.0/14 ip daddr 10.96.0.12 tcp dport 80 counter jump KUBE-MARK-MASQ`, "10.96.0.12"},
-		{iptSvc, `add rule ip nat KUBE-SERVICES ip daddr 10.96.0.12 tcp dport 8080 counter jump KUBE-SVC-X`, ""},
+		{nftSvcRE, `		elements = { 10.96.0.12 . tcp . 80 : goto service-ABC-proxybench/svc-00001/tcp/http,`, "10.96.0.12"},
+		{iptSvcRE, `		ip daddr 10.96.0.12  meta l4proto tcp  tcp dport 80 counter packets 0 bytes 0 jump KUBE-SVC-X`, "10.96.0.12"},
+		{iptSvcRE, `		ip saddr != 10.244.0.0/14 ip daddr 10.96.0.12 tcp dport 80 counter jump KUBE-MARK-MASQ`, "10.96.0.12"},
+		{iptSvcRE, `		ip daddr 10.96.0.12 tcp dport 8080 counter jump KUBE-SVC-X`, ""},
 	} {
-		m := c.p.re.FindStringSubmatch(c.line)
 		got := ""
-		if m != nil && strings.Contains(c.line, c.p.filter) {
+		if m := c.re.FindStringSubmatch(c.line); m != nil {
 			got = m[1]
 		}
 		if got != c.want {
 			t.Errorf("%q: %q, want %q", c.line, got, c.want)
 		}
+	}
+}
+
+func TestScanAddrs(t *testing.T) {
+	// nfgenmsg, then an attribute holding 10.96.0.12, one holding
+	// 10.246.1.2 (a DNAT's immediate), one with 10.96.0.13 at an
+	// unaligned offset (inside a name: not an address).
+	data := []byte{2, 0, 0, 0,
+		8, 0, 1, 0, 10, 96, 0, 12,
+		8, 0, 1, 0, 10, 246, 1, 2,
+		12, 0, 2, 0, 'x', 10, 96, 0, 13, 0, 0, 0,
+		8, 0, 1, 0, 10, 96, 0, 12}
+	got := scanAddrs(data, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix(endpointsRange)})
+	want := []netip.Addr{netip.MustParseAddr("10.96.0.12"), netip.MustParseAddr("10.246.1.2")}
+	if !slices.Equal(got, want) {
+		t.Errorf("scanAddrs = %v, want %v", got, want)
 	}
 }
 

@@ -336,14 +336,10 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 
 	// 1. cold start.
 	p.mon = nil
-	switch p.mode {
-	case "nftables":
-		p.mon, err = startMonitor(r.ctx, s.node, nftSvc, want)
-	case "iptables":
-		p.mon, err = startMonitor(r.ctx, s.node, iptSvc, want)
-	}
-	if err != nil {
-		return err
+	if p.mode != "userspace" {
+		if p.mon, err = startMonitor(r.ctx, r.self, s.node, r.lab.ServiceCIDR, want); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		if p.mon != nil {
@@ -388,14 +384,6 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 		if k, err := p.rules(); err == nil {
 			rec("rules", float64(k), "")
 		}
-		// nftables modes: from here on every new object, not map elements
-		// alone; the iptables monitor already sees every rule.
-		if p.mode == "nftables" {
-			p.mon.stop()
-			if p.mon, err = startMonitor(r.ctx, s.node, nftChanges, nil); err != nil {
-				return err
-			}
-		}
 		if err := r.changes(p, n); err != nil {
 			return err
 		}
@@ -425,9 +413,13 @@ func (r *runner) waitPrograms(p *proxy, want map[string]bool) (time.Time, int, e
 		at, seen, err := m.waitPorts(ctx, len(want))
 		close(exited)
 		if errors.Is(err, errLost) {
+			re := nftSvcRE
+			if p.mode == "iptables" {
+				re = iptSvcRE
+			}
 			return r.fallback(ctx, p, "cold start", func(l string) bool {
 				got := map[string]bool{}
-				for _, e := range m.svc.re.FindAllStringSubmatch(l, -1) {
+				for _, e := range re.FindAllStringSubmatch(l, -1) {
 					if want[e[1]] {
 						got[e[1]] = true
 					}
@@ -471,19 +463,19 @@ func (r *runner) waitPrograms(p *proxy, want map[string]bool) (time.Time, int, e
 	return at, seen, nil
 }
 
-// fallback is what a wait does when the monitor lost events: `nft list
-// ruleset` in the proxy's namespace every second (seconds of CPU at
-// 10,000 Services, so only then) until done holds for it; the monitor is
-// replaced for the next wait, and the fallback recorded.
+// fallback is what a wait does when the kernel dropped notifications:
+// `nft list ruleset` in the proxy's namespace every second (seconds of CPU
+// at 10,000 Services, so only then) until done holds for it; the monitor
+// is replaced for the next wait, and the fallback recorded.
 func (r *runner) fallback(ctx context.Context, p *proxy, step string, done func(listing string) bool) (time.Time, int, error) {
-	logf("%s: %s: the nft monitor lost events; polling nft list ruleset instead (coarser)", p.label, step)
+	logf("%s: %s: the kernel dropped notifications; polling nft list ruleset instead (coarser)", p.label, step)
 	r.record(result{Proxy: p.label, N: p.n, Metric: "monitor_lost", Note: step})
-	old := p.mon
-	var err error
-	if p.mon, err = startMonitor(r.ctx, p.site.node, old.svc, old.want); err != nil {
-		p.mon = nil
+	nm, err := startMonitor(r.ctx, r.self, p.site.node, r.lab.ServiceCIDR, p.mon.want)
+	if err != nil {
+		return time.Time{}, 0, err
 	}
-	old.stop()
+	p.mon.stop()
+	p.mon = nm
 	var at time.Time
 	err = poll(ctx, time.Second, func() (bool, error) {
 		out, err := p.nft("list", "ruleset")
@@ -515,10 +507,10 @@ func (r *runner) reach(p *proxy, idx []int, want []string, tries int) error {
 }
 
 // changes replaces one endpoint of one Service REPS times, each timed from
-// the API call to the kernel (the monitor: a rule naming the new address)
-// and to a connection answered by the new endpoint. In userspace mode
-// there is no kernel change: the prober connects from the API call on,
-// every 2 ms, until the new endpoint answers.
+// the API call to the kernel (the monitor: a rule or element naming the
+// new address) and to a connection answered by the new endpoint (the
+// prober connecting every 2 ms from the API call on). In userspace mode
+// there is no kernel change: programmed is answering.
 func (r *runner) changes(p *proxy, n int) error {
 	minDur, _ := time.ParseDuration(r.minSync)
 	var kernel, conns, progs []float64
@@ -530,17 +522,24 @@ func (r *runner) changes(p *proxy, n int) error {
 			return err
 		}
 		addr := fmt.Sprintf("%s:%d", r.objs.clusterIP(i), servicePort)
-		before, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
-		if err != nil {
-			return err
-		}
+		// Metrics are optional: a failed scrape leaves their rows out.
+		before, _ := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
 		var t0, seen, conn time.Time
 		var oldIP string
 		update := func() (err error) {
 			oldIP, t0, err = r.objs.setEndpoint(r.ctx, i, newIP)
 			return err
 		}
-		probe := probeReq{Op: "probe", Targets: []probeTarget{{Addr: addr, Want: []string{newIP}}}, Timeout: r.timeout}
+		// The prober connects from the API call on, every 2 ms, until the
+		// new endpoint answers (1 in 3 connections once programmed: the
+		// proxies pick at random or in turn).
+		probe := probeReq{Op: "probe", Targets: []probeTarget{{Addr: addr, Want: []string{newIP}}}, Tries: 1 << 30, Gap: 2 * time.Millisecond, Timeout: r.timeout}
+		answered := make(chan error, 1)
+		go func() {
+			_, err := p.site.prober.do(probe)
+			conn = time.Now()
+			answered <- err
+		}()
 		if p.mon != nil {
 			ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 			seen, err = r.waitEndpoints(ctx, p, "change", []string{newIP}, update)
@@ -548,34 +547,22 @@ func (r *runner) changes(p *proxy, n int) error {
 			if err != nil {
 				return fmt.Errorf("%s: Service %d, %s replacing %s: %w", p.label, i, newIP, oldIP, err)
 			}
-			probe.Tries = 60 // random choice of 3: missed 60 times with odds of 3e-11
-			if _, err := p.site.prober.do(probe); err != nil {
-				return fmt.Errorf("%s: in the kernel but not answering: %w", p.label, err)
-			}
-			conn = time.Now()
-		} else {
-			probe.Tries, probe.Gap = 1<<30, 2*time.Millisecond
-			done := make(chan error, 1)
-			go func() {
-				_, err := p.site.prober.do(probe)
-				conn = time.Now()
-				done <- err
-			}()
-			if err := update(); err != nil {
-				return err
-			}
-			if err := <-done; err != nil {
-				return fmt.Errorf("%s: Service %d: %w", p.label, i, err)
-			}
-			seen = conn
+		} else if err := update(); err != nil {
+			return err
+		}
+		if err := <-answered; err != nil {
+			return fmt.Errorf("%s: Service %d, %s replacing %s: not answering: %w", p.label, i, newIP, oldIP, err)
+		}
+		if p.mon == nil {
+			seen = conn // userspace: programmed is answering
 		}
 		k, c := seen.Sub(t0).Seconds(), conn.Sub(t0).Seconds()
 		time.Sleep(500 * time.Millisecond) // the sync that programmed it has returned: its metrics
-		after, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
-		if err != nil {
-			return err
-		}
+		after, _ := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...)
 		d := func(name string) (float64, float64) {
+			if before == nil || after == nil {
+				return 0, 0
+			}
 			return after[name].Sum - before[name].Sum, after[name].Count - before[name].Count
 		}
 		r.record(result{Proxy: p.label, N: n, Metric: "change_s", Value: k, Rep: rep})
