@@ -4,9 +4,13 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // udpListener relays datagrams between clients and endpoints. Each client
@@ -65,9 +69,22 @@ func (l *udpListener) close() {
 }
 
 func (l *udpListener) serve() {
-	buf := make([]byte, 64<<10)
+	rc, err := l.pc.SyscallConn()
+	if err != nil {
+		l.failed.Store(true)
+		return
+	}
 	for {
-		n, client, err := l.pc.ReadFromUDPAddrPort(buf)
+		err := readDatagram(rc, func(b []byte, from netip.AddrPort) {
+			s := l.session(from)
+			if s == nil {
+				return // refused: dropped, as the kernel modes drop
+			}
+			s.last.Store(time.Now().UnixNano())
+			// A write error (the endpoint's ICMP error from an earlier
+			// datagram) also ends the session's relay.
+			_, _ = s.up.Write(b)
+		})
 		if err != nil {
 			if l.closed.Load() {
 				return
@@ -79,16 +96,48 @@ func (l *udpListener) serve() {
 			l.failed.Store(true)
 			return
 		}
-		client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
-		s := l.session(client)
-		if s == nil {
-			continue // refused: dropped, as the kernel modes drop
-		}
-		s.last.Store(time.Now().UnixNano())
-		// A write error (the endpoint's ICMP error from an earlier
-		// datagram) also ends the session's relay.
-		_, _ = s.up.Write(buf[:n])
 	}
+}
+
+// bufs are datagram buffers, held only while a datagram is relayed: a
+// buffer per socket would be 64 KiB for each UDP service port and each
+// session, most of them idle.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// readDatagram waits until rc has a datagram, reads it into a pooled
+// buffer and hands it and its source to deliver, which must not keep the
+// buffer. It honours rc's read deadline.
+func readDatagram(rc syscall.RawConn, deliver func(b []byte, from netip.AddrPort)) error {
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		bp := bufs.Get().(*[]byte)
+		defer bufs.Put(bp)
+		for {
+			n, sa, err := unix.Recvfrom(int(fd), *bp, unix.MSG_DONTWAIT)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return false // wait until readable
+			case err != nil:
+				rerr = err
+				return true
+			}
+			deliver((*bp)[:n], sockaddrAddrPort(sa))
+			return true
+		}
+	})
+	return errors.Join(err, rerr)
+}
+
+func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
 }
 
 // session returns client's live session, opening one when there is none
@@ -137,19 +186,24 @@ func (l *udpListener) session(client netip.AddrPort) *udpSession {
 func (l *udpListener) relay(s *udpSession) {
 	defer l.end(s)
 	idle := l.rt.cfg.UDPIdleTimeout
-	buf := make([]byte, 64<<10)
+	rc, err := s.up.SyscallConn()
+	if err != nil {
+		return
+	}
 	for {
 		_ = s.up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(idle))
-		n, err := s.up.Read(buf)
+		var werr error
+		err := readDatagram(rc, func(b []byte, _ netip.AddrPort) {
+			s.last.Store(time.Now().UnixNano())
+			_, werr = l.pc.WriteToUDPAddrPort(b, s.client)
+		})
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, s.last.Load())) < idle {
+			if errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, s.last.Load())) < idle {
 				continue // the client sent meanwhile
 			}
 			return
 		}
-		s.last.Store(time.Now().UnixNano())
-		if _, err := l.pc.WriteToUDPAddrPort(buf[:n], s.client); err != nil && l.closed.Load() {
+		if werr != nil && l.closed.Load() {
 			return
 		}
 	}
