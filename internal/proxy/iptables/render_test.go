@@ -539,6 +539,38 @@ func TestFailedPartialSyncThenFull(t *testing.T) {
 	}
 }
 
+// A full sync repairs drift by rewriting only the chains that differ from
+// what it wants: a flushed service chain, a dispatch rule deleted.
+func TestFullSyncRepairsOnlyDrift(t *testing.T) {
+	services := manyServices(6)
+	fake, b := load(t, services)
+	ctx := context.Background()
+	svc2 := chainName(prefixSvc, "ns", "svc-2", "tcp", "http")
+	foreign := ipt.NewBuilder("nat")
+	foreign.FlushChain(svc2)
+	foreign.Delete(ChainNodePorts, "-p", "tcp", "-m", "comment", "--comment", "ns/svc-3:http", "-m", "tcp", "--dport", "30003", "-j", chainName(prefixExt, "ns", "svc-3", "tcp", "http"))
+	if err := fake.Restore(ctx, ipt.IPv4, foreign.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sync(ctx, services, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	in := fake.Restores[len(fake.Restores)-1]
+	var declared []string
+	for _, l := range strings.Split(in, "\n") {
+		if strings.HasPrefix(l, ":") {
+			declared = append(declared, strings.Fields(l[1:])[0])
+		}
+	}
+	if diff := cmp.Diff([]string{ChainNodePorts, svc2}, declared); diff != "" {
+		t.Errorf("chains rewritten (-want +got):\n%s\n%s", diff, in)
+	}
+	want, _ := load(t, services)
+	if diff := cmp.Diff(sortedDump(want, ipt.IPv4), sortedDump(fake, ipt.IPv4)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
 // A restarted proxy (no state) deletes the chains of services deleted
 // while it was down, and leaves other writers' chains alone.
 func TestFullSyncRemovesStaleChains(t *testing.T) {
