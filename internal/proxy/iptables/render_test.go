@@ -164,10 +164,17 @@ func TestPacketFlows(t *testing.T) {
 	fwEmpty.LoadBalancerIPs = []netip.Addr{a("172.29.1.28")}
 	fwEmpty.Firewall, fwEmpty.SourceRanges = true, []netip.Prefix{netip.MustParsePrefix("172.31.0.0/16")}
 
+	fwLocal := nodePort(svc("fw-local", "10.96.0.29", 80, local1, remote1), 30029)
+	fwLocal.Type, fwLocal.ExternalLocal, fwLocal.InternalLocal = proxy.LoadBalancer, true, true
+	fwLocal.LoadBalancerIPs = []netip.Addr{a("172.29.1.29")}
+	fwLocal.Firewall, fwLocal.SourceRanges = true, []netip.Prefix{netip.MustParsePrefix("172.31.0.0/16")}
+	udp := svc("dns", "10.96.0.31", 53, ep("10.244.2.53", 5353, "node-b"))
+	udp.Ports[0].Protocol = proxy.UDP
+
 	services := []*proxy.Service{
 		svc("web", "10.96.0.10", 80, local1, remote1, remote2),
 		named, ext, lb, empty, emptyUDP, mixed, draining, gone, etpLocal, etpNoLocal, itpLocal, hairpin, np,
-		etpEmpty, itpNoLocal, fw, fw6, fwEmpty,
+		etpEmpty, itpNoLocal, fw, fw6, fwEmpty, fwLocal, udp,
 	}
 	fake, _ := load(t, services)
 	tr := newTracer(fake, ipt.IPv4, nodeIP)
@@ -235,6 +242,12 @@ func TestPacketFlows(t *testing.T) {
 		{"eTP Local: no endpoints at all rejects", tcp(outside, nodeIP, 30024), []string{"reject"}, nil},
 		{"iTP Local: ClusterIP only to local endpoints", tcp(remotePod, a("10.96.0.21"), 80), []string{"10.244.1.5:8080"}, nil},
 		{"iTP Local: no local endpoint drops", tcp(remotePod, a("10.96.0.25"), 80), []string{"drop"}, nil},
+		{"LB, source ranges, both policies Local: in range, to the local endpoint, source kept", tcp(outside, a("172.29.1.29"), 80),
+			[]string{"10.244.1.5:8080"}, nil},
+		{"LB, source ranges, both policies Local: out of range dropped", tcp(a("172.28.0.1"), a("172.29.1.29"), 80), []string{"drop"}, nil},
+		{"LB, both policies Local: pod traffic to the NodePort short-circuits to the local endpoint", tcp(remotePod, nodeIP, 30029),
+			[]string{"10.244.1.5:8080"}, nil},
+		{"UDP ClusterIP", packet{src: remotePod, dst: a("10.96.0.31"), proto: "udp", port: 53}, []string{"10.244.2.53:5353"}, nil},
 		{"hairpin: a pod reaching itself is masqueraded", tcp(a("10.244.1.5"), a("10.96.0.22"), 80),
 			[]string{"10.244.1.5:8080", "10.244.2.5:8080"}, []string{"10.244.1.5:8080"}},
 	}
