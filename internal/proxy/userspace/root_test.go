@@ -19,8 +19,9 @@ import (
 // with a pod namespace as the client and another as the endpoint, each
 // wired to the node with a default route to it: the pod reaches the
 // ClusterIP (an address on the node's lo, added by the mode) and the
-// NodePort, over TCP and UDP; a restarted backend removes the address of
-// a service deleted meanwhile; Cleanup removes the rest, twice.
+// NodePort, over TCP and UDP; an endpoint that never answers costs a
+// connection one 250 ms connect timeout; a restarted backend removes the
+// address of a service deleted meanwhile; Cleanup removes the rest, twice.
 func TestRootNodeNamespace(t *testing.T) {
 	const (
 		nodePodSide = "10.246.111.1"
@@ -69,6 +70,21 @@ func TestRootNodeNamespace(t *testing.T) {
 	}
 	if got, err := udpAskIn(pod, clusterIP+":5353"); err != nil || got != "udp" {
 		t.Errorf("pod -> UDP %s:5353: %q, %v", clusterIP, got, err)
+	}
+	// An endpoint that never answers (no host has its address, ARP
+	// fails): its connect attempt times out (250 ms) and the next
+	// endpoint serves the client.
+	silent := service("silent", "10.246.113.30", proxy.TCP, 8080,
+		proxy.Endpoint{IP: netip.MustParseAddr("10.246.112.99"), Port: uint16(port), Ready: true}, web.Ports[0].Endpoints[0])
+	if _, err := first.Sync(ctx, []*proxy.Service{web, gone, silent}, map[string]bool{"ns/silent": true}, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		start := time.Now()
+		if got, err := testutil.Ask(pod, "10.246.113.30:8080"); err != nil || got != "ep "+nodeEpSide {
+			t.Errorf("connection %d to a service with a silent endpoint: %q, %v", i, got, err)
+		}
+		t.Logf("connection %d to a service with a silent endpoint: %v", i, time.Since(start))
 	}
 	// Not on loopback.
 	if got, err := testutil.Ask(node, fmt.Sprintf("127.0.0.1:%d", nodePort)); err == nil {
