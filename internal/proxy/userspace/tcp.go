@@ -27,14 +27,14 @@ type listener interface {
 
 // tcpListener accepts connections and splices each to an endpoint.
 type tcpListener struct {
-	rt     *runtime
+	rt     *sockets
 	ln     *net.TCPListener
 	fe     atomic.Pointer[frontend]
 	closed atomic.Bool
 	failed atomic.Bool
 }
 
-func (rt *runtime) listenTCP(addr netip.AddrPort, fe *frontend) (*tcpListener, error) {
+func (rt *sockets) listenTCP(addr netip.AddrPort, fe *frontend) (*tcpListener, error) {
 	var ln net.Listener
 	err := rt.inNS(func() (err error) {
 		ln, err = rt.listenConfig().Listen(rt.ctx, "tcp", addr.String())
@@ -91,7 +91,7 @@ func isTemporary(err error) bool {
 // a connect error (len(DialTimeouts) attempts), then copies both ways
 // until both sides have closed. A client nobody can serve gets a
 // reset at once.
-func (rt *runtime) proxyTCP(c *net.TCPConn, fe *frontend) {
+func (rt *sockets) proxyTCP(c *net.TCPConn, fe *frontend) {
 	if !rt.track(c) {
 		_ = c.Close()
 		return
@@ -125,7 +125,7 @@ func (rt *runtime) proxyTCP(c *net.TCPConn, fe *frontend) {
 	splice(c, up)
 }
 
-func (rt *runtime) dialTCP(ep netip.AddrPort, timeout time.Duration) (*net.TCPConn, error) {
+func (rt *sockets) dialTCP(ep netip.AddrPort, timeout time.Duration) (*net.TCPConn, error) {
 	var c net.Conn
 	err := rt.inNS(func() (err error) {
 		d := net.Dialer{Timeout: timeout}

@@ -22,7 +22,7 @@ import (
 // service's (the kernel modes' conntrack cleanup, so a client that keeps
 // its source port is not blackholed by a removed endpoint).
 type udpListener struct {
-	rt     *runtime
+	rt     *sockets
 	pc     *net.UDPConn
 	fe     atomic.Pointer[frontend]
 	closed atomic.Bool
@@ -40,7 +40,7 @@ type udpSession struct {
 	last   atomic.Int64 // unix nanoseconds of the last datagram either way
 }
 
-func (rt *runtime) listenUDP(addr netip.AddrPort, fe *frontend) (*udpListener, error) {
+func (rt *sockets) listenUDP(addr netip.AddrPort, fe *frontend) (*udpListener, error) {
 	var pc net.PacketConn
 	err := rt.inNS(func() (err error) {
 		pc, err = rt.listenConfig().ListenPacket(rt.ctx, "udp", addr.String())

@@ -112,8 +112,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// runtime is what the sockets share: config, namespace, open connections.
-type runtime struct {
+// sockets is what the sockets share: config, namespace, open connections.
+type sockets struct {
 	cfg    Config
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -124,14 +124,14 @@ type runtime struct {
 }
 
 // inNS runs fn where the sockets live.
-func (rt *runtime) inNS(fn func() error) error {
+func (rt *sockets) inNS(fn func() error) error {
 	if rt.cfg.NetNS == "" {
 		return fn()
 	}
 	return netns.Do(rt.cfg.NetNS, fn)
 }
 
-func (rt *runtime) listenConfig() *net.ListenConfig {
+func (rt *sockets) listenConfig() *net.ListenConfig {
 	return &net.ListenConfig{Control: freebind}
 }
 
@@ -150,7 +150,7 @@ func freebind(network, _ string, c syscall.RawConn) error {
 }
 
 // track remembers an open connection for Close; false after Close.
-func (rt *runtime) track(c io.Closer) bool {
+func (rt *sockets) track(c io.Closer) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed {
@@ -160,7 +160,7 @@ func (rt *runtime) track(c io.Closer) bool {
 	return true
 }
 
-func (rt *runtime) untrack(c io.Closer) {
+func (rt *sockets) untrack(c io.Closer) {
 	rt.mu.Lock()
 	delete(rt.conns, c)
 	rt.mu.Unlock()
@@ -168,7 +168,7 @@ func (rt *runtime) untrack(c io.Closer) {
 
 // Backend is the userspace mode. It implements proxy.Backend.
 type Backend struct {
-	rt      *runtime
+	rt      *sockets
 	addrs   Addrs
 	planner planner
 
@@ -195,7 +195,7 @@ func New(cfg Config) *Backend {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
-		rt:        &runtime{cfg: cfg, ctx: ctx, cancel: cancel, conns: map[io.Closer]struct{}{}},
+		rt:        &sockets{cfg: cfg, ctx: ctx, cancel: cancel, conns: map[io.Closer]struct{}{}},
 		addrs:     cfg.Addrs,
 		planner:   planner{ipv6: cfg.IPv6, nodeName: cfg.NodeName},
 		plans:     map[string]*svcPlan{},

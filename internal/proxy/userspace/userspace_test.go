@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -672,4 +673,45 @@ func TestIPv6(t *testing.T) {
 	if ops := f.takeOps(); !slices.Equal(ops, []string{"add ::1"}) {
 		t.Errorf("address operations %q, want ::1 added and the IPv4 backend's address left alone", ops)
 	}
+}
+
+// TestCloseEndsEverything: Close ends every listener, connection and UDP
+// session goroutine, and Sync refuses afterwards.
+func TestCloseEndsEverything(t *testing.T) {
+	n := subnet()
+	tcpEP, udpEP := tcpEndpoint(t, n+"1", "a"), udpEndpoint(t, n+"2", "u")
+	before := goroutines()
+	b := New(Config{Addrs: newFakeAddrs()})
+	mustSync(t, b, []*proxy.Service{service("tcp", n+"10", proxy.TCP, 8080, tcpEP), service("udp", n+"11", proxy.UDP, 5353, udpEP)}, nil, true)
+	c, err := dial(t, "", n+"10:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ask(); err != nil || got != "a" {
+		t.Fatalf("TCP: %q, %v", got, err)
+	}
+	if got, err := udpAsk(t, n+"11:5353"); err != nil || got != "u" {
+		t.Fatalf("UDP: %q, %v", got, err)
+	}
+	b.Close()
+	if _, err := c.ask(); err == nil {
+		t.Errorf("a proxied connection still answers after Close")
+	}
+	if _, err := b.Sync(context.Background(), nil, nil, true); !errors.Is(err, ErrClosed) {
+		t.Errorf("Sync after Close: %v, want ErrClosed", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for goroutines() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := goroutines(); after > before {
+		t.Errorf("%d goroutines before the backend, %d after Close", before, after)
+	}
+}
+
+// goroutines counts the goroutines of this package's code.
+func goroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "proxy/userspace.(*")
 }
