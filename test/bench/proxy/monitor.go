@@ -34,6 +34,12 @@ type monitor struct {
 	lost     chan struct{}
 	lostOnce sync.Once
 	want     map[string]bool // ClusterIPs counted (constant)
+	// set, when not empty, is the only set whose elements count as a
+	// Service programmed: service-ips in the nftables modes, the last
+	// object of a Service a proxy adds (in whichever transaction); any
+	// rule or element otherwise (iptables-nft's restores are one
+	// transaction per table).
+	set string
 
 	mu sync.Mutex
 	// ClusterIPs in want seen in a new rule or element.
@@ -62,8 +68,8 @@ var (
 // startMonitor runs self's watch in namespace netns, reporting addresses
 // of the endpoints' range and serviceCIDR, counting the ClusterIPs in
 // want, and returns once it is subscribed.
-func startMonitor(ctx context.Context, self, netns string, serviceCIDR netip.Prefix, want map[string]bool) (*monitor, error) {
-	m := &monitor{done: make(chan struct{}), ready: make(chan struct{}), lost: make(chan struct{}), ports: map[string]bool{}, want: want}
+func startMonitor(ctx context.Context, self, netns string, serviceCIDR netip.Prefix, want map[string]bool, set string) (*monitor, error) {
+	m := &monitor{done: make(chan struct{}), ready: make(chan struct{}), lost: make(chan struct{}), ports: map[string]bool{}, want: want, set: set}
 	m.cmd = exec.Command("ip", "netns", "exec", netns, self, "watch", "-prefixes", endpointsRange+","+serviceCIDR.String())
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := m.cmd.StdoutPipe()
@@ -101,14 +107,17 @@ func (m *monitor) read(r io.Reader) {
 			m.lostOnce.Do(func() { close(m.lost) })
 			continue
 		}
-		ts, ip, ok := strings.Cut(line, " ")
-		ns, err := strconv.ParseInt(ts, 10, 64)
-		if !ok || err != nil {
+		f := strings.Fields(line)
+		if len(f) != 3 {
 			continue
 		}
-		at := time.Unix(0, ns)
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		at, ip := time.Unix(0, ns), f[1]
 		m.mu.Lock()
-		if m.want[ip] && !m.ports[ip] {
+		if m.want[ip] && !m.ports[ip] && (m.set == "" || f[2] == m.set) {
 			m.ports[ip] = true
 			m.portsAt = at
 			if m.wantHit != nil && len(m.ports) >= m.wantN {

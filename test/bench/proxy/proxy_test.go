@@ -64,6 +64,12 @@ func TestScanAddrs(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("scanAddrs = %v, want %v", got, want)
 	}
+	// NFTA_SET_ELEM_LIST_TABLE "kp", NFTA_SET_ELEM_LIST_SET "service-ips".
+	elems := []byte{2, 0, 0, 0, 7, 0, 1, 0, 'k', 'p', 0, 0, 16, 0, 2, 0}
+	elems = append(elems, "service-ips\x00"...)
+	if got := objectName(elems); got != "service-ips" {
+		t.Errorf("objectName = %q, want service-ips", got)
+	}
 }
 
 func TestPercentile(t *testing.T) {

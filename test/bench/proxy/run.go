@@ -337,7 +337,11 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 	// 1. cold start.
 	p.mon = nil
 	if p.mode != "userspace" {
-		if p.mon, err = startMonitor(r.ctx, r.self, s.node, r.lab.ServiceCIDR, want); err != nil {
+		set := ""
+		if p.mode == "nftables" {
+			set = "service-ips"
+		}
+		if p.mon, err = startMonitor(r.ctx, r.self, s.node, r.lab.ServiceCIDR, want, set); err != nil {
 			return err
 		}
 	}
@@ -470,7 +474,7 @@ func (r *runner) waitPrograms(p *proxy, want map[string]bool) (time.Time, int, e
 func (r *runner) fallback(ctx context.Context, p *proxy, step string, done func(listing string) bool) (time.Time, int, error) {
 	logf("%s: %s: the kernel dropped notifications; polling nft list ruleset instead (coarser)", p.label, step)
 	r.record(result{Proxy: p.label, N: p.n, Metric: "monitor_lost", Note: step})
-	nm, err := startMonitor(r.ctx, r.self, p.site.node, r.lab.ServiceCIDR, p.mon.want)
+	nm, err := startMonitor(r.ctx, r.self, p.site.node, r.lab.ServiceCIDR, p.mon.want, p.mon.set)
 	if err != nil {
 		return time.Time{}, 0, err
 	}

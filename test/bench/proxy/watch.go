@@ -12,8 +12,8 @@ package main
 // among the message's 4-byte-aligned words (netlink attributes are 4-byte
 // aligned, and nftables' registers hold an address in a word of its own:
 // a comparison's data, a DNAT's immediate, a map key or value) and prints
-// "<unix nanoseconds> <address>" for each, stamped when the message was
-// read. The harness knows which addresses it waits for: a ClusterIP in a
+// "<unix nanoseconds> <address> <set or chain>" for each, stamped when the
+// message was read. The harness knows which addresses it waits for: a ClusterIP in a
 // rule or element (the Service programmed), a new endpoint address
 // (programmed with it); addresses are never reused, so a match is the
 // transaction that installed it.
@@ -96,14 +96,35 @@ func watchCmd(args []string) error {
 			if t := m.Header.Type & 0xff; t != nftMsgNewRule && t != nftMsgNewSetElem {
 				continue
 			}
+			where := objectName(m.Data)
 			for _, a := range scanAddrs(m.Data, pfx) {
-				fmt.Fprintf(out, "%d %s\n", now, a)
+				fmt.Fprintf(out, "%d %s %s\n", now, a, where)
 			}
 		}
 		if err := out.Flush(); err != nil {
 			return err
 		}
 	}
+}
+
+// objectName is the set (NFTA_SET_ELEM_LIST_SET) or chain
+// (NFTA_RULE_CHAIN) a new element or rule message is for: both are
+// top-level attribute 2, a string; "-" when absent.
+func objectName(data []byte) string {
+	for i := 4; i+4 <= len(data); { // after nfgenmsg
+		l := int(binary.LittleEndian.Uint16(data[i:]))
+		t := binary.LittleEndian.Uint16(data[i+2:]) & 0x3fff
+		if l < 4 || i+l > len(data) {
+			break
+		}
+		if t == 2 {
+			if v := strings.TrimRight(string(data[i+4:i+l]), "\x00"); v != "" && !strings.ContainsAny(v, " \n") {
+				return v
+			}
+		}
+		i += (l + 3) &^ 3
+	}
+	return "-"
 }
 
 // scanAddrs returns the distinct addresses within prefixes found at
