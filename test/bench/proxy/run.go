@@ -519,7 +519,7 @@ func (r *runner) changes(p *proxy, n int) error {
 	minDur, _ := time.ParseDuration(r.minSync)
 	var kernel, conns, progs []float64
 	for rep := 1; rep <= r.reps; rep++ {
-		time.Sleep(max(minDur, 500*time.Millisecond) + 500*time.Millisecond) // idle, past the min sync period
+		time.Sleep(max(minDur, 500*time.Millisecond) + 200*time.Millisecond) // idle, past the min sync period (after the 0.5 s below)
 		i := 1 + (rep*7919+n/3)%(n-1)                                        // spread over the Services, never the data path's
 		newIP, err := r.objs.newEndpoint()
 		if err != nil {
