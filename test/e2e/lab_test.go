@@ -619,7 +619,14 @@ func TestLab(t *testing.T) {
 
 	t.Run("EgressFromNodeAddress", func(t *testing.T) { checkEgress(t, s, labPods) })
 
-	t.Run("Services", func(t *testing.T) { checkServices(t, l, labPods) })
+	t.Run("Services", func(t *testing.T) { checkServices(t, l, labPods, "nftables") })
+
+	// The same Service checks with the agents in the other proxy modes;
+	// back to auto (nftables here) after them, with nothing of the other
+	// modes left.
+	t.Run("ServicesInIPTablesMode", func(t *testing.T) { checkProxyMode(t, l, labPods, "iptables") })
+	t.Run("ServicesInUserspaceMode", func(t *testing.T) { checkProxyMode(t, l, labPods, "userspace") })
+	t.Run("ProxyModeBackToAuto", func(t *testing.T) { switchProxyMode(t, l, "auto", "nftables") })
 
 	t.Run("External", func(t *testing.T) { checkExternal(t, l) })
 

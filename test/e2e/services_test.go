@@ -136,7 +136,7 @@ func keys(m map[string]int) []string {
 
 // checkServices runs the Services checks on a running lab; clients are
 // netexec pods, one per node.
-func checkServices(t *testing.T, l *testLab, clients []labPod) {
+func checkServices(t *testing.T, l *testLab, clients []labPod, mode string) {
 	s := l.spec
 	label := "svc-" + randHex(3)
 	sel := map[string]string{"e2e-service": label}
@@ -378,7 +378,10 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 		}
 	})
 
-	t.Run("AgentRestartLosesNoRequest", func(t *testing.T) {
+	// The restart check reads the nftables table; the other modes get
+	// their restarts in checkProxyMode.
+	nft := mode == "nftables"
+	tRunIf(t, nft, "AgentRestartLosesNoRequest", func(t *testing.T) {
 		c := clients[0]
 		rsvc := l.createService(t, service(label+"-remote", corev1.ServiceTypeClusterIP, remoteSel))
 		seenFrom(t, c, rsvc.Spec.ClusterIP, remote, true)
@@ -396,7 +399,9 @@ func checkServices(t *testing.T, l *testLab, clients []labPod) {
 		}
 	})
 
-	t.Run("ScaleUpAndDown", func(t *testing.T) { checkScale(t, l, clients[0]) })
+	// Scale-down measures when the endpoint leaves the kernel's rules,
+	// which the userspace mode has none of.
+	tRunIf(t, mode != "userspace", "ScaleUpAndDown", func(t *testing.T) { checkScale(t, l, clients[0], mode) })
 
 	t.Run("UDPAcrossEndpointReplacement", func(t *testing.T) { checkUDPReplacement(t, l, clients[0]) })
 
@@ -453,6 +458,29 @@ func proxyRules(n lab.Node) (string, error) {
 		return "", fmt.Errorf("nft list table ip %s on %s: %w: %s", proxynft.DefaultTable, n.Name, err, out)
 	}
 	return string(out), nil
+}
+
+// kernelProxyRules is what the proxy in mode (nftables or iptables)
+// programmed on node n, as text.
+func kernelProxyRules(n lab.Node, mode string) (string, error) {
+	if mode == "nftables" {
+		return proxyRules(n)
+	}
+	out, err := exec.Command("ip", "netns", "exec", n.Netns, "iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("iptables-save -t nat on %s: %w: %s", n.Name, err, out)
+	}
+	return string(out), nil
+}
+
+// tRunIf runs a subtest only when ok: the checks that do not apply to a
+// proxy mode are left out (logged), not skipped.
+func tRunIf(t *testing.T, ok bool, name string, f func(t *testing.T)) {
+	if !ok {
+		t.Logf("%s: not checked in this proxy mode", name)
+		return
+	}
+	t.Run(name, f)
 }
 
 // waitProxyRules waits until the proxy's table on node n satisfies cond
@@ -568,7 +596,7 @@ var drainingNetexec = []string{"sh", "-c",
 // request sent after that reaches it; none fails at any time (the other
 // pod stays Ready, the deleted one drains for drainTime). A pod whose
 // readiness probe always fails never gets a request.
-func checkScale(t *testing.T, l *testLab, client labPod) {
+func checkScale(t *testing.T, l *testLab, client labPod, mode string) {
 	const scaleBound = 10 * time.Second
 	s := l.spec
 	label := "scale-" + randHex(3)
@@ -670,7 +698,7 @@ func checkScale(t *testing.T, l *testLab, client labPod) {
 		}
 		down = append(down, hitsFrom(nsPath, addr, 4)...)
 		if droppedAt.IsZero() {
-			if rules, err := proxyRules(client.node); err == nil && !hasAddr(rules, firstIP) {
+			if rules, err := kernelProxyRules(client.node, mode); err == nil && !hasAddr(rules, firstIP) {
 				droppedAt = time.Now()
 			}
 		}
