@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
@@ -33,6 +34,10 @@ const (
 	ProxyModeIPTables  = "iptables"
 	ProxyModeUserspace = "userspace"
 )
+
+// iptablesSyncTimeout bounds one iptables-save or iptables-restore of the
+// iptables mode.
+const iptablesSyncTimeout = 5 * time.Minute
 
 // proxyModes lists the modes in auto's order of preference.
 var proxyModes = []string{ProxyModeNFTables, ProxyModeIPTables, ProxyModeUserspace}
@@ -84,7 +89,9 @@ func proxyModeKits() map[string]modeKit {
 				if cfg.Family == knftables.IPv6Family {
 					fam = ipt.IPv6
 				}
-				return iptables.NewBackend(ipt.New(), iptables.Config{
+				// A full save or restore at 10,000 Services takes 30-90 s
+				// under iptables-nft, beyond ipt's default 30 s limit.
+				return iptables.NewBackend(&ipt.Runner{Timeout: iptablesSyncTimeout}, iptables.Config{
 					Family:            fam,
 					NodeName:          cfg.NodeName,
 					ClusterCIDRs:      cfg.ClusterCIDRs,
@@ -92,7 +99,9 @@ func proxyModeKits() map[string]modeKit {
 					NodePortAddresses: cfg.NodePortAddresses,
 				}), nil
 			},
-			cleanup: func(ctx context.Context) error { return iptables.Cleanup(ctx, ipt.New()) },
+			cleanup: func(ctx context.Context) error {
+				return iptables.Cleanup(ctx, &ipt.Runner{Timeout: iptablesSyncTimeout})
+			},
 		},
 		ProxyModeUserspace: {
 			probe: userspace.Probe,
