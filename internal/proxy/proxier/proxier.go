@@ -162,7 +162,8 @@ func (p *Proxier) Run(ctx context.Context) error {
 func (p *Proxier) run(ctx context.Context) error {
 	// As kube-proxy: objects another proxy serves (service-proxy-name) and
 	// headless services' slices (left to DNS) are not even watched.
-	factory := informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0,
+	// The cache keeps only what the tracker reads (tracker.Slim).
+	factory := informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(tracker.Slim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = watchSelector }))
 	svcReg, err := factory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.onService(obj, false) },

@@ -42,7 +42,11 @@ type Tracker struct {
 	// For metrics, since the last Take: the keys changed by a Service
 	// event, the number of EndpointSlice events that changed something,
 	// and the slices' last-change-trigger-times per key.
-	serviceEvents  map[string]bool
+	serviceEvents map[string]bool
+	// servicePending counts the keys of serviceEvents still in previous
+	// (kept per event: counting at each event would cost O(services)
+	// per event, O(n²) over a cold start's initial list).
+	servicePending int
 	endpointEvents int
 	triggers       map[string][]time.Time
 	// start: trigger times from before the tracker existed are not
@@ -149,6 +153,15 @@ func sliceService(slice *discovery.EndpointSlice) (string, bool) {
 func (t *Tracker) update(key string, apply func(), after func(changed bool)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	counted := t.countsAsService(key)
+	defer func() {
+		switch now := t.countsAsService(key); {
+		case now && !counted:
+			t.servicePending++
+		case !now && counted:
+			t.servicePending--
+		}
+	}()
 	before, pending := t.models[key], false
 	if _, pending = t.previous[key]; !pending {
 		t.previous[key] = before
@@ -171,6 +184,12 @@ func (t *Tracker) update(key string, apply func(), after func(changed bool)) {
 	after(changed)
 }
 
+// countsAsService says whether key counts in PendingChanges' services.
+func (t *Tracker) countsAsService(key string) bool {
+	_, ok := t.previous[key]
+	return ok && t.serviceEvents[key]
+}
+
 // Pending reports whether any service changed since the last Take.
 func (t *Tracker) Pending() bool {
 	t.mu.Lock()
@@ -184,12 +203,7 @@ func (t *Tracker) Pending() bool {
 func (t *Tracker) PendingChanges() (services, endpoints int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for k := range t.serviceEvents {
-		if _, ok := t.previous[k]; ok {
-			services++
-		}
-	}
-	return services, t.endpointEvents
+	return t.servicePending, t.endpointEvents
 }
 
 // Round is what a Take hands over.
@@ -224,7 +238,7 @@ func (t *Tracker) Take() Round {
 		}
 	}
 	t.previous = map[string]*proxy.Service{}
-	t.serviceEvents, t.endpointEvents, t.triggers = map[string]bool{}, 0, map[string][]time.Time{}
+	t.serviceEvents, t.servicePending, t.endpointEvents, t.triggers = map[string]bool{}, 0, 0, map[string][]time.Time{}
 	r.Services = make([]*proxy.Service, 0, len(t.models))
 	for _, m := range t.models {
 		r.Services = append(r.Services, m)

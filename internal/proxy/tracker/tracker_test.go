@@ -284,3 +284,41 @@ func TestTrackerMetricsInputs(t *testing.T) {
 		t.Errorf("after a slice deletion: changed %v, trigger times %v", r.Changed, r.TriggerTimes)
 	}
 }
+
+// TestPendingServicesCounted: the incremental count of PendingChanges'
+// services matches a count from scratch through changes, reverts,
+// deletions and Takes.
+func TestPendingServicesCounted(t *testing.T) {
+	tr := New(false)
+	count := func() int {
+		n := 0
+		for k := range tr.serviceEvents {
+			if _, ok := tr.previous[k]; ok {
+				n++
+			}
+		}
+		return n
+	}
+	port := func(p int32) func(*v1.Service) { return func(s *v1.Service) { s.Spec.Ports[0].Port = p } }
+	steps := []func(){
+		func() { tr.OnService(service("a")) },
+		func() { tr.OnService(service("b")) },
+		func() { tr.OnEndpointSlice(slice("a", "a-1", 8080, ep("10.1.0.2"))) },
+		func() { tr.Take() },
+		func() { tr.OnService(service("a", port(81))) },
+		func() { tr.OnEndpointSlice(slice("b", "b-1", 8080, ep("10.1.0.3"))) },
+		func() { tr.OnService(service("a")) }, // back to the synced form
+		func() { tr.OnServiceDelete(service("b")) },
+		func() { tr.OnService(service("b")) },
+		func() { tr.OnService(service("c", port(82))) },
+		func() { tr.OnServiceDelete(service("c")) },
+		func() { tr.Take() },
+		func() { tr.OnService(service("b", port(90))) },
+	}
+	for i, step := range steps {
+		step()
+		if s, _ := tr.PendingChanges(); s != count() {
+			t.Errorf("step %d: PendingChanges services = %d, counted %d", i, s, count())
+		}
+	}
+}

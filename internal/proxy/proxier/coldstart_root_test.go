@@ -1,0 +1,386 @@
+package proxier
+
+// BenchmarkColdStart measures the proxy's cold start without the kernel:
+// a real kube-apiserver and etcd (cptest.Start) hold N Services (a mix of
+// ClusterIP with 1-3 ports, NodePort and LoadBalancer, some with
+// externalTrafficPolicy Local or source ranges) with one EndpointSlice of
+// 3-10 endpoints each; then the test binary runs itself again, and that
+// fresh process starts one nftables-mode proxier whose transactions are
+// rendered to nft's text (nft.Render, as the nft runner does) and thrown
+// away. It reports, from process start to the first full sync done: CPU
+// (getrusage), bytes and objects allocated, resident memory and live heap,
+// and the first sync's render time.
+//
+//	go test -run '^$' -bench ColdStart -benchtime 1x ./internal/proxy/proxier/
+//
+// FLATNET_COLD_SERVICES overrides N (10000), FLATNET_COLD_RUNS the number of
+// cold starts measured (3; medians reported); FLATNET_COLD_CPUPROFILE=FILE
+// and FLATNET_COLD_HEAPPROFILE=FILE write the last run's CPU profile (the
+// whole process) and its heap profile at the first sync.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/kube"
+	"github.com/flatnet/flatnet/internal/lab/controlplane/cptest"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/proxy/nftables"
+)
+
+const coldNode = "cold-node"
+
+func coldEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// coldResult is what one cold start reports to the parent.
+type coldResult struct {
+	DoneUnixNano  int64   // first full sync done
+	CPUTotal      float64 // s, process start -> first sync done
+	CPUProxier    float64 // s, proxier start -> first sync done
+	CachesSynced  float64 // s, proxier start -> first sync started
+	SyncSeconds   float64 // first sync, render + text
+	TextSeconds   float64 // of which nft.Render (the transaction's text)
+	Operations    int
+	AllocBytes    uint64 // proxier start -> first sync done
+	AllocObjects  uint64
+	RSSBytes      uint64 // at the first sync done
+	HeapInuse     uint64 // at the first sync done
+	LiveHeapBytes uint64 // after a GC at the first sync done
+	Services      int
+}
+
+func BenchmarkColdStart(b *testing.B) {
+	if kc := os.Getenv("FLATNET_COLD_KUBECONFIG"); kc != "" {
+		coldChild(b, kc)
+		return
+	}
+	n, runs := coldEnvInt("FLATNET_COLD_SERVICES", 10000), coldEnvInt("FLATNET_COLD_RUNS", 3)
+	kubeconfig, _ := cptest.Start(b, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cfg, err := kube.Config(kubeconfig, "coldstart-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 2000, 4000
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	start := time.Now()
+	if err := createColdObjects(ctx, kc, n); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("created %d Services and EndpointSlices in %v", n, time.Since(start).Round(time.Second))
+
+	var results []coldResult
+	b.ResetTimer()
+	for range b.N {
+		for run := range runs {
+			out := fmt.Sprintf("%s/result-%d.json", b.TempDir(), run)
+			args := []string{"-test.run", "^$", "-test.bench", "^BenchmarkColdStart$", "-test.benchtime", "1x"}
+			if p := os.Getenv("FLATNET_COLD_CPUPROFILE"); p != "" && run == runs-1 {
+				args = append(args, "-test.cpuprofile", p)
+			}
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), "FLATNET_COLD_KUBECONFIG="+kubeconfig, "FLATNET_COLD_RESULT="+out)
+			if run != runs-1 {
+				cmd.Env = append(cmd.Env, "FLATNET_COLD_HEAPPROFILE=")
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			t0 := time.Now()
+			if err := cmd.Run(); err != nil {
+				b.Fatalf("cold start %d: %v\n%s", run, err, stderr.String())
+			}
+			var r coldResult
+			data, err := os.ReadFile(out)
+			if err == nil {
+				err = json.Unmarshal(data, &r)
+			}
+			if err != nil {
+				b.Fatalf("cold start %d result: %v\n%s", run, err, stderr.String())
+			}
+			if r.Services < n {
+				b.Fatalf("cold start %d saw %d services, want at least %d", run, r.Services, n)
+			}
+			wall := time.Unix(0, r.DoneUnixNano).Sub(t0)
+			b.Logf("run %d: exec -> first sync %v, CPU %.2f s (proxier %.2f s), caches synced %.2f s, first sync %.0f ms (text %.0f ms, %d operations), "+
+				"allocated %.0f MiB in %.1f M objects, RSS %.0f MiB, heap in use %.0f MiB, live heap %.0f MiB",
+				run, wall.Round(time.Millisecond), r.CPUTotal, r.CPUProxier, r.CachesSynced, r.SyncSeconds*1000, r.TextSeconds*1000, r.Operations,
+				mib(r.AllocBytes), float64(r.AllocObjects)/1e6, mib(r.RSSBytes), mib(r.HeapInuse), mib(r.LiveHeapBytes))
+			results = append(results, r)
+		}
+	}
+	b.StopTimer()
+	med := func(f func(coldResult) float64) float64 {
+		v := make([]float64, len(results))
+		for i, r := range results {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	b.ReportMetric(med(func(r coldResult) float64 { return r.CPUTotal }), "cpu-s")
+	b.ReportMetric(med(func(r coldResult) float64 { return r.SyncSeconds * 1000 }), "sync-ms")
+	b.ReportMetric(med(func(r coldResult) float64 { return r.TextSeconds * 1000 }), "text-ms")
+	b.ReportMetric(med(func(r coldResult) float64 { return mib(r.AllocBytes) }), "alloc-MiB")
+	b.ReportMetric(med(func(r coldResult) float64 { return float64(r.AllocObjects) / 1e6 }), "Mallocs")
+	b.ReportMetric(med(func(r coldResult) float64 { return mib(r.RSSBytes) }), "rss-MiB")
+	b.ReportMetric(med(func(r coldResult) float64 { return mib(r.LiveHeapBytes) }), "live-MiB")
+}
+
+func mib(v uint64) float64 { return float64(v) / (1 << 20) }
+
+// createColdObjects creates Services svc-00000.. with their slices, 16 at
+// a time.
+func createColdObjects(ctx context.Context, kc kubernetes.Interface, n int) error {
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cold"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	next := make(chan int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := createColdService(ctx, kc, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err == nil {
+		err = <-errs
+	}
+	return err
+}
+
+// createColdService creates Service i: one in 20 a NodePort, one in 20 a
+// LoadBalancer (half of those with externalTrafficPolicy Local, a third
+// with source ranges), the rest ClusterIP; 1-3 ports (1-2 for node ports,
+// whose range is small); a slice of 3-10 endpoints, one in four on this
+// node.
+func createColdService(ctx context.Context, kc kubernetes.Interface, i int) error {
+	name := fmt.Sprintf("svc-%05d", i)
+	typ, nports := corev1.ServiceTypeClusterIP, 1+i%3
+	switch i % 20 {
+	case 7:
+		typ, nports = corev1.ServiceTypeNodePort, 1+i%2
+	case 13:
+		typ, nports = corev1.ServiceTypeLoadBalancer, 1+i%2
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "cold", Labels: map[string]string{"app": name, "tier": "bench"}},
+		Spec:       corev1.ServiceSpec{Type: typ, Selector: map[string]string{"app": name}},
+	}
+	var eports []discovery.EndpointPort
+	for p := range nports {
+		pn := fmt.Sprintf("p%d", p)
+		proto := corev1.ProtocolTCP
+		if p == 2 {
+			proto = corev1.ProtocolUDP
+		}
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: pn, Port: int32(80 + p), Protocol: proto, TargetPort: intstr.FromInt32(int32(8080 + p))})
+		eports = append(eports, discovery.EndpointPort{Name: &pn, Port: new(int32(8080 + p)), Protocol: &proto})
+	}
+	if typ == corev1.ServiceTypeLoadBalancer {
+		if i%40 == 13 {
+			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
+		if i%60 == 13 {
+			svc.Spec.LoadBalancerSourceRanges = []string{"192.168.0.0/16", "172.16.0.0/12"}
+		}
+	}
+	got, err := kc.CoreV1().Services("cold").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("service %s: %w", name, err)
+	}
+	if typ == corev1.ServiceTypeLoadBalancer {
+		lb := netip.AddrFrom4([4]byte{10, 250, byte(i >> 8), byte(i)})
+		got.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.String()}}
+		if _, err := kc.CoreV1().Services("cold").UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("service %s status: %w", name, err)
+		}
+	}
+	eps := make([]discovery.Endpoint, 3+i%8)
+	for j := range eps {
+		// 10.128.0.0/9: room for every endpoint of 10,000 services.
+		v := uint32(i)*10 + uint32(j) + 1
+		node := fmt.Sprintf("node-%d", j%4)
+		if j%4 == 0 {
+			node = coldNode
+		}
+		eps[j] = discovery.Endpoint{
+			Addresses:  []string{netip.AddrFrom4([4]byte{10, 128 + byte(v>>16), byte(v >> 8), byte(v)}).String()},
+			Conditions: discovery.EndpointConditions{Ready: new(true), Serving: new(true), Terminating: new(false)},
+			NodeName:   &node,
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "cold", Name: fmt.Sprintf("%s-%d", name, j)},
+		}
+	}
+	slice := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name + "-abcde", Namespace: "cold",
+			Labels: map[string]string{
+				discovery.LabelServiceName: name,
+				discovery.LabelManagedBy:   "coldstart.flatnet.io",
+			},
+			Annotations: map[string]string{corev1.EndpointsLastChangeTriggerTime: time.Now().UTC().Format(time.RFC3339Nano)},
+		},
+		AddressType: discovery.AddressTypeIPv4,
+		Endpoints:   eps,
+		Ports:       eports,
+	}
+	if _, err := kc.DiscoveryV1().EndpointSlices("cold").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("endpointslice %s: %w", name, err)
+	}
+	return nil
+}
+
+// nullNFT renders each transaction to nft's text and drops it: what the
+// nft runner costs in this process, without nft and the kernel.
+type nullNFT struct {
+	txs  *knftables.Fake
+	text time.Duration
+}
+
+func (n *nullNFT) NewTransaction() *knftables.Transaction { return n.txs.NewTransaction() }
+
+func (n *nullNFT) Run(_ context.Context, tx *knftables.Transaction) error {
+	t0 := time.Now()
+	_, err := nft.Render(tx)
+	n.text += time.Since(t0)
+	return err
+}
+
+func (n *nullNFT) ListAll(context.Context) (map[string][]string, error) { return nil, nil }
+
+// firstSync wraps a backend and says when its first sync is done.
+type firstSync struct {
+	proxy.Backend
+	once     sync.Once
+	started  time.Time
+	took     time.Duration
+	ops      int
+	services int
+	done     chan struct{}
+}
+
+func (f *firstSync) Sync(ctx context.Context, services []*proxy.Service, changed map[string]bool, full bool) (proxy.SyncResult, error) {
+	t0 := time.Now()
+	res, err := f.Backend.Sync(ctx, services, changed, full)
+	f.once.Do(func() {
+		f.started, f.took, f.ops, f.services = t0, time.Since(t0), res.Operations, len(services)
+		close(f.done)
+	})
+	return res, err
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+func rssBytes() uint64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// coldChild is one cold start, in a process of its own.
+func coldChild(b *testing.B, kubeconfig string) {
+	client, err := kube.Client(kubeconfig, "coldstart-proxy")
+	if err != nil {
+		b.Fatal(err)
+	}
+	null := &nullNFT{txs: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)}
+	fs := &firstSync{done: make(chan struct{}), Backend: nftables.NewBackend(null, nftables.Config{
+		Family: knftables.IPv4Family, NodeName: coldNode, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/9")},
+	})}
+	p := New(Config{Client: client, Backend: fs, NodeName: coldNode, MinSyncInterval: time.Second, MaxSyncInterval: 30 * time.Second})
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	defer cancel()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	cpu0, t0 := cpuSeconds(), time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	select {
+	case <-fs.done:
+	case err := <-errc:
+		b.Fatalf("proxier stopped: %v", err)
+	case <-time.After(10 * time.Minute):
+		b.Fatal("no sync in 10 minutes")
+	}
+	r := coldResult{DoneUnixNano: time.Now().UnixNano(), CPUTotal: cpuSeconds(), RSSBytes: rssBytes()}
+	r.CPUProxier = r.CPUTotal - cpu0
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.AllocBytes, r.AllocObjects, r.HeapInuse = ms.TotalAlloc-ms0.TotalAlloc, ms.Mallocs-ms0.Mallocs, ms.HeapInuse
+	r.CachesSynced, r.SyncSeconds, r.TextSeconds = fs.started.Sub(t0).Seconds(), fs.took.Seconds(), null.text.Seconds()
+	r.Operations, r.Services = fs.ops, fs.services
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	r.LiveHeapBytes = ms.HeapAlloc
+	if path := os.Getenv("FLATNET_COLD_HEAPPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+	data, _ := json.Marshal(r)
+	if err := os.WriteFile(os.Getenv("FLATNET_COLD_RESULT"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	// Keep the proxier's objects alive through the measurement.
+	runtime.KeepAlive(p)
+}
