@@ -13,6 +13,8 @@ package proxier
 //
 //	go test -run '^$' -bench ColdStart -benchtime 1x ./internal/proxy/proxier/
 //
+// FLATNET_COLD_STATE=DIR keeps the control plane and its objects in DIR
+// between runs (FLATNET_COLD_DOWN=1 stops it).
 // FLATNET_COLD_SERVICES overrides N (10000), FLATNET_COLD_RUNS the number of
 // cold starts measured (3; medians reported); FLATNET_COLD_CPUPROFILE=FILE
 // and FLATNET_COLD_HEAPPROFILE=FILE write the last run's CPU profile (the
@@ -37,6 +39,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -44,10 +47,12 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/kube"
+	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/lab/controlplane/cptest"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
+	"github.com/flatnet/flatnet/internal/testutil"
 )
 
 const coldNode = "cold-node"
@@ -82,20 +87,30 @@ func BenchmarkColdStart(b *testing.B) {
 		return
 	}
 	n, runs := coldEnvInt("FLATNET_COLD_SERVICES", 10000), coldEnvInt("FLATNET_COLD_RUNS", 3)
-	kubeconfig, _ := cptest.Start(b, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	kubeconfig := coldControlPlane(ctx, b)
+	if kubeconfig == "" {
+		return
+	}
 	cfg, err := kube.Config(kubeconfig, "coldstart-bench")
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg.QPS, cfg.Burst = 2000, 4000
 	kc := kubernetes.NewForConfigOrDie(cfg)
-	start := time.Now()
-	if err := createColdObjects(ctx, kc, n); err != nil {
-		b.Fatal(err)
+	// A kept control plane (FLATNET_COLD_STATE) has them from before.
+	marker := fmt.Sprintf("created-%d", n)
+	if _, err := kc.CoreV1().ConfigMaps("cold").Get(ctx, marker, metav1.GetOptions{}); err != nil {
+		start := time.Now()
+		if err := createColdObjects(ctx, kc, n); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("created %d Services and EndpointSlices in %v", n, time.Since(start).Round(time.Second))
+		if _, err := kc.CoreV1().ConfigMaps("cold").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: marker}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
 	}
-	b.Logf("created %d Services and EndpointSlices in %v", n, time.Since(start).Round(time.Second))
 
 	var results []coldResult
 	b.ResetTimer()
@@ -154,12 +169,41 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ReportMetric(med(func(r coldResult) float64 { return mib(r.LiveHeapBytes) }), "live-MiB")
 }
 
+// coldControlPlane starts the control plane: the test's own, or with
+// FLATNET_COLD_STATE=DIR one kept running in DIR between runs (creating
+// 10,000 Services takes minutes on a busy 2-core machine), which
+// FLATNET_COLD_DOWN=1 stops ("" then).
+func coldControlPlane(ctx context.Context, b *testing.B) string {
+	state := os.Getenv("FLATNET_COLD_STATE")
+	if state == "" {
+		kubeconfig, _ := cptest.Start(b, 2*time.Minute)
+		return kubeconfig
+	}
+	testutil.RequireRoot(b)
+	if os.Getenv("FLATNET_COLD_DOWN") == "1" {
+		if err := controlplane.Down(state); err != nil {
+			b.Fatal(err)
+		}
+		return ""
+	}
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		testutil.Skip(b, "%v (make k8s builds them)", err)
+	}
+	var log strings.Builder
+	info, err := controlplane.Up(ctx, controlplane.Config{StateDir: state, BinDir: bin, Addr: netip.MustParseAddr("127.0.0.1")}, &log)
+	if err != nil {
+		b.Fatalf("control plane up: %v\n%s", err, log.String())
+	}
+	return info.Kubeconfig
+}
+
 func mib(v uint64) float64 { return float64(v) / (1 << 20) }
 
 // createColdObjects creates Services svc-00000.. with their slices, 16 at
 // a time.
 func createColdObjects(ctx context.Context, kc kubernetes.Interface, n int) error {
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cold"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cold"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	next := make(chan int)
@@ -170,7 +214,7 @@ func createColdObjects(ctx context.Context, kc kubernetes.Interface, n int) erro
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				if err := createColdService(ctx, kc, i); err != nil {
+				if err := createColdService(ctx, kc, i); err != nil && !apierrors.IsAlreadyExists(err) {
 					errs <- err
 					return
 				}

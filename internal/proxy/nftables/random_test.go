@@ -1,0 +1,175 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/proxy"
+)
+
+// randomService is service i in one of many shapes: every type, one to
+// three ports of each protocol, affinity, both traffic policies, external
+// and load-balancer IPs (some shared, so services conflict), source
+// ranges, endpoints ready, terminating, on this node or others, IPv6 ones
+// mixed in.
+func randomService(rng *rand.Rand, i int, conflicts bool) *proxy.Service {
+	// Without conflicts every address:port and NodePort is the service's own.
+	shared := func(n int) byte {
+		if conflicts {
+			return byte(rng.IntN(n))
+		}
+		return byte(i)
+	}
+	s := &proxy.Service{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), Type: proxy.ClusterIP,
+		ClusterIP: netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(i%250 + 1)})}
+	switch rng.IntN(4) {
+	case 1:
+		s.Type = proxy.NodePort
+	case 2:
+		s.Type = proxy.LoadBalancer
+		s.LoadBalancerIPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 250, 0, shared(20)})}
+		if rng.IntN(3) == 0 {
+			s.Firewall = true
+			if rng.IntN(2) == 0 {
+				s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}
+			}
+		}
+	}
+	if rng.IntN(5) == 0 {
+		s.ExternalIPs = []netip.Addr{netip.AddrFrom4([4]byte{172, 29, 0, shared(10)})}
+	}
+	if rng.IntN(4) == 0 {
+		s.AffinityTimeout = time.Duration(60+rng.IntN(2)*60) * time.Second
+	}
+	s.ExternalLocal, s.InternalLocal = rng.IntN(3) == 0, rng.IntN(5) == 0
+	protos := []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}
+	for p := range 1 + rng.IntN(3) {
+		sp := proxy.ServicePort{Name: fmt.Sprintf("p%d", p), Protocol: protos[rng.IntN(3)], Port: uint16(80 + p)}
+		if s.Type != proxy.ClusterIP {
+			sp.NodePort = uint16(30000 + 3*i + p)
+			if conflicts {
+				sp.NodePort = uint16(30000 + rng.IntN(200))
+			}
+		}
+		for e := range rng.IntN(5) {
+			ip := netip.AddrFrom4([4]byte{10, 244, byte(rng.IntN(4)), byte(1 + rng.IntN(200))})
+			if rng.IntN(15) == 0 {
+				ip = netip.MustParseAddr(fmt.Sprintf("fd00::%d", 1+e))
+			}
+			ep := proxy.Endpoint{IP: ip, Port: uint16(8080 + rng.IntN(2)), Ready: rng.IntN(5) != 0, NodeName: []string{node, "node-b", "node-c"}[rng.IntN(3)]}
+			if !ep.Ready {
+				ep.Terminating, ep.Serving = true, rng.IntN(2) == 0
+			} else {
+				ep.Serving = true
+			}
+			if !slices.ContainsFunc(sp.Endpoints, func(x proxy.Endpoint) bool { return x.IP == ep.IP && x.Port == ep.Port }) {
+				sp.Endpoints = append(sp.Endpoints, ep)
+			}
+		}
+		s.Ports = append(s.Ports, sp)
+	}
+	return s
+}
+
+// TestRandomSyncs runs many random partial syncs, with a full sync now
+// and then, on knftables' fake: every transaction applies, and after each
+// the table equals a full sync of the same services from scratch (unless
+// services conflict: then a partial sync leaves a key with its first
+// owner, as documented, and only the transactions are checked).
+// FLATNET_TX_DUMP=FILE writes every transaction (to compare renderers).
+func TestRandomSyncs(t *testing.T) {
+	var dump strings.Builder
+	for _, conflicts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("conflicts=%v", conflicts), func(t *testing.T) { randomSyncs(t, conflicts, &dump) })
+	}
+	if p := os.Getenv("FLATNET_TX_DUMP"); p != "" {
+		if err := os.WriteFile(p, []byte(dump.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 60
+	services := make([]*proxy.Service, n)
+	for i := range services {
+		services[i] = randomService(rng, i, conflicts)
+	}
+	r := New(testConfig())
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	run := func(step int, tx *knftables.Transaction) {
+		t.Helper()
+		dump.WriteString(tx.String())
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatalf("step %d: %v\n%s", step, err, tx)
+		}
+	}
+	tx := fake.NewTransaction()
+	st := r.Full(tx, services, nil, nil)
+	run(0, tx)
+	for step := 1; step <= 200; step++ {
+		changed := map[string]bool{}
+		for range 1 + rng.IntN(4) {
+			i := rng.IntN(n)
+			changed[fmt.Sprintf("ns/svc-%d", i)] = true
+			switch rng.IntN(6) {
+			case 0:
+				services[i] = nil // deleted
+			case 1:
+				if services[i] != nil {
+					s := *services[i]
+					s.Ports = slices.Clone(s.Ports)
+					s.Ports[0].Endpoints = slices.Clone(s.Ports[0].Endpoints)
+					if len(s.Ports[0].Endpoints) > 0 {
+						s.Ports[0].Endpoints = s.Ports[0].Endpoints[1:]
+					}
+					services[i] = &s
+				}
+			default:
+				services[i] = randomService(rng, i, conflicts)
+			}
+		}
+		var current []*proxy.Service
+		for _, s := range services {
+			if s != nil {
+				current = append(current, s)
+			}
+		}
+		tx := fake.NewTransaction()
+		if step%25 == 0 {
+			prev := st
+			if step%50 == 0 {
+				prev = nil // a restart
+			}
+			chains, _ := fake.List(context.Background(), "chains")
+			sets, _ := fake.List(context.Background(), "sets")
+			st = r.Full(tx, current, prev, &Existing{Chains: chains, Sets: sets})
+		} else {
+			st = r.Partial(tx, current, st, changed)
+		}
+		run(step, tx)
+		if conflicts {
+			continue
+		}
+		want := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+		wtx := want.NewTransaction()
+		New(testConfig()).Full(wtx, current, nil, nil)
+		if err := want.Run(context.Background(), wtx); err != nil {
+			t.Fatalf("step %d: full sync from scratch: %v", step, err)
+		}
+		if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+			t.Fatalf("step %d: table differs from a full sync (-full +synced):\n%s", step, diff)
+		}
+	}
+}
