@@ -11,8 +11,10 @@
 package tracker
 
 import (
+	"cmp"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -239,11 +241,17 @@ func (t *Tracker) Take() Round {
 	}
 	t.previous = map[string]*proxy.Service{}
 	t.serviceEvents, t.servicePending, t.endpointEvents, t.triggers = map[string]bool{}, 0, 0, map[string][]time.Time{}
-	r.Services = make([]*proxy.Service, 0, len(t.models))
-	for _, m := range t.models {
-		r.Services = append(r.Services, m)
+	// Sorted by the map's keys: a sort calling Key() would build n log n
+	// strings.
+	keys := make([]string, 0, len(t.models))
+	for k := range t.models {
+		keys = append(keys, k)
 	}
-	sort.Slice(r.Services, func(i, j int) bool { return r.Services[i].Key() < r.Services[j].Key() })
+	sort.Strings(keys)
+	r.Services = make([]*proxy.Service, len(keys))
+	for i, k := range keys {
+		r.Services[i] = t.models[k]
+	}
 	return r
 }
 
@@ -363,10 +371,9 @@ func protocolOf(p v1.Protocol) v1.Protocol {
 	return p
 }
 
-func endpoints(sp v1.ServicePort, slices []*discovery.EndpointSlice, fam func(netip.Addr) bool) []proxy.Endpoint {
-	seen := map[netip.AddrPort]bool{}
+func endpoints(sp v1.ServicePort, sls []*discovery.EndpointSlice, fam func(netip.Addr) bool) []proxy.Endpoint {
 	var out []proxy.Endpoint
-	for _, sl := range slices {
+	for _, sl := range sls {
 		var port *discovery.EndpointPort
 		for i := range sl.Ports {
 			pp := &sl.Ports[i]
@@ -396,12 +403,7 @@ func endpoints(sp v1.ServicePort, slices []*discovery.EndpointSlice, fam func(ne
 			if err != nil || !fam(a) {
 				continue
 			}
-			ap := netip.AddrPortFrom(a.Unmap(), uint16(*port.Port))
-			if seen[ap] {
-				continue
-			}
-			seen[ap] = true
-			ep := proxy.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true}
+			ep := proxy.Endpoint{IP: a.Unmap(), Port: uint16(*port.Port), Ready: true}
 			c := e.Conditions
 			if c.Ready != nil {
 				ep.Ready = *c.Ready
@@ -419,11 +421,10 @@ func endpoints(sp v1.ServicePort, slices []*discovery.EndpointSlice, fam func(ne
 			out = append(out, ep)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].IP != out[j].IP {
-			return out[i].IP.Less(out[j].IP)
-		}
-		return out[i].Port < out[j].Port
+	// Sorted, and an address:port listed twice counts once, as it came
+	// first: a stable sort keeps the first of equals first.
+	slices.SortStableFunc(out, func(x, y proxy.Endpoint) int {
+		return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.Port, y.Port))
 	})
-	return out
+	return slices.CompactFunc(out, func(x, y proxy.Endpoint) bool { return x.IP == y.IP && x.Port == y.Port })
 }
