@@ -38,10 +38,12 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,8 +137,9 @@ func (c Config) wantAddr(a netip.Addr) bool {
 // elemKey names one map element.
 type elemKey struct{ Map, Key string }
 
-// objects are what one service (or the fixed base) owns in the table.
-type objects struct {
+// draft is what renderService builds for one service, in maps (a name
+// written twice is one object), before compact sorts it into objects.
+type draft struct {
 	chains map[string][]string      // chain -> rules
 	sets   map[string]time.Duration // affinity set -> timeout
 	elems  map[elemKey]string       // map element -> verdict
@@ -145,8 +148,121 @@ type objects struct {
 	shared map[elemKey]bool
 }
 
-func newObjects() *objects {
-	return &objects{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, shared: map[elemKey]bool{}}
+func newDraft() *draft {
+	return &draft{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, shared: map[elemKey]bool{}}
+}
+
+// objects are what one service owns in the table, each list sorted by
+// name or key. The State keeps one per service for as long as the
+// service lives, so it is kept small: sorted slices rather than maps, and
+// a chain's rules only until the transaction is written (then their hash
+// says whether a later render changed them).
+type objects struct {
+	chains []chainObj
+	sets   []setObj
+	elems  []elemObj
+	shared []elemKey
+}
+
+type chainObj struct {
+	name  string
+	rules []string // nil once written
+	sum   uint64   // rulesSum(rules)
+	// sets are the service's affinity sets the rules name: a chain must
+	// be rewritten when one of them is recreated.
+	sets []string
+}
+
+type setObj struct {
+	name    string
+	timeout time.Duration
+}
+
+type elemObj struct {
+	key     elemKey
+	verdict string
+}
+
+// compact turns d into objects, each list sorted.
+func (d *draft) compact() *objects {
+	o := &objects{}
+	if len(d.chains) > 0 {
+		o.chains = make([]chainObj, 0, len(d.chains))
+		for _, name := range slices.Sorted(maps.Keys(d.chains)) {
+			rules := d.chains[name]
+			c := chainObj{name: name, rules: rules, sum: rulesSum(rules)}
+			for set := range d.sets {
+				if usesSet(rules, set) {
+					c.sets = append(c.sets, set)
+				}
+			}
+			o.chains = append(o.chains, c)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.sets)) {
+		o.sets = append(o.sets, setObj{name, d.sets[name]})
+	}
+	if len(d.elems) > 0 {
+		o.elems = make([]elemObj, 0, len(d.elems))
+		for _, k := range sortedKeysOf(d.elems) {
+			o.elems = append(o.elems, elemObj{k, d.elems[k]})
+		}
+	}
+	if len(d.shared) > 0 {
+		o.shared = sortedKeysOf(d.shared)
+	}
+	return o
+}
+
+// written drops the rules, which the transaction now holds.
+func (o *objects) written() {
+	for i := range o.chains {
+		o.chains[i].rules = nil
+	}
+}
+
+func (o *objects) chain(name string) (chainObj, bool) {
+	i, ok := slices.BinarySearchFunc(o.chains, name, func(c chainObj, n string) int { return strings.Compare(c.name, n) })
+	if !ok {
+		return chainObj{}, false
+	}
+	return o.chains[i], true
+}
+
+func (o *objects) set(name string) (time.Duration, bool) {
+	i, ok := slices.BinarySearchFunc(o.sets, name, func(s setObj, n string) int { return strings.Compare(s.name, n) })
+	if !ok {
+		return 0, false
+	}
+	return o.sets[i].timeout, true
+}
+
+func (o *objects) elem(k elemKey) (string, bool) {
+	i, ok := slices.BinarySearchFunc(o.elems, k, func(e elemObj, k elemKey) int { return compareElemKeys(e.key, k) })
+	if !ok {
+		return "", false
+	}
+	return o.elems[i].verdict, true
+}
+
+// ruleSeed makes rulesSum's hashes; they are only compared within the
+// process.
+var ruleSeed = maphash.MakeSeed()
+
+// rulesSum hashes a chain's rules (64 bits: a collision, which would
+// leave a changed chain unwritten until the next full sync, has odds of
+// 2^-64 per comparison).
+func rulesSum(rules []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(ruleSeed)
+	for _, r := range rules {
+		n := len(r)
+		_ = h.WriteByte(byte(n))
+		_ = h.WriteByte(byte(n >> 8))
+		_ = h.WriteByte(byte(n >> 16))
+		_, _ = h.WriteString(r)
+	}
+	return h.Sum64()
 }
 
 // State is what the previous sync wrote, per service key.
@@ -175,21 +291,24 @@ func (e *ConflictError) Error() string {
 
 // claim drops from o the elements another service owns, records o's own.
 func (s *State) claim(key string, o *objects) {
-	for _, k := range sortedKeysOf(o.elems) {
-		if owner, ok := s.owners[k]; ok && owner != key {
-			s.Conflicts = append(s.Conflicts, &ConflictError{Service: key, Owner: owner, Map: k.Map, Key: k.Key})
-			delete(o.elems, k)
+	kept := o.elems[:0]
+	for _, e := range o.elems {
+		if owner, ok := s.owners[e.key]; ok && owner != key {
+			s.Conflicts = append(s.Conflicts, &ConflictError{Service: key, Owner: owner, Map: e.key.Map, Key: e.key.Key})
 			continue
 		}
-		s.owners[k] = key
+		s.owners[e.key] = key
+		kept = append(kept, e)
 	}
+	clear(o.elems[len(kept):])
+	o.elems = kept
 }
 
 // release forgets o's elements.
 func (s *State) release(key string, o *objects) {
-	for k := range o.elems {
-		if s.owners[k] == key {
-			delete(s.owners, k)
+	for _, e := range o.elems {
+		if s.owners[e.key] == key {
+			delete(s.owners, e.key)
 		}
 	}
 }
@@ -201,8 +320,8 @@ func (s *State) Chains() []string {
 		return nil
 	}
 	for _, o := range s.services {
-		for c := range o.chains {
-			out = append(out, c)
+		for _, c := range o.chains {
+			out = append(out, c.name)
 		}
 	}
 	sort.Strings(out)
@@ -232,13 +351,23 @@ func (r *Renderer) Config() Config { return r.cfg }
 // chains and sets so that stale ones are deleted.
 func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, prev *State, existing *Existing) *State {
 	next := &State{services: map[string]*objects{}, owners: map[elemKey]string{}, shared: map[elemKey]int{}}
-	sorted := append([]*proxy.Service(nil), services...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Key() < sorted[j].Key() })
-	for _, svc := range sorted {
+	// In key order: the first claim wins. Each key is built once (a sort
+	// calling Key() would build n log n of them).
+	type keyed struct {
+		key string
+		svc *proxy.Service
+	}
+	sorted := make([]keyed, len(services))
+	for i, svc := range services {
+		sorted[i] = keyed{svc.Key(), svc}
+	}
+	slices.SortFunc(sorted, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for _, ks := range sorted {
+		key, svc := ks.key, ks.svc
 		o := r.renderService(svc)
-		next.claim(svc.Key(), o)
-		next.services[svc.Key()] = o
-		for k := range o.shared {
+		next.claim(key, o)
+		next.services[key] = o
+		for _, k := range o.shared {
 			next.shared[k]++
 		}
 	}
@@ -259,11 +388,11 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	wantChains := map[string]bool{}
 	wantSets := map[string]time.Duration{}
 	for _, o := range next.services {
-		for c := range o.chains {
-			wantChains[c] = true
+		for _, c := range o.chains {
+			wantChains[c.name] = true
 		}
-		for s, d := range o.sets {
-			wantSets[s] = d
+		for _, s := range o.sets {
+			wantSets[s.name] = s.timeout
 		}
 	}
 	var stale []string
@@ -294,8 +423,8 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	prevSets := map[string]time.Duration{}
 	if prev != nil {
 		for _, o := range prev.services {
-			for s, d := range o.sets {
-				prevSets[s] = d
+			for _, s := range o.sets {
+				prevSets[s.name] = s.timeout
 			}
 		}
 	}
@@ -326,14 +455,15 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	}
 	for _, key := range slices.Sorted(maps.Keys(next.services)) {
 		o := next.services[key]
-		for _, c := range slices.Sorted(maps.Keys(o.chains)) {
-			for _, rule := range o.chains[c] {
-				tx.Add(&knftables.Rule{Chain: c, Rule: rule})
+		for _, c := range o.chains {
+			for _, rule := range c.rules {
+				tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
 			}
 		}
-		for _, k := range sortedKeysOf(o.elems) {
-			tx.Add(element(k, o.elems[k]))
+		for _, e := range o.elems {
+			tx.Add(element(e.key, e.verdict))
 		}
+		o.written()
 	}
 	for _, k := range sortedKeysOf(next.shared) {
 		tx.Add(setElement(k))
@@ -383,67 +513,68 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 	for _, key := range slices.Sorted(maps.Keys(changed)) {
 		old := prev.services[key]
 		if old == nil {
-			old = newObjects()
+			old = &objects{}
 		}
-		nw := newObjects()
+		nw := &objects{}
 		delete(next.services, key)
 		if svc := byKey[key]; svc != nil {
 			nw = r.renderService(svc)
 			next.claim(key, nw)
 			next.services[key] = nw
 		}
-		for _, k := range sortedKeysOf(old.elems) {
-			if v, ok := nw.elems[k]; !ok || v != old.elems[k] {
-				delElems = append(delElems, element(k, old.elems[k]))
+		for _, e := range old.elems {
+			if v, ok := nw.elem(e.key); !ok || v != e.verdict {
+				delElems = append(delElems, element(e.key, e.verdict))
 			}
 		}
-		for k := range old.shared {
+		for _, k := range old.shared {
 			sharedDelta[k]--
 		}
-		for k := range nw.shared {
+		for _, k := range nw.shared {
 			sharedDelta[k]++
 		}
 		// A set is deleted only after every rule naming it is flushed (the
 		// kernel refuses to delete a set in use), so a set whose timeout
 		// changed marks the chains that use it as changed.
 		goneSets := map[string]bool{}
-		for _, s := range slices.Sorted(maps.Keys(old.sets)) {
-			if d, ok := nw.sets[s]; !ok || d != old.sets[s] {
-				goneSets[s] = true
-				delSets = append(delSets, &knftables.Set{Name: s})
+		for _, s := range old.sets {
+			if d, ok := nw.set(s.name); !ok || d != s.timeout {
+				goneSets[s.name] = true
+				delSets = append(delSets, &knftables.Set{Name: s.name})
 			}
 		}
-		same := func(c string) bool {
-			oldRules, ok := old.chains[c]
-			return ok && equalRules(oldRules, nw.chains[c]) && !usesSet(oldRules, goneSets)
+		same := func(c chainObj) bool {
+			oc, ok := old.chain(c.name)
+			return ok && oc.sum == c.sum && !slices.ContainsFunc(oc.sets, func(s string) bool { return goneSets[s] })
 		}
-		for _, c := range slices.Sorted(maps.Keys(old.chains)) {
-			if _, ok := nw.chains[c]; !ok {
-				flushes = append(flushes, &knftables.Chain{Name: c})
-				delChains = append(delChains, &knftables.Chain{Name: c})
-			} else if !same(c) {
-				flushes = append(flushes, &knftables.Chain{Name: c})
+		for _, c := range old.chains {
+			if nc, ok := nw.chain(c.name); !ok {
+				flushes = append(flushes, &knftables.Chain{Name: c.name})
+				delChains = append(delChains, &knftables.Chain{Name: c.name})
+			} else if !same(nc) {
+				flushes = append(flushes, &knftables.Chain{Name: c.name})
 			}
 		}
-		for _, s := range slices.Sorted(maps.Keys(nw.sets)) {
-			if d, ok := old.sets[s]; !ok || d != nw.sets[s] {
-				addSets = append(addSets, r.affinitySet(s, nw.sets[s]))
+		for _, s := range nw.sets {
+			if d, ok := old.set(s.name); !ok || d != s.timeout {
+				addSets = append(addSets, r.affinitySet(s.name, s.timeout))
 			}
 		}
-		for _, c := range slices.Sorted(maps.Keys(nw.chains)) {
+		for _, c := range nw.chains {
 			if same(c) {
 				continue
 			}
-			addChains = append(addChains, &knftables.Chain{Name: c})
-			for _, rule := range nw.chains[c] {
-				adds = append(adds, &knftables.Rule{Chain: c, Rule: rule})
+			addChains = append(addChains, &knftables.Chain{Name: c.name})
+			for _, rule := range c.rules {
+				adds = append(adds, &knftables.Rule{Chain: c.name, Rule: rule})
 			}
 		}
-		for _, k := range sortedKeysOf(nw.elems) {
-			if v, ok := old.elems[k]; !ok || v != nw.elems[k] {
-				adds = append(adds, element(k, nw.elems[k]))
+		for _, e := range nw.elems {
+			if v, ok := old.elem(e.key); !ok || v != e.verdict {
+				adds = append(adds, element(e.key, e.verdict))
 			}
 		}
+		nw.written()
 	}
 	// A shared element goes when its last service lets go of it and
 	// comes with its first.
@@ -597,10 +728,10 @@ func (r *Renderer) nodePortDaddr() string {
 
 // renderService computes one service's chains, sets and map elements.
 func (r *Renderer) renderService(svc *proxy.Service) *objects {
-	o := newObjects()
+	o := newDraft()
 	if !r.cfg.wantAddr(svc.ClusterIP) {
 		// Headless (left to DNS) or another family's service.
-		return o
+		return o.compact()
 	}
 	o.shared[elemKey{setClusterIPs, svc.ClusterIP.String()}] = true
 	ip := r.cfg.ipKw()
@@ -626,16 +757,16 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		sp := &svc.Ports[i]
 		portName := sp.Name
 		if portName == "" {
-			portName = fmt.Sprint(sp.Port)
+			portName = strconv.Itoa(int(sp.Port))
 		}
 		id := svc.Namespace + "/" + svc.Name + "/" + string(sp.Protocol) + "/" + portName
 		h := hash(id)
 		svcChain, localChain, extChain := "svc-"+h+"-"+id, "svl-"+h+"-"+id, "ext-"+h+"-"+id
 
-		all := r.family(proxy.Usable(sp.Endpoints, ""))
-		local := r.family(proxy.Usable(sp.Endpoints, r.cfg.NodeName))
-		if r.cfg.NodeName == "" {
-			local = nil
+		all := r.usable(sp.Endpoints, "")
+		var local []proxy.Endpoint
+		if r.cfg.NodeName != "" {
+			local = r.usable(sp.Endpoints, r.cfg.NodeName)
 		}
 		hasNodePort := sp.NodePort != 0 && (svc.Type == proxy.NodePort || svc.Type == proxy.LoadBalancer)
 		hasExternal := hasNodePort || len(extAddrs) > 0
@@ -661,7 +792,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 				return c
 			}
 			eh := hash(id + "/" + ap.String())
-			c := "ep-" + eh + "-" + id + "__" + strings.ReplaceAll(ep.IP.String(), ":", ".") + "/" + fmt.Sprint(ep.Port)
+			c := "ep-" + eh + "-" + id + "__" + strings.ReplaceAll(ep.IP.String(), ":", ".") + "/" + strconv.Itoa(int(ep.Port))
 			epChains[ap] = c
 			set := "aff-" + eh
 			o.sets[set] = svc.AffinityTimeout
@@ -685,18 +816,28 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			case len(eps) == 1:
 				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
 			default:
-				arms := make([]string, len(eps))
+				var b strings.Builder
+				b.Grow(64 + 32*len(eps))
+				b.WriteString(proto + " dnat " + ip + " addr . port to numgen random mod " + strconv.Itoa(len(eps)) + " map { ")
 				for i, ep := range eps {
-					arms[i] = fmt.Sprintf("%d : %s . %d", i, ep.IP, ep.Port)
+					if i > 0 {
+						b.WriteString(" , ")
+					}
+					b.WriteString(strconv.Itoa(i))
+					b.WriteString(" : ")
+					b.WriteString(ep.IP.String())
+					b.WriteString(" . ")
+					b.WriteString(strconv.Itoa(int(ep.Port)))
 				}
-				o.chains[chain] = []string{fmt.Sprintf("%s dnat %s addr . port to numgen random mod %d map { %s }",
-					proto, ip, len(eps), strings.Join(arms, " , "))}
+				b.WriteString(" }")
+				o.chains[chain] = []string{b.String()}
 			}
 		}
 		// Hairpin: this node's endpoints may be reached by themselves.
 		// (Every endpoint of this node in all is also in local.)
 		for _, ep := range local {
-			o.shared[elemKey{setHairpin, fmt.Sprintf("%s . %s . %s . %d", ep.IP, ep.IP, sp.Protocol, ep.Port)}] = true
+			a := ep.IP.String()
+			o.shared[elemKey{setHairpin, a + " . " + a + " . " + string(sp.Protocol) + " . " + strconv.Itoa(int(ep.Port))}] = true
 		}
 		if needAll {
 			dispatch(svcChain, all)
@@ -734,7 +875,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		}
 
 		proto := string(sp.Protocol)
-		port := fmt.Sprint(sp.Port)
+		port := strconv.Itoa(int(sp.Port))
 		if fw != "" {
 			fwChain := "fw-" + h + "-" + id
 			o.chains[fwChain] = []string{fw}
@@ -761,7 +902,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			}
 		}
 		if hasNodePort {
-			np := proto + " . " + fmt.Sprint(sp.NodePort)
+			np := proto + " . " + strconv.Itoa(int(sp.NodePort))
 			if extReachable {
 				o.elems[elemKey{mapServiceNodePorts, np}] = "goto " + extChain
 			} else {
@@ -769,7 +910,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 			}
 		}
 	}
-	return o
+	return o.compact()
 }
 
 // firewall is the rule of a LoadBalancer Service's fw- chain, which every
@@ -825,10 +966,32 @@ func (r *Renderer) offClusterMasq() []string {
 	return []string{fmt.Sprintf("%s daddr @%s %s saddr != %s jump %s", ip, setClusterIPs, ip, src, chainMarkMasq)}
 }
 
-func (r *Renderer) family(eps []proxy.Endpoint) []proxy.Endpoint {
-	out := eps[:0:0]
+// usable is proxy.Usable(eps, node) without the endpoints of the other
+// family or without a port, in one allocation (it runs twice per service
+// port on every render).
+func (r *Renderer) usable(eps []proxy.Endpoint, node string) []proxy.Endpoint {
+	ready := slices.ContainsFunc(eps, func(ep proxy.Endpoint) bool { return ep.Ready && (node == "" || ep.NodeName == node) })
+	keep := func(ep proxy.Endpoint) bool {
+		if node != "" && ep.NodeName != node {
+			return false
+		}
+		if ready && !ep.Ready || !ready && !(ep.Serving && ep.Terminating) {
+			return false
+		}
+		return r.cfg.wantAddr(ep.IP) && ep.Port != 0
+	}
+	n := 0
 	for _, ep := range eps {
-		if r.cfg.wantAddr(ep.IP) && ep.Port != 0 {
+		if keep(ep) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]proxy.Endpoint, 0, n)
+	for _, ep := range eps {
+		if keep(ep) {
 			out = append(out, ep)
 		}
 	}
@@ -841,35 +1004,21 @@ func hash(s string) string {
 	return base32.StdEncoding.EncodeToString(sum[:])[:8]
 }
 
-func usesSet(rules []string, sets map[string]bool) bool {
-	if len(sets) == 0 {
-		return false
-	}
+// usesSet says whether a rule names set.
+func usesSet(rules []string, set string) bool {
 	for _, r := range rules {
-		for s := range sets {
-			if strings.Contains(r, "@"+s+" ") {
-				return true
-			}
+		if strings.Contains(r, "@"+set+" ") {
+			return true
 		}
 	}
 	return false
 }
 
-func equalRules(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+func compareElemKeys(a, b elemKey) int {
+	return cmp.Or(cmp.Compare(a.Map, b.Map), cmp.Compare(a.Key, b.Key))
 }
 
 // sortedKeysOf returns m's element keys in order (map, then key).
 func sortedKeysOf[V any](m map[elemKey]V) []elemKey {
-	return slices.SortedFunc(maps.Keys(m), func(a, b elemKey) int {
-		return cmp.Or(cmp.Compare(a.Map, b.Map), cmp.Compare(a.Key, b.Key))
-	})
+	return slices.SortedFunc(maps.Keys(m), compareElemKeys)
 }
