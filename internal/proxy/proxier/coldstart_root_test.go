@@ -19,14 +19,25 @@ package proxier
 // cold starts measured (3; medians reported); FLATNET_COLD_CPUPROFILE=FILE
 // and FLATNET_COLD_HEAPPROFILE=FILE write the last run's CPU profile (the
 // whole process) and its heap profile at the first sync.
+//
+// When kube-proxy is built (hack/bench-proxy.sh puts it next to the
+// control plane's binaries), the same number of cold starts of kube-proxy
+// v1.37.2 in nftables mode follow, on the same objects, each in a network
+// namespace of its own with the real kernel (FLATNET_COLD_KUBEPROXY=0
+// leaves them out): its CPU and resident memory at its first sync.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -49,6 +60,7 @@ import (
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/lab/controlplane/cptest"
+	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
@@ -151,14 +163,33 @@ func BenchmarkColdStart(b *testing.B) {
 			results = append(results, r)
 		}
 	}
+	// The same cold start by kube-proxy, same objects, same run.
+	var kpCPU, kpRSS []float64
+	if bin, err := controlplane.BinDir(); err == nil && os.Getenv("FLATNET_COLD_KUBEPROXY") != "0" {
+		if _, err := os.Stat(bin + "/kube-proxy"); err == nil {
+			ensureColdNode(ctx, b, kc)
+			for run := range runs {
+				cpu, rss, wall := kubeProxyColdStart(ctx, b, bin+"/kube-proxy", kubeconfig)
+				b.Logf("kube-proxy run %d: start -> first sync %v, CPU %.2f s, RSS %.0f MiB", run, wall.Round(time.Millisecond), cpu, mib(rss))
+				kpCPU, kpRSS = append(kpCPU, cpu), append(kpRSS, mib(rss))
+			}
+		}
+	}
 	b.StopTimer()
+	median := func(v []float64) float64 {
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
 	med := func(f func(coldResult) float64) float64 {
 		v := make([]float64, len(results))
 		for i, r := range results {
 			v[i] = f(r)
 		}
-		slices.Sort(v)
-		return v[len(v)/2]
+		return median(v)
+	}
+	if len(kpCPU) > 0 {
+		b.ReportMetric(median(kpCPU), "kube-proxy-cpu-s")
+		b.ReportMetric(median(kpRSS), "kube-proxy-rss-MiB")
 	}
 	b.ReportMetric(med(func(r coldResult) float64 { return r.CPUTotal }), "cpu-s")
 	b.ReportMetric(med(func(r coldResult) float64 { return r.SyncSeconds * 1000 }), "sync-ms")
@@ -200,6 +231,22 @@ func coldControlPlane(ctx context.Context, b *testing.B) string {
 
 func mib(v uint64) float64 { return float64(v) / (1 << 20) }
 
+// ensureColdNode gives kube-proxy its Node, with an address (it waits
+// for one at start).
+func ensureColdNode(ctx context.Context, b *testing.B, kc kubernetes.Interface) {
+	n, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: coldNode}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.127.0.1"}, {Type: corev1.NodeHostName, Address: coldNode}}
+	if _, err := kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // createColdObjects creates Services svc-00000.. with their slices, 16 at
 // a time.
 func createColdObjects(ctx context.Context, kc kubernetes.Interface, n int) error {
@@ -214,7 +261,13 @@ func createColdObjects(ctx context.Context, kc kubernetes.Interface, n int) erro
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				if err := createColdService(ctx, kc, i); err != nil && !apierrors.IsAlreadyExists(err) {
+				// A busy machine's etcd times out now and then: retried.
+				err := createColdService(ctx, kc, i)
+				for try := 0; err != nil && try < 5; try++ {
+					time.Sleep(time.Second << try)
+					err = createColdService(ctx, kc, i)
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
@@ -245,6 +298,29 @@ feed:
 // whose range is small); a slice of 3-10 endpoints, one in four on this
 // node.
 func createColdService(ctx context.Context, kc kubernetes.Interface, i int) error {
+	svc, slice := coldObjects(i)
+	got, err := kc.CoreV1().Services("cold").Create(ctx, svc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) { // from an interrupted run
+		got, err = kc.CoreV1().Services("cold").Get(ctx, svc.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("service %s: %w", svc.Name, err)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && len(got.Status.LoadBalancer.Ingress) == 0 {
+		got.Status = coldStatus(i)
+		if _, err := kc.CoreV1().Services("cold").UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("service %s status: %w", svc.Name, err)
+		}
+	}
+	if _, err := kc.DiscoveryV1().EndpointSlices("cold").Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("endpointslice %s: %w", slice.Name, err)
+	}
+	return nil
+}
+
+// coldObjects returns Service i and its slice as created (see
+// createColdService): the API server adds the ClusterIP and NodePorts.
+func coldObjects(i int) (*corev1.Service, *discovery.EndpointSlice) {
 	name := fmt.Sprintf("svc-%05d", i)
 	typ, nports := corev1.ServiceTypeClusterIP, 1+i%3
 	switch i % 20 {
@@ -275,17 +351,6 @@ func createColdService(ctx context.Context, kc kubernetes.Interface, i int) erro
 			svc.Spec.LoadBalancerSourceRanges = []string{"192.168.0.0/16", "172.16.0.0/12"}
 		}
 	}
-	got, err := kc.CoreV1().Services("cold").Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("service %s: %w", name, err)
-	}
-	if typ == corev1.ServiceTypeLoadBalancer {
-		lb := netip.AddrFrom4([4]byte{10, 250, byte(i >> 8), byte(i)})
-		got.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.String()}}
-		if _, err := kc.CoreV1().Services("cold").UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("service %s status: %w", name, err)
-		}
-	}
 	eps := make([]discovery.Endpoint, 3+i%8)
 	for j := range eps {
 		// 10.128.0.0/9: room for every endpoint of 10,000 services.
@@ -314,10 +379,14 @@ func createColdService(ctx context.Context, kc kubernetes.Interface, i int) erro
 		Endpoints:   eps,
 		Ports:       eports,
 	}
-	if _, err := kc.DiscoveryV1().EndpointSlices("cold").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("endpointslice %s: %w", name, err)
-	}
-	return nil
+	return svc, slice
+}
+
+// coldStatus is LoadBalancer Service i's status, as a load-balancer
+// controller would write it.
+func coldStatus(i int) corev1.ServiceStatus {
+	lb := netip.AddrFrom4([4]byte{10, 250, byte(i >> 8), byte(i)})
+	return corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: lb.String()}}}}
 }
 
 // nullNFT renders each transaction to nft's text and drops it: what the
@@ -427,4 +496,125 @@ func coldChild(b *testing.B, kubeconfig string) {
 	}
 	// Keep the proxier's objects alive through the measurement.
 	runtime.KeepAlive(p)
+}
+
+// kubeProxyConfig is test/bench/proxy's KubeProxyConfiguration (nftables
+// mode, kube-proxy's defaults otherwise), for coldNode.
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 50
+  burst: 100
+hostnameOverride: ` + coldNode + `
+clusterCIDR: 10.128.0.0/9
+mode: nftables
+nftables:
+  minSyncPeriod: 1s
+  syncPeriod: 30s
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: ["0.0.0.0/0"]
+detectLocalMode: ClusterCIDR
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`
+
+// kubeProxyColdStart runs upstream kube-proxy (nftables mode, the real
+// kernel) in a network namespace of its own until its first sync and
+// returns its CPU and resident memory then, read from /proc (nft's own
+// CPU, a child process, is not counted, as flatnet's nft is not). The
+// namespace reaches the apiserver on 127.0.0.1 through a forwarder of the
+// test's: a listener inside it, dialling out from the test's namespace,
+// so nothing is routed.
+func kubeProxyColdStart(ctx context.Context, b *testing.B, bin, kubeconfig string) (cpu float64, rss uint64, wall time.Duration) {
+	b.Helper()
+	ns := testutil.NewNetNS(b)
+	raw, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	server := regexp.MustCompile(`server: https://([0-9.]+:[0-9]+)`).FindStringSubmatch(string(raw))
+	if server == nil {
+		b.Fatalf("no server in %s", kubeconfig)
+	}
+	var ln net.Listener
+	if err := netns.Do(ns, func() (err error) { ln, err = net.Listen("tcp", server[1]); return err }); err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", server[1])
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c); s.Close() }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	dir := b.TempDir()
+	cfg := dir + "/config.yaml"
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, kubeconfig), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	logf, err := os.Create(dir + "/kube-proxy.log")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", "--net="+ns, bin, "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = netns.Do(ns, func() error { c, err = (&net.Dialer{}).DialContext(ctx, network, addr); return err })
+		return c, err
+	}}}
+	synced := regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds ([0-9.e+]+)$`)
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		resp, err := client.Get("http://127.0.0.1:10249/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := synced.FindSubmatch(body); m != nil && string(m[1]) != "0" {
+			wall = time.Since(t0)
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+			if err != nil {
+				b.Fatal(err)
+			}
+			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+			ut, _ := strconv.ParseFloat(f[11], 64)
+			st, _ := strconv.ParseFloat(f[12], 64)
+			status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+			for line := range strings.SplitSeq(string(status), "\n") {
+				if fs := strings.Fields(line); len(fs) >= 2 && fs[0] == "VmRSS:" {
+					kb, _ := strconv.ParseUint(fs[1], 10, 64)
+					rss = kb << 10
+				}
+			}
+			return (ut + st) / 100, rss, wall // USER_HZ
+		}
+	}
+	log, _ := os.ReadFile(dir + "/kube-proxy.log")
+	b.Fatalf("kube-proxy: no sync in 10 minutes\n%s", log)
+	return 0, 0, 0
 }
