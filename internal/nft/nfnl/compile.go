@@ -52,15 +52,15 @@ type setInfo struct {
 	id      uint32 // set ID when created in this batch, else 0
 }
 
-// SetLookup finds a named set that exists in the kernel (for elements
+// setLookup finds a named set that exists in the kernel (for elements
 // added to a set the transaction does not create).
-type SetLookup func(name string) (*setInfo, error)
+type setLookup func(name string) (*setInfo, error)
 
 // compiler turns one transaction into messages.
 type compiler struct {
 	family knftFamily
 	table  string
-	lookup SetLookup
+	lookup setLookup
 	sets   map[string]*setInfo // sets created earlier in this batch
 	nextID uint32
 	msgs   []msg
@@ -81,7 +81,7 @@ var families = map[string]knftFamily{
 	"ip6": {"ip6", unix.NFPROTO_IPV6, tIPv6},
 }
 
-func newCompiler(family, table string, lookup SetLookup) (*compiler, error) {
+func newCompiler(family, table string, lookup setLookup) (*compiler, error) {
 	f, ok := families[family]
 	if !ok {
 		return nil, unsupported("family %q", family)

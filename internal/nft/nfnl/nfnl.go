@@ -97,58 +97,7 @@ func (r *Runner) dial() (*conn, error) {
 // family byte of the table
 func (r *Runner) nfproto() byte { return families[string(r.family)].proto }
 
-// Compile returns the messages of tx, for tests and tools: each message's
-// type (NFT_MSG_*) and command. It needs no kernel when tx creates every
-// set it adds elements to.
-func Compile(tx *knftables.Transaction, lookup SetLookup) ([]Message, error) {
-	text, err := nft.Render(tx)
-	if err != nil {
-		return nil, err
-	}
-	c, err := compileText(familyOf(text), tableOf(text), text, lookup)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Message, len(c.msgs))
-	for i, m := range c.msgs {
-		out[i] = Message{Type: m.typ, Command: m.cmd, Data: m.data}
-	}
-	return out, nil
-}
-
-// Message is one compiled netlink message (attributes after the nfgenmsg).
-type Message struct {
-	Type    uint16
-	Command string
-	Data    []byte
-}
-
-func familyOf(text string) string {
-	c, err := parseLine(firstLine(text))
-	if err != nil {
-		return ""
-	}
-	return c.family
-}
-
-func tableOf(text string) string {
-	c, err := parseLine(firstLine(text))
-	if err != nil {
-		return ""
-	}
-	return c.table
-}
-
-func firstLine(s string) string {
-	for i := range len(s) {
-		if s[i] == '\n' {
-			return s[:i]
-		}
-	}
-	return s
-}
-
-func compileText(family, table, text string, lookup SetLookup) (*compiler, error) {
+func compileText(family, table, text string, lookup setLookup) (*compiler, error) {
 	cmds, err := parseLines(text)
 	if err != nil {
 		return nil, err

@@ -80,18 +80,12 @@ func (c *compiler) ruleCmd(cmd *command) error {
 	if cmd.verb != "add" {
 		return unsupported("%s rule", cmd.verb)
 	}
-	toks, err := tokens(cmd.body)
+	exprs, err := c.ruleExprs(cmd)
 	if err != nil {
 		return err
 	}
-	r := &ruleCompiler{c: c, cmd: cmd, toks: toks}
-	for r.i < len(r.toks) {
-		if err := r.statement(); err != nil {
-			return err
-		}
-	}
-	list := make([]netlink.Attribute, 0, len(r.exprs))
-	for _, e := range r.exprs {
+	list := make([]netlink.Attribute, 0, len(exprs))
+	for _, e := range exprs {
 		b, err := expr.Marshal(c.family.proto, e)
 		if err != nil {
 			return err
@@ -115,6 +109,22 @@ func (c *compiler) ruleCmd(cmd *command) error {
 		attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_RULE_USERDATA, Data: ud})
 	}
 	return c.add(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, cmd, attrs...)
+}
+
+// ruleExprs compiles a rule's text (adding the messages of its anonymous
+// sets to c).
+func (c *compiler) ruleExprs(cmd *command) ([]expr.Any, error) {
+	toks, err := tokens(cmd.body)
+	if err != nil {
+		return nil, err
+	}
+	r := &ruleCompiler{c: c, cmd: cmd, toks: toks}
+	for r.i < len(r.toks) {
+		if err := r.statement(); err != nil {
+			return nil, err
+		}
+	}
+	return r.exprs, nil
 }
 
 func (r *ruleCompiler) emit(e ...expr.Any) { r.exprs = append(r.exprs, e...) }
