@@ -261,8 +261,11 @@ func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string
 			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s.
 			MinSyncInterval: minSync,
 			MaxSyncInterval: maxSync,
-			// Stale UDP/SCTP flows are deleted in the agent's netns.
-			Conntrack: conntrack.Netlink{},
+		}
+		// Stale UDP/SCTP flows are deleted in the agent's netns; the
+		// userspace mode NATs nothing, so it leaves no stale entry.
+		if mode != ProxyModeUserspace {
+			cfg.Conntrack = conntrack.Netlink{}
 		}
 		servers.configure(&cfg)
 		out = append(out, proxier.New(cfg))
