@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -385,8 +386,8 @@ func checkServices(t *testing.T, l *testLab, clients []labPod, mode string) {
 		c := clients[0]
 		rsvc := l.createService(t, service(label+"-remote", corev1.ServiceTypeClusterIP, remoteSel))
 		seenFrom(t, c, rsvc.Spec.ClusterIP, remote, true)
-		checkAgentRestart(t, l, c, net.JoinHostPort(rsvc.Spec.ClusterIP, "80"), remote, func() *corev1.Service {
-			return l.createService(t, service(label+"-fresh", corev1.ServiceTypeClusterIP, remoteSel))
+		checkAgentRestart(t, l, c, rsvc, remote, syscall.SIGTERM, func(suffix string) *corev1.Service {
+			return l.createService(t, service(label+"-"+suffix, corev1.ServiceTypeClusterIP, remoteSel))
 		})
 	})
 
@@ -911,94 +912,34 @@ func checkUDPReplacement(t *testing.T, l *testLab, client labPod) {
 		conn.LocalAddr(), to, old, repl, firstNew.Sub(deleteAt).Round(time.Millisecond), firstNew.Sub(readyAt).Round(time.Millisecond), answers, lost)
 }
 
-// checkAgentRestart: client requests addr (a ClusterIP whose endpoints
-// are on other nodes) in a steady loop while its node's agent is stopped
-// (SIGTERM through its pid file, as `lab up` restarts an agent) and
-// started again by `lab up`. No request may fail: the proxy's rules stay
-// in the kernel while the agent is away, and the restarted proxier's first
-// (full) sync rewrites them in one transaction, never flushing the table.
-// Then a Service created after the restart (by newService) must work:
-// the restarted proxier is in charge.
-func checkAgentRestart(t *testing.T, l *testLab, client labPod, addr string, want []string, newService func() *corev1.Service) {
+// checkAgentRestart: client requests svc's ClusterIP on port 80 (its
+// endpoints are on other nodes) in a steady loop while its node's agent is taken
+// away with sig (SIGTERM through its pid file, as `lab up` restarts an
+// agent; SIGKILL, a crash) and started again by `lab up`. No request may
+// fail: the proxy's rules stay in the kernel while the agent is away, and
+// the restarted proxier's first (full) sync rewrites them in one
+// transaction, never deleting the table or a chain (their handles stay).
+// Then a Service created while the agent was away and one created after
+// it returned (by newService, with a name suffix) must work: the restarted
+// proxier is in charge.
+func checkAgentRestart(t *testing.T, l *testLab, client labPod, svc *corev1.Service, want []string, sig syscall.Signal, newService func(suffix string) *corev1.Service) {
 	s := l.spec
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 	n := client.node
 	nsPath := podNetns(t, s, n, "default", client.name)
-	var mu sync.Mutex
-	var sent, duringRestart int
-	var fails []string
-	restarting := false
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			at := time.Now()
-			body, err := httpGet(nsPath, addr, "/hostname")
-			h := strings.TrimSpace(body)
-			mu.Lock()
-			sent++
-			if restarting {
-				duringRestart++
-			}
-			if err != nil {
-				fails = append(fails, at.Format("15:04:05.000")+" "+err.Error())
-			} else if !contains(want, h) {
-				fails = append(fails, at.Format("15:04:05.000")+" answered by "+h)
-			}
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	// waitSent waits until the loop has sent n more requests (of them,
-	// while restarting, when during): the positive signal that it covered
-	// a phase, where a fixed sleep might cover nothing on a loaded machine.
-	waitSent := func(n int, during bool) {
-		t.Helper()
-		mu.Lock()
-		from := sent
-		if during {
-			from = duringRestart
-		}
-		mu.Unlock()
-		if err := retry(60*time.Second, func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			got := sent
-			if during {
-				got = duringRestart
-			}
-			if got < from+n {
-				return fmt.Errorf("%d of %d requests sent", got-from, n)
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("request loop from %s to %s: %v", client.name, addr, err)
-		}
-	}
-	stopLoop := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-done
-	}
-	defer stopLoop()
-	waitSent(10, false)
+	loop := startRequestLoop(nsPath, addr, want)
+	defer loop.close()
+	loop.waitSent(t, 10, false)
+	handles0 := mustTableHandles(t, n)
 	pid0, _ := proc.Running(s.StateDir, lab.AgentProc(n.Name))
-	mu.Lock()
-	restarting = true
-	mu.Unlock()
+	loop.setMark(true)
 	t0 := time.Now()
-	if err := stopAgent(s, n); err != nil {
+	if err := takeAgent(s, n, sig); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Since(t0)
-	waitSent(10, true) // requests while no agent runs
+	loop.waitSent(t, 10, true) // requests while no agent runs
+	down := newService("while-down")
 	out, err := l.cli("up")
 	if err != nil {
 		t.Fatalf("lab up: %v\n%s", err, out)
@@ -1008,38 +949,60 @@ func checkAgentRestart(t *testing.T, l *testLab, client labPod, addr string, wan
 		t.Fatalf("agent on %s not restarted (pid %d, then %d running=%v):\n%s", n.Name, pid0, pid1, ok, out)
 	}
 	restartTook := time.Since(t0)
-	// The restarted proxier serves a Service created after the restart:
-	// once its table maps the new ClusterIP (one transaction writes the
-	// whole Service), the first request must get an answer.
-	fresh := newService()
-	faddr := net.JoinHostPort(fresh.Spec.ClusterIP, "80")
+	after := newService("after")
 	t1 := time.Now()
-	// In service-ips, mapped to the Service's chain: the same key in
-	// no-endpoint-services (goto reject-chain) is the Service before its
-	// EndpointSlice arrived, which rejects.
-	key := fresh.Spec.ClusterIP + " . tcp . 80 : goto sv"
-	if err := waitProxyRules(n, 30*time.Second, func(rules string) string {
-		if !strings.Contains(rules, key) {
-			return fmt.Sprintf("no %q in the table", key)
+	for _, fresh := range []*corev1.Service{down, after} {
+		// In service-ips, mapped to the Service's chain: the same key in
+		// no-endpoint-services (goto reject-chain) is the Service before
+		// its EndpointSlice arrived, which rejects.
+		key := fresh.Spec.ClusterIP + " . tcp . 80 : goto sv"
+		if err := waitProxyRules(n, 30*time.Second, func(rules string) string {
+			if !strings.Contains(rules, key) {
+				return fmt.Sprintf("no %q in the table", key)
+			}
+			return ""
+		}); err != nil {
+			t.Errorf("the restarted agent's proxy never programmed Service %s: %v", fresh.Name, err)
 		}
-		return ""
-	}); err != nil {
-		t.Errorf("the restarted agent's proxy never programmed the Service created after the restart: %v", err)
+		faddr := net.JoinHostPort(fresh.Spec.ClusterIP, "80")
+		if body, err := httpGet(nsPath, faddr, "/hostname"); err != nil || !contains(want, strings.TrimSpace(body)) {
+			t.Errorf("Service %s (%s) after the agent restart: %q, %v", fresh.Name, faddr, body, err)
+		}
 	}
 	freshTook := time.Since(t1)
-	if body, err := httpGet(nsPath, faddr, "/hostname"); err != nil || !contains(want, strings.TrimSpace(body)) {
-		t.Errorf("a Service created after the agent restart (%s): %q, %v", faddr, body, err)
+	if d := handlesChanged(handles0, mustTableHandles(t, n), svc.Namespace+"/"+svc.Name); d != "" {
+		t.Errorf("the restarted agent deleted and made again the proxy's table or chains on %s:\n%s", n.Name, d)
 	}
-	mu.Lock()
-	restarting = false
-	mu.Unlock()
-	waitSent(10, false)
-	stopLoop()
-	t.Logf("agent on %s: stopped (pid %d) in %s, started again by lab up (pid %d) %s after the stop; new Service %s programmed %s after its creation; %d requests, %d of them while restarting, %d failed",
-		n.Name, pid0, stopped.Round(time.Millisecond), pid1, restartTook.Round(time.Millisecond), faddr, freshTook.Round(time.Millisecond), sent, duringRestart, len(fails))
+	loop.setMark(false)
+	loop.waitSent(t, 10, false)
+	fails := loop.close()
+	sent, during := loop.counts()
+	t.Logf("agent on %s: %s (pid %d) in %s, started again by lab up (pid %d) %s after that; Services created while it was away and after, programmed %s after the restart; %d requests, %d of them while restarting, %d failed",
+		n.Name, sig, pid0, stopped.Round(time.Millisecond), pid1, restartTook.Round(time.Millisecond), freshTook.Round(time.Millisecond), sent, during, len(fails))
 	if len(fails) > 0 {
 		t.Errorf("%d of %d requests from %s to %s failed across the agent restart: %s", len(fails), sent, client.name, addr, sample(fails))
 	}
+}
+
+// takeAgent takes node n's agent away: SIGTERM as stopAgent does, or
+// another signal (SIGKILL), waiting until it is gone.
+func takeAgent(s *lab.Spec, n lab.Node, sig syscall.Signal) error {
+	if sig == syscall.SIGTERM {
+		return stopAgent(s, n)
+	}
+	pid, ok := proc.Running(s.StateDir, lab.AgentProc(n.Name))
+	if !ok {
+		return fmt.Errorf("agent on %s is not running", n.Name)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("%s to the agent on %s (pid %d): %w", sig, n.Name, pid, err)
+	}
+	return retry(10*time.Second, func() error {
+		if _, ok := proc.Running(s.StateDir, lab.AgentProc(n.Name)); ok {
+			return fmt.Errorf("agent on %s (pid %d) still runs after %s", n.Name, pid, sig)
+		}
+		return nil
+	})
 }
 
 func contains(list []string, s string) bool {
