@@ -21,8 +21,9 @@ package e2e
 //     it was made to: like hostNetwork endpoints, cheap where 1,000 pods
 //     are not.
 //
-// checkProxyFailure takes the lab, so that running it against every proxy
-// mode is one line in TestLab.
+// checkProxyFailure takes the lab and the agents' proxy mode, so that
+// running it against every mode is one line in TestLab; the checks of the
+// nftables table (its handles) run in nftables mode only.
 
 import (
 	"bufio"
@@ -63,8 +64,9 @@ import (
 const outageTime = 60 * time.Second
 
 // checkProxyFailure runs the failure checks on a running lab with at
-// least three nodes; clients are netexec pods, one per node.
-func checkProxyFailure(t *testing.T, l *testLab, clients []labPod) {
+// least three nodes whose agents run the proxy in mode; clients are
+// netexec pods, one per node.
+func checkProxyFailure(t *testing.T, l *testLab, clients []labPod, mode string) {
 	s := l.spec
 	client := clients[0]
 	label := "fail-" + randHex(3)
@@ -108,17 +110,17 @@ func checkProxyFailure(t *testing.T, l *testLab, clients []labPod) {
 		}
 	}
 
-	t.Run("AgentKilledLosesNoRequest", func(t *testing.T) {
+	tRunIf(t, mode == "nftables", "AgentKilledLosesNoRequest", func(t *testing.T) {
 		checkAgentRestart(t, l, client, svc, names[:2], syscall.SIGKILL, func(suffix string) *corev1.Service {
 			return l.createService(t, service(label+"-"+suffix, corev1.ServiceTypeClusterIP, serving))
 		})
 	})
 
 	t.Run("APIServerOutage", func(t *testing.T) {
-		checkAPIServerOutage(t, l, client, svc, names[:2], pods[names[2]], serving)
+		checkAPIServerOutage(t, l, client, svc, names[:2], pods[names[2]], serving, mode)
 	})
 
-	t.Run("ThousandEndpointsSpread", func(t *testing.T) { checkThousandEndpoints(t, l, client) })
+	t.Run("ThousandEndpointsSpread", func(t *testing.T) { checkThousandEndpoints(t, l, client, mode) })
 }
 
 // checkAPIServerOutage stops the apiserver for outageTime while client
@@ -132,7 +134,7 @@ func checkProxyFailure(t *testing.T, l *testLab, clients []labPod) {
 // too), so the agent's informers and the controller's may each see the
 // apiserver again up to a minute after it is back. catchUpBound covers
 // that.
-func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.Service, want []string, later labPod, labels map[string]string) {
+func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.Service, want []string, later labPod, labels map[string]string, mode string) {
 	const catchUpBound = 90 * time.Second
 	s := l.spec
 	vip := svc.Spec.ClusterIP
@@ -160,7 +162,13 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 		}
 		agents[node.Name] = pid
 	}
-	handles0 := mustTableHandles(t, n)
+	handles := func() map[string]string {
+		if mode != "nftables" {
+			return nil
+		}
+		return mustTableHandles(t, n)
+	}
+	handles0 := handles()
 	metrics0 := proxyMetrics(t, n)
 	logFile := proc.LogFile(s.StateDir, lab.AgentProc(n.Name))
 	logFrom := fileSize(logFile)
@@ -201,8 +209,7 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 		}
 	}
 	sentDown, _ := loop.counts()
-	handles1 := mustTableHandles(t, n)
-	if d := handlesChanged(handles0, handles1, key); d != "" {
+	if d := handlesChanged(handles0, handles(), key); d != "" {
 		t.Errorf("node %s's proxy table changed its handles during the outage (deleted and made again?):\n%s", n.Name, d)
 	}
 
@@ -250,9 +257,9 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 	if _, err := l.c.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitProxyRules(n, catchUpBound, func(rules string) string {
+	if err := waitKernelRules(n, mode, catchUpBound, func(rules string) string {
 		if !hasAddr(rules, later.ip) {
-			return "no " + later.ip + " (" + later.name + ") in the table"
+			return "no " + later.ip + " (" + later.name + ") in the rules"
 		}
 		return ""
 	}); err != nil {
@@ -263,7 +270,7 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 	if at := <-slicec; !at.IsZero() {
 		inSlice = at.Sub(t1).Round(time.Millisecond).String()
 	}
-	if err := retry(30*time.Second, func() error {
+	if err := retry(catchUpBound, func() error {
 		for _, h := range hitsFrom(nsPath, net.JoinHostPort(vip, "80"), 10) {
 			if h.err == nil && h.host == later.name {
 				return nil
@@ -283,7 +290,7 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 	if h, err := echo.ask("hostname"); err != nil || h != echoHost {
 		t.Errorf("the long-lived connection moved from %s to %q (%v)", echoHost, h, err)
 	}
-	if d := handlesChanged(handles0, mustTableHandles(t, n), key); d != "" {
+	if d := handlesChanged(handles0, handles(), key); d != "" {
 		t.Errorf("node %s's proxy table changed its handles after the outage:\n%s", n.Name, d)
 	}
 	metrics1 := proxyMetrics(t, n)
@@ -292,7 +299,7 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 			t.Errorf("node %s: %s %v before the outage, %v after the new endpoint was programmed: want more", n.Name, m, metrics0[m], metrics1[m])
 		}
 	}
-	if f := "flatnet_sync_proxy_rules_nftables_sync_failures_total"; metrics1[f] != metrics0[f] {
+	if f := "flatnet_sync_proxy_rules_nftables_sync_failures_total"; mode == "nftables" && metrics1[f] != metrics0[f] {
 		t.Errorf("node %s: %s went from %v to %v across the outage", n.Name, f, metrics0[f], metrics1[f])
 	}
 	// What the agent logged while the API was away (client-go's retries),
@@ -321,7 +328,7 @@ func checkAPIServerOutage(t *testing.T, l *testLab, client labPod, svc *corev1.S
 // spreadBounds gives the range a fair choice misses with p < 1e-6 (union
 // bound over all endpoints), and Pearson's chi-square over the 1,000
 // counts must stay below its 1 - 1e-6 quantile.
-func checkThousandEndpoints(t *testing.T, l *testLab, client labPod) {
+func checkThousandEndpoints(t *testing.T, l *testLab, client labPod, mode string) {
 	const endpoints, perSlice, spreadConns, workers = 1000, 100, 30000, 8
 	s := l.spec
 	n := client.node
@@ -405,8 +412,9 @@ func checkThousandEndpoints(t *testing.T, l *testLab, client labPod) {
 	}
 	// The positive signal: the client's node balances over all 1,000.
 	t0 := time.Now()
-	epRe := regexp.MustCompile(`198\.18\.\d+\.\d+ \. ` + strconv.Itoa(port) + `\b`)
-	if err := waitProxyRules(n, 60*time.Second, func(rules string) string {
+	// nft: "198.18.0.1 . PORT"; iptables: "198.18.0.1:PORT".
+	epRe := regexp.MustCompile(`198\.18\.\d+\.\d+(?: \. |:)` + strconv.Itoa(port) + `\b`)
+	if err := waitKernelRules(n, mode, 60*time.Second, func(rules string) string {
 		if got := len(uniq(epRe.FindAllString(rules, -1))); got != endpoints {
 			return fmt.Sprintf("%d of %d endpoints in the table", got, endpoints)
 		}
@@ -418,6 +426,11 @@ func checkThousandEndpoints(t *testing.T, l *testLab, client labPod) {
 
 	nsPath := podNetns(t, s, client.node, "default", client.name)
 	addr := net.JoinHostPort(vip, "80")
+	if err := retry(60*time.Second, func() error {
+		return netns.Do(nsPath, func() error { _, err := askOnce(addr); return err })
+	}); err != nil {
+		t.Fatalf("%s -> %s: %v", client.name, addr, err)
+	}
 	count := map[string]int{}
 	var errs []string
 	var mu sync.Mutex
@@ -495,6 +508,25 @@ func checkThousandEndpoints(t *testing.T, l *testLab, client labPod) {
 	if chi2 > chi2Max {
 		t.Errorf("chi-square of the %d counts is %.1f, above the 1 - 1e-6 quantile %.1f for %v degrees of freedom: the spread is not uniform", endpoints, chi2, chi2Max, df)
 	}
+}
+
+// waitKernelRules waits until the rules the proxy in mode programmed on
+// node n satisfy cond (what is missing, or ""); the userspace mode has no
+// rules to read, and the caller's traffic is the signal there.
+func waitKernelRules(n lab.Node, mode string, timeout time.Duration, cond func(rules string) string) error {
+	if mode == "userspace" {
+		return nil
+	}
+	return retry(timeout, func() error {
+		rules, err := kernelProxyRules(n, mode)
+		if err != nil {
+			return err
+		}
+		if missing := cond(rules); missing != "" {
+			return fmt.Errorf("node %s: %s", n.Name, missing)
+		}
+		return nil
+	})
 }
 
 // chiSquareQuantile approximates the quantile of the chi-square

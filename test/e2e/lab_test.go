@@ -628,7 +628,7 @@ func TestLab(t *testing.T) {
 	t.Run("ServicesInUserspaceMode", func(t *testing.T) { checkProxyMode(t, l, labPods, "userspace") })
 	t.Run("ProxyModeBackToAuto", func(t *testing.T) { switchProxyMode(t, l, "auto", "nftables") })
 
-	t.Run("ProxyFailure", func(t *testing.T) { checkProxyFailure(t, l, labPods) })
+	t.Run("ProxyFailure", func(t *testing.T) { checkProxyFailure(t, l, labPods, "nftables") })
 
 	t.Run("External", func(t *testing.T) { checkExternal(t, l) })
 

@@ -488,16 +488,7 @@ func tRunIf(t *testing.T, ok bool, name string, f func(t *testing.T)) {
 // (what is missing, or ""): the positive signal that the proxy programmed
 // a change, before a check that something no longer happens.
 func waitProxyRules(n lab.Node, timeout time.Duration, cond func(rules string) string) error {
-	return retry(timeout, func() error {
-		rules, err := proxyRules(n)
-		if err != nil {
-			return err
-		}
-		if missing := cond(rules); missing != "" {
-			return fmt.Errorf("node %s: %s", n.Name, missing)
-		}
-		return nil
-	})
+	return waitKernelRules(n, "nftables", timeout, cond)
 }
 
 // hasAddr reports whether text mentions the address a as a whole (not
