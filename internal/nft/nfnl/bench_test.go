@@ -1,0 +1,95 @@
+package nfnl_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/proxy"
+	"github.com/flatnet/flatnet/internal/proxy/nftables"
+)
+
+// BenchmarkSync times the proxy's syncs committed by nft (one `nft -f -`)
+// and over netlink, in test namespaces: full syncs of 1,000 and 10,000
+// Services (the table already holds them: the periodic resync) and a
+// partial sync of one changed endpoint among 10,000. The Services are
+// hack/bench-proxy.sh's: ClusterIP, one TCP port, three endpoints. Render
+// time is included in both (the same for each).
+//
+//	sudo go test -run '^$' -bench Sync -benchtime 3x -timeout 60m ./internal/nft/nfnl/
+func BenchmarkSync(b *testing.B) {
+	requireNFT(b)
+	ctx := context.Background()
+	backends := func(b *testing.B) map[string]*nftables.Backend {
+		p := newPair(b, knftables.IPv4Family)
+		p.exec.Timeout = 30 * time.Minute // the kernel's commit grows faster than N
+		cfg := nftables.Config{Family: knftables.IPv4Family, Table: p.table, NodeName: testNode,
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+		return map[string]*nftables.Backend{"nft": nftables.NewBackend(p.exec, cfg), "netlink": nftables.NewBackend(p.nl, cfg)}
+	}
+	for _, n := range []int{1000, 10000} {
+		svcs := benchServices(n)
+		for _, kind := range []string{"nft", "netlink"} {
+			b.Run(fmt.Sprintf("full/%d/%s", n, kind), func(b *testing.B) {
+				be := backends(b)[kind]
+				res, err := be.Sync(ctx, svcs, nil, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(res.Operations), "ops/sync")
+				b.ResetTimer()
+				for range b.N {
+					if _, err := be.Sync(ctx, svcs, nil, true); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+	const n = 10000
+	svcs := benchServices(n)
+	for _, kind := range []string{"nft", "netlink"} {
+		b.Run(fmt.Sprintf("partial/%d/%s", n, kind), func(b *testing.B) {
+			be := backends(b)[kind]
+			if _, err := be.Sync(ctx, svcs, nil, true); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				// One endpoint of one Service moves.
+				s := *svcs[i%n]
+				s.Ports = append([]proxy.ServicePort(nil), s.Ports...)
+				eps := append([]proxy.Endpoint(nil), s.Ports[0].Endpoints...)
+				if len(eps) > 0 {
+					eps[0].Port += uint16(1 + i)
+				}
+				s.Ports[0].Endpoints = eps
+				svcs[i%n] = &s
+				if _, err := be.Sync(ctx, svcs, map[string]bool{s.Key(): true}, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchServices are n ClusterIP Services of one TCP port with three
+// endpoints each, as hack/bench-proxy.sh creates them.
+func benchServices(n int) []*proxy.Service {
+	out := make([]*proxy.Service, n)
+	for i := range out {
+		var eps []proxy.Endpoint
+		for j := range 3 {
+			eps = append(eps, proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, byte(i >> 6), byte(i&63<<2 | j)}),
+				Port: 8080, Ready: true, Serving: true, NodeName: "node-b"})
+		}
+		out[i] = &proxy.Service{Namespace: "bench", Name: fmt.Sprintf("svc%d", i), Type: proxy.ClusterIP,
+			ClusterIP: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}),
+			Ports:     []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, Endpoints: eps}}}
+	}
+	return out
+}
