@@ -39,7 +39,6 @@ import (
 	"encoding/base32"
 	"fmt"
 	"hash/maphash"
-	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -188,7 +187,7 @@ func (d *draft) compact() *objects {
 	o := &objects{}
 	if len(d.chains) > 0 {
 		o.chains = make([]chainObj, 0, len(d.chains))
-		for _, name := range slices.Sorted(maps.Keys(d.chains)) {
+		for _, name := range sortedNames(d.chains) {
 			rules := d.chains[name]
 			c := chainObj{name: name, rules: rules, sum: rulesSum(rules)}
 			for set := range d.sets {
@@ -199,7 +198,7 @@ func (d *draft) compact() *objects {
 			o.chains = append(o.chains, c)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(d.sets)) {
+	for _, name := range sortedNames(d.sets) {
 		o.sets = append(o.sets, setObj{name, d.sets[name]})
 	}
 	if len(d.elems) > 0 {
@@ -376,7 +375,7 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("flatnet service proxy")})
 	r.addBaseObjects(tx)
 	// Flush everything we rewrite, inside this transaction.
-	for _, name := range slices.Sorted(maps.Keys(base)) {
+	for _, name := range sortedNames(base) {
 		tx.Flush(&knftables.Chain{Name: name})
 	}
 	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
@@ -409,13 +408,13 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 			}
 		}
 	}
-	for _, c := range slices.Sorted(maps.Keys(known)) {
+	for _, c := range sortedNames(known) {
 		if !wantChains[c] {
 			tx.Flush(&knftables.Chain{Name: c})
 			stale = append(stale, c)
 		}
 	}
-	for _, c := range slices.Sorted(maps.Keys(wantChains)) {
+	for _, c := range sortedNames(wantChains) {
 		tx.Add(&knftables.Chain{Name: c})
 		tx.Flush(&knftables.Chain{Name: c})
 	}
@@ -438,22 +437,22 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 			}
 		}
 	}
-	for _, s := range slices.Sorted(maps.Keys(prevSets)) {
+	for _, s := range sortedNames(prevSets) {
 		d := prevSets[s]
 		want, ok := wantSets[s]
 		if !ok || (d >= 0 && d != want) {
 			tx.Delete(&knftables.Set{Name: s})
 		}
 	}
-	for _, s := range slices.Sorted(maps.Keys(wantSets)) {
+	for _, s := range sortedNames(wantSets) {
 		tx.Add(r.affinitySet(s, wantSets[s]))
 	}
-	for _, name := range slices.Sorted(maps.Keys(base)) {
+	for _, name := range sortedNames(base) {
 		for _, rule := range base[name] {
 			tx.Add(&knftables.Rule{Chain: name, Rule: rule})
 		}
 	}
-	for _, key := range slices.Sorted(maps.Keys(next.services)) {
+	for _, key := range sortedNames(next.services) {
 		o := next.services[key]
 		for _, c := range o.chains {
 			for _, rule := range c.rules {
@@ -492,7 +491,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 	}
 	next := prev
 	next.Conflicts = nil
-	for _, key := range slices.Sorted(maps.Keys(changed)) {
+	for _, key := range sortedNames(changed) {
 		if old := prev.services[key]; old != nil {
 			next.release(key, old)
 		}
@@ -510,7 +509,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		adds      []knftables.Object // rules and elements
 		delChains []knftables.Object
 	)
-	for _, key := range slices.Sorted(maps.Keys(changed)) {
+	for _, key := range sortedNames(changed) {
 		old := prev.services[key]
 		if old == nil {
 			old = &objects{}
@@ -1020,5 +1019,20 @@ func compareElemKeys(a, b elemKey) int {
 
 // sortedKeysOf returns m's element keys in order (map, then key).
 func sortedKeysOf[V any](m map[elemKey]V) []elemKey {
-	return slices.SortedFunc(maps.Keys(m), compareElemKeys)
+	out := make([]elemKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, compareElemKeys)
+	return out
+}
+
+// sortedNames returns m's keys in order.
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

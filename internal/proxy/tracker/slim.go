@@ -1,6 +1,8 @@
 package tracker
 
 import (
+	"maps"
+
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,16 +56,19 @@ func Slim(obj any) (any, error) {
 
 var intstrZero = v1.ServicePort{}.TargetPort
 
-// slimMeta keeps the name, namespace and resourceVersion (the informer's),
-// and at most one label and one annotation.
+// slimMeta keeps the name, namespace, UID and resourceVersion (the
+// informer's), and at most one label and one annotation (their maps
+// trimmed in place).
 func slimMeta(m *metav1.ObjectMeta, label, annotation string) {
-	keep := metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion, UID: m.UID,
-		DeletionTimestamp: m.DeletionTimestamp}
-	if v, ok := m.Labels[label]; ok && label != "" {
-		keep.Labels = map[string]string{label: v}
+	*m = metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion, UID: m.UID,
+		DeletionTimestamp: m.DeletionTimestamp, Labels: only(m.Labels, label), Annotations: only(m.Annotations, annotation)}
+}
+
+// only trims m to key; nil when key is absent.
+func only(m map[string]string, key string) map[string]string {
+	if _, ok := m[key]; !ok || key == "" {
+		return nil
 	}
-	if v, ok := m.Annotations[annotation]; ok && annotation != "" {
-		keep.Annotations = map[string]string{annotation: v}
-	}
-	*m = keep
+	maps.DeleteFunc(m, func(k, _ string) bool { return k != key })
+	return m
 }

@@ -345,6 +345,9 @@ func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *pro
 	if m.Type == proxy.LoadBalancer && m.ExternalLocal && validPort(svc.Spec.HealthCheckNodePort) {
 		m.HealthCheckNodePort = uint16(svc.Spec.HealthCheckNodePort)
 	}
+	if len(svc.Spec.Ports) > 0 {
+		m.Ports = make([]proxy.ServicePort, 0, len(svc.Spec.Ports))
+	}
 	for _, sp := range svc.Spec.Ports {
 		proto := proxy.Protocol(strings.ToLower(string(protocolOf(sp.Protocol))))
 		// The API server validates these; a port that slipped through would
@@ -372,7 +375,11 @@ func protocolOf(p v1.Protocol) v1.Protocol {
 }
 
 func endpoints(sp v1.ServicePort, sls []*discovery.EndpointSlice, fam func(netip.Addr) bool) []proxy.Endpoint {
-	var out []proxy.Endpoint
+	n := 0
+	for _, sl := range sls {
+		n += len(sl.Endpoints)
+	}
+	out := make([]proxy.Endpoint, 0, n)
 	for _, sl := range sls {
 		var port *discovery.EndpointPort
 		for i := range sl.Ports {
@@ -426,5 +433,9 @@ func endpoints(sp v1.ServicePort, sls []*discovery.EndpointSlice, fam func(netip
 	slices.SortStableFunc(out, func(x, y proxy.Endpoint) int {
 		return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.Port, y.Port))
 	})
-	return slices.CompactFunc(out, func(x, y proxy.Endpoint) bool { return x.IP == y.IP && x.Port == y.Port })
+	out = slices.CompactFunc(out, func(x, y proxy.Endpoint) bool { return x.IP == y.IP && x.Port == y.Port })
+	if len(out) == 0 {
+		return nil // as before: a port without endpoints has none
+	}
+	return out
 }
