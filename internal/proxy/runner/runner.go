@@ -14,6 +14,12 @@
 //     MaxInterval, and a full one must still come, or drift (a foreign
 //     edit of the table, a bug in a partial sync) is never repaired. With
 //     no request the loop wakes for that full sync alone;
+//   - a full sync that took long spaces the next one out: the resync period
+//     is at least FullSyncSpacing times the last full sync's duration, so
+//     resyncs take at most 1/FullSyncSpacing of the time. At 10,000
+//     Services the kernel needs minutes to commit a full nftables resync
+//     (docs/benchmarks.md); resyncing every 30 s would keep the proxy
+//     busy for good and hold every partial sync behind a resync;
 //   - a failed sync is retried without any new request after RetryInterval,
 //     doubled on each further failure up to MaxInterval, and reset by a
 //     success. Requests do not cut that wait short: the retry is a full
@@ -58,6 +64,11 @@ type Config struct {
 	Clock         Clock // Real when nil
 }
 
+// FullSyncSpacing bounds the share of time spent in full resyncs: the
+// next one is due no sooner than this many times the last one's duration
+// after it started.
+const FullSyncSpacing = 10
+
 // Runner coalesces sync requests. Create it with New and start Loop.
 type Runner struct {
 	cfg  Config
@@ -92,11 +103,12 @@ func (r *Runner) Run() {
 
 // schedule is what the loop remembers between syncs.
 type schedule struct {
-	last     time.Time // start of the last sync; zero before the first
-	lastFull time.Time // start of the last successful full sync
-	failures int       // consecutive failed syncs
-	retryAt  time.Time // when failures > 0: the earliest retry
-	pending  bool      // a request arrived since the last sync started
+	last     time.Time     // start of the last sync; zero before the first
+	lastFull time.Time     // start of the last successful full sync
+	fullTook time.Duration // how long that sync took
+	failures int           // consecutive failed syncs
+	retryAt  time.Time     // when failures > 0: the earliest retry
+	pending  bool          // a request arrived since the last sync started
 }
 
 // Loop runs syncs until ctx ends. The first sync starts at once and is
@@ -120,7 +132,7 @@ func (r *Runner) Loop(ctx context.Context) {
 			} else {
 				s.failures = 0
 				if full {
-					s.lastFull = now
+					s.lastFull, s.fullTook = now, r.cfg.Clock.Now().Sub(now)
 				}
 			}
 			continue
@@ -137,7 +149,13 @@ func (r *Runner) Loop(ctx context.Context) {
 
 // full reports whether a sync starting at now must be full.
 func (r *Runner) full(s schedule, now time.Time) bool {
-	return s.lastFull.IsZero() || s.failures > 0 || !now.Before(s.lastFull.Add(r.cfg.MaxInterval))
+	return s.lastFull.IsZero() || s.failures > 0 || !now.Before(s.lastFull.Add(r.fullPeriod(s)))
+}
+
+// fullPeriod is the time from a full sync's start to the next one's:
+// MaxInterval, or FullSyncSpacing times the last one's duration if longer.
+func (r *Runner) fullPeriod(s schedule) time.Duration {
+	return max(r.cfg.MaxInterval, FullSyncSpacing*s.fullTook)
 }
 
 // due is when the next sync may start: at once for the first; after a
@@ -154,7 +172,7 @@ func (r *Runner) due(s schedule) time.Time {
 	case s.pending:
 		next = s.last
 	default:
-		next = s.lastFull.Add(r.cfg.MaxInterval)
+		next = s.lastFull.Add(r.fullPeriod(s))
 	}
 	if earliest := s.last.Add(r.cfg.MinInterval); next.Before(earliest) {
 		next = earliest

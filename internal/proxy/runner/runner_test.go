@@ -245,3 +245,23 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("defaults: %+v", r.cfg)
 	}
 }
+
+// A full sync that takes long spaces the next full resync out to
+// FullSyncSpacing times its duration; partial syncs still run meanwhile,
+// and a quick full sync brings the period back.
+func TestSlowFullResyncIsSpacedOut(t *testing.T) {
+	h := startDefault(t)
+	t0 := h.clock.Now()
+	if e := h.clock.Next(t); e.Timer || !e.Full {
+		t.Fatalf("first event %+v, want the first (full) sync", e)
+	}
+	h.clock.Advance(20 * time.Second) // the first sync takes 20 s
+	h.results <- nil
+	h.nextArmed(t0.Add(FullSyncSpacing * 20 * time.Second)) // 200 s, not maxI (60 s)
+	h.r.Run()
+	h.sync(t0.Add(20*time.Second), false, nil)
+	h.nextArmed(t0.Add(FullSyncSpacing * 20 * time.Second))
+	h.clock.Advance(FullSyncSpacing*20*time.Second - 20*time.Second)
+	h.sync(t0.Add(FullSyncSpacing*20*time.Second), true, nil) // quick
+	h.nextArmed(t0.Add(FullSyncSpacing*20*time.Second + maxI))
+}
