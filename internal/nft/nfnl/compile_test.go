@@ -132,6 +132,10 @@ func TestCompileRules(t *testing.T) {
 		{"ip", "ip saddr != 10.0.0.0/9 drop", []expr.Any{saddr4,
 			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 128, 0, 0}, Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{10, 0, 0, 0}}, &expr.Verdict{Kind: expr.VerdictDrop}}, 0},
+		// What nft writes for a /0 (nodePortAddresses ["0.0.0.0/0"]).
+		{"ip", "ip daddr 0.0.0.0/0 accept", []expr.Any{daddr4,
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: make([]byte, 4), Xor: make([]byte, 4)},
+			&expr.Cmp{Register: 1, Data: make([]byte, 4)}, &expr.Verdict{Kind: expr.VerdictAccept}}, 0},
 		{"ip", "fib saddr type local jump mark-for-masquerade", []expr.Any{
 			&expr.Fib{Register: 1, ResultADDRTYPE: true, FlagSADDR: true}, &expr.Cmp{Register: 1, Data: le32(2)},
 			&expr.Verdict{Kind: expr.VerdictJump, Chain: "mark-for-masquerade"}}, 0},

@@ -130,7 +130,9 @@ func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
 		r.sets = map[string]*setInfo{}
 		r.mu.Unlock()
 		if !r.fellBack.Swap(true) {
-			klog.FromContext(ctx).V(2).Info("Running an nftables transaction through nft: the netlink compiler does not cover it (logged once)",
+			// Not V(2): nft is much slower on big transactions (and is
+			// killed after 30 s), so this is worth seeing.
+			klog.FromContext(ctx).Info("WARNING: running an nftables transaction through nft: the netlink compiler does not cover it (logged once)",
 				"table", r.table, "family", r.family, "reason", err.Error())
 		}
 		return r.opts.Fallback(ctx, tx)

@@ -408,17 +408,18 @@ func cmpOp(neq bool) expr.CmpOp {
 
 // prefixCmp matches an address against a prefix as nft does: a
 // byte-aligned prefix loads and compares only its bytes; any other loads
-// the whole address and masks it.
+// the whole address and masks it (a /0 too: with a zero mask, as nft does;
+// nodePortAddresses ["0.0.0.0/0"] renders one).
 func (r *ruleCompiler) prefixCmp(f field, v string, neq bool) error {
 	p, err := netip.ParsePrefix(v)
-	if err != nil || p.Addr().Is4() != (f.t.id == tIPv4.id) || p.Bits() == 0 {
+	if err != nil || p.Addr().Is4() != (f.t.id == tIPv4.id) {
 		return unsupported("prefix %q", v)
 	}
 	p = p.Masked()
 	addr := p.Addr().AsSlice()
 	pl := *f.payload
 	pl.DestRegister = 1
-	if p.Bits()%8 == 0 {
+	if p.Bits()%8 == 0 && p.Bits() > 0 {
 		n := p.Bits() / 8
 		pl.Len = uint32(n)
 		r.emit(&pl, &expr.Cmp{Op: cmpOp(neq), Register: 1, Data: addr[:n]})
