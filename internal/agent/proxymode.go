@@ -35,9 +35,12 @@ const (
 	ProxyModeUserspace = "userspace"
 )
 
-// iptablesSyncTimeout bounds one iptables-save or iptables-restore of the
-// iptables mode.
-const iptablesSyncTimeout = 5 * time.Minute
+// proxySyncTimeout bounds one nft run of the nftables mode (with
+// --proxy-nftables-exec, or the netlink runner's fallback) and one
+// iptables-save or iptables-restore of the iptables mode: a full sync at
+// 10,000 Services takes the kernel 30-120 s, beyond the 30 s default of
+// the nft and ipt runners, and a sync killed at the limit fails for good.
+const proxySyncTimeout = 5 * time.Minute
 
 // proxyModes lists the modes in auto's order of preference.
 var proxyModes = []string{ProxyModeNFTables, ProxyModeIPTables, ProxyModeUserspace}
@@ -68,6 +71,7 @@ func proxyModeKits() map[string]modeKit {
 				if err != nil {
 					return nil, err
 				}
+				r.Timeout = proxySyncTimeout
 				return nftables.NewBackend(r, cfg), nil
 			},
 			cleanup: cleanupNFTablesMode,
@@ -91,7 +95,7 @@ func proxyModeKits() map[string]modeKit {
 				}
 				// A full save or restore at 10,000 Services takes 30-90 s
 				// under iptables-nft, beyond ipt's default 30 s limit.
-				return iptables.NewBackend(&ipt.Runner{Timeout: iptablesSyncTimeout}, iptables.Config{
+				return iptables.NewBackend(&ipt.Runner{Timeout: proxySyncTimeout}, iptables.Config{
 					Family:            fam,
 					NodeName:          cfg.NodeName,
 					ClusterCIDRs:      cfg.ClusterCIDRs,
@@ -100,7 +104,7 @@ func proxyModeKits() map[string]modeKit {
 				}), nil
 			},
 			cleanup: func(ctx context.Context) error {
-				return iptables.Cleanup(ctx, &ipt.Runner{Timeout: iptablesSyncTimeout})
+				return iptables.Cleanup(ctx, &ipt.Runner{Timeout: proxySyncTimeout})
 			},
 		},
 		ProxyModeUserspace: {

@@ -20,6 +20,7 @@ func overNetlink(k modeKit) modeKit {
 	k.backend = func(cfg nftables.Config) (proxy.Backend, error) {
 		var opts nfnl.Options
 		if r, err := nft.New(cfg.Family, cfg.Table); err == nil {
+			r.Timeout = proxySyncTimeout
 			opts.Fallback = r.Run
 		}
 		return nftables.NewBackend(nfnl.New(cfg.Family, cfg.Table, opts), cfg), nil
