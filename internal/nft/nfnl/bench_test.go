@@ -15,7 +15,9 @@ import (
 
 // BenchmarkSync times the proxy's syncs committed by nft (one `nft -f -`)
 // and over netlink, in test namespaces: full syncs of 1,000 and 10,000
-// Services (the table already holds them: the periodic resync) and a
+// Services (the table already holds them: the periodic resync), the first
+// sync into a missing table (cold: a node's first start) at 1,000, 5,000
+// and 10,000, and a
 // partial sync of one changed endpoint among 10,000. The Services are
 // hack/bench-proxy.sh's: ClusterIP, one TCP port, three endpoints. Render
 // time is included in both (the same for each).
@@ -43,6 +45,23 @@ func BenchmarkSync(b *testing.B) {
 				b.ReportMetric(float64(res.Operations), "ops/sync")
 				b.ResetTimer()
 				for range b.N {
+					if _, err := be.Sync(ctx, svcs, nil, true); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+	// cold: the first sync into a table that does not exist yet (a node's
+	// first start), each iteration in fresh namespaces.
+	for _, n := range []int{1000, 5000, 10000} {
+		svcs := benchServices(n)
+		for _, kind := range []string{"nft", "netlink"} {
+			b.Run(fmt.Sprintf("cold/%d/%s", n, kind), func(b *testing.B) {
+				for range b.N {
+					b.StopTimer()
+					be := backends(b)[kind]
+					b.StartTimer()
 					if _, err := be.Sync(ctx, svcs, nil, true); err != nil {
 						b.Fatal(err)
 					}
