@@ -101,3 +101,43 @@ func Usable(eps []Endpoint, node string) []Endpoint {
 	}
 	return term
 }
+
+// PortEndpoints is how a service port's traffic policies split its
+// usable endpoints; the kernel modes' renderers both serve from it.
+type PortEndpoints struct {
+	All   []Endpoint // usable endpoints of the mode's family
+	Local []Endpoint // the usable ones on this node (none without a node name)
+	// Internal is where ClusterIP traffic goes (Local with
+	// internalTrafficPolicy Local), External where NodePort, external and
+	// load-balancer traffic goes (Local with externalTrafficPolicy Local).
+	Internal, External []Endpoint
+	// NeedAll and NeedLocal say whether a choice among All or Local is
+	// wanted, by the ClusterIP or by the external entry.
+	NeedAll, NeedLocal bool
+	// ExtReachable: the external entry has somewhere to send some
+	// packets: its endpoints, or with policy Local and none on this node,
+	// pods short-circuited to the internal ones.
+	ExtReachable bool
+}
+
+// SplitEndpoints splits sp's endpoints for node. hasExternal says whether
+// the port has an external entry (a NodePort, external or load-balancer
+// IPs); usable picks a mode's usable endpoints (Usable, restricted to its
+// family).
+func SplitEndpoints(svc *Service, sp *ServicePort, node string, hasExternal bool, usable func(eps []Endpoint, node string) []Endpoint) PortEndpoints {
+	pe := PortEndpoints{All: usable(sp.Endpoints, "")}
+	if node != "" {
+		pe.Local = usable(sp.Endpoints, node)
+	}
+	pe.Internal, pe.External = pe.All, pe.All
+	if svc.InternalLocal {
+		pe.Internal = pe.Local
+	}
+	if svc.ExternalLocal {
+		pe.External = pe.Local
+	}
+	pe.NeedAll = len(pe.All) > 0 && (!svc.InternalLocal || (hasExternal && !svc.ExternalLocal))
+	pe.NeedLocal = len(pe.Local) > 0 && (svc.InternalLocal || (hasExternal && svc.ExternalLocal))
+	pe.ExtReachable = len(pe.External) > 0 || (svc.ExternalLocal && len(pe.All) > 0)
+	return pe
+}

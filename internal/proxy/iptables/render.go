@@ -444,24 +444,17 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		svcChain, localChain := chainName(prefixSvc, id...), chainName(prefixSvl, id...)
 		extChain, fwChain := chainName(prefixExt, id...), chainName(prefixFw, id...)
 
-		all := r.family(proxy.Usable(sp.Endpoints, ""))
-		local := r.family(proxy.Usable(sp.Endpoints, r.cfg.NodeName))
-		if r.cfg.NodeName == "" {
-			local = nil
-		}
 		hasNodePort := sp.NodePort != 0 && (svc.Type == proxy.NodePort || svc.Type == proxy.LoadBalancer)
 		hasExternal := hasNodePort || len(extAddrs) > 0 || len(lbIPs) > 0
-
-		internalEPs, internalChain := all, svcChain
+		pe := proxy.SplitEndpoints(svc, sp, r.cfg.NodeName, hasExternal, func(eps []proxy.Endpoint, node string) []proxy.Endpoint {
+			return r.family(proxy.Usable(eps, node))
+		})
+		all, local, internalEPs := pe.All, pe.Local, pe.Internal
+		needAll, needLocal := pe.NeedAll, pe.NeedLocal
+		internalChain := svcChain
 		if svc.InternalLocal {
-			internalEPs, internalChain = local, localChain
+			internalChain = localChain
 		}
-		externalEPs := all
-		if svc.ExternalLocal {
-			externalEPs = local
-		}
-		needAll := len(all) > 0 && (!svc.InternalLocal || (hasExternal && !svc.ExternalLocal))
-		needLocal := len(local) > 0 && (svc.InternalLocal || (hasExternal && svc.ExternalLocal))
 
 		// One FLATNET-SEP- chain per endpoint: hairpin mark, affinity
 		// record, DNAT. Shared by the SVC and SVL chains.
@@ -528,7 +521,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		// packets (see proxy/nftables). With policy Local and no
 		// endpoint on this node, pod traffic is short-circuited and the
 		// rest falls through to the filter table's DROP.
-		extReachable := len(externalEPs) > 0 || (svc.ExternalLocal && len(all) > 0)
+		extReachable := pe.ExtReachable
 		if hasExternal && extReachable {
 			var rules []rule
 			if svc.ExternalLocal {

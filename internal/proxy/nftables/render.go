@@ -762,24 +762,15 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		h := hash(id)
 		svcChain, localChain, extChain := "svc-"+h+"-"+id, "svl-"+h+"-"+id, "ext-"+h+"-"+id
 
-		all := r.usable(sp.Endpoints, "")
-		var local []proxy.Endpoint
-		if r.cfg.NodeName != "" {
-			local = r.usable(sp.Endpoints, r.cfg.NodeName)
-		}
 		hasNodePort := sp.NodePort != 0 && (svc.Type == proxy.NodePort || svc.Type == proxy.LoadBalancer)
 		hasExternal := hasNodePort || len(extAddrs) > 0
-
-		internalEPs, internalChain := all, svcChain
+		pe := proxy.SplitEndpoints(svc, sp, r.cfg.NodeName, hasExternal, r.usable)
+		all, local, internalEPs := pe.All, pe.Local, pe.Internal
+		needAll, needLocal := pe.NeedAll, pe.NeedLocal
+		internalChain := svcChain
 		if svc.InternalLocal {
-			internalEPs, internalChain = local, localChain
+			internalChain = localChain
 		}
-		externalEPs := all
-		if svc.ExternalLocal {
-			externalEPs = local
-		}
-		needAll := len(all) > 0 && (!svc.InternalLocal || (hasExternal && !svc.ExternalLocal))
-		needLocal := len(local) > 0 && (svc.InternalLocal || (hasExternal && svc.ExternalLocal))
 
 		// Endpoint chains exist only for session affinity (they record
 		// the client in the endpoint's affinity set); otherwise the
@@ -851,7 +842,7 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		// rejected, as kube-proxy does: the load balancer's health check
 		// already steers them away, and a reset would end connections a
 		// retry could have saved.
-		extReachable := len(externalEPs) > 0 || (svc.ExternalLocal && len(all) > 0)
+		extReachable := pe.ExtReachable
 		if hasExternal && extReachable {
 			var rules []string
 			if svc.ExternalLocal {
