@@ -1,6 +1,9 @@
 package proxy
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Backend programs one IP family's Service rules in one proxy mode: the
 // kernel modes (nftables, iptables) and the userspace proxy implement it.
@@ -37,4 +40,16 @@ type SyncResult struct {
 	// Conflicts are services (or parts of them) left out because another
 	// service already took their address:port or NodePort; logged.
 	Conflicts []error
+}
+
+// ConflictError says a service's address:port or NodePort is already
+// taken by another service (the first claim wins), in a kernel mode's
+// dispatch (What names the map or the kind of key).
+type ConflictError struct {
+	Service, Owner string
+	What, Key      string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("service %s: %s %q is already used by service %s; left out", e.Service, e.What, e.Key, e.Owner)
 }

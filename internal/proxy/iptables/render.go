@@ -195,16 +195,6 @@ func newState() *State {
 	return &State{services: map[string]*objects{}, owners: map[claimKey]string{}}
 }
 
-// ConflictError says a service's address:port or NodePort is already taken.
-type ConflictError struct {
-	Service, Owner string
-	Kind, Key      string
-}
-
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("service %s: %s %q is already used by service %s; left out", e.Service, e.Kind, e.Key, e.Owner)
-}
-
 func sortedClaims[V any](m map[claimKey]V) []claimKey {
 	return slices.SortedFunc(maps.Keys(m), func(a, b claimKey) int {
 		if a.Kind != b.Kind {
@@ -227,7 +217,7 @@ func sortedChains[V any](m map[chainRef]V) []chainRef {
 func (s *State) claim(key string, o *objects) {
 	for _, k := range sortedClaims(o.claims) {
 		if owner, ok := s.owners[k]; ok && owner != key {
-			s.Conflicts = append(s.Conflicts, &ConflictError{Service: key, Owner: owner, Kind: k.Kind, Key: k.Key})
+			s.Conflicts = append(s.Conflicts, &proxy.ConflictError{Service: key, Owner: owner, What: k.Kind, Key: k.Key})
 			delete(o.claims, k)
 			continue
 		}

@@ -278,22 +278,12 @@ type State struct {
 	Conflicts []error
 }
 
-// ConflictError says a service's address:port or NodePort is already taken.
-type ConflictError struct {
-	Service, Owner string
-	Map, Key       string
-}
-
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("service %s: %s %q is already used by service %s; left out", e.Service, e.Map, e.Key, e.Owner)
-}
-
 // claim drops from o the elements another service owns, records o's own.
 func (s *State) claim(key string, o *objects) {
 	kept := o.elems[:0]
 	for _, e := range o.elems {
 		if owner, ok := s.owners[e.key]; ok && owner != key {
-			s.Conflicts = append(s.Conflicts, &ConflictError{Service: key, Owner: owner, Map: e.key.Map, Key: e.key.Key})
+			s.Conflicts = append(s.Conflicts, &proxy.ConflictError{Service: key, Owner: owner, What: e.key.Map, Key: e.key.Key})
 			continue
 		}
 		s.owners[e.key] = key
