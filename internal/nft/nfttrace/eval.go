@@ -166,26 +166,16 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 				return verdict{}, nil
 			}
 		case tok == "numgen":
-			// numgen random mod N vmap { k : verdict, ... }
-			if peek(1) != "random" || peek(2) != "mod" || peek(4) != "vmap" || peek(5) != "{" {
-				return verdict{}, fmt.Errorf("unsupported numgen expression")
-			}
-			mod, err := strconv.Atoi(peek(3))
-			if err != nil || mod <= 0 {
-				return verdict{}, fmt.Errorf("bad numgen modulus %q", peek(3))
-			}
-			arms, n, err := anonMap(tk[i+5:])
+			// numgen random mod N [offset K] vmap { k : verdict, ... } | @m
+			v, n, err := s.numgenPick(tk[i:], "vmap")
 			if err != nil {
 				return verdict{}, err
 			}
-			i += 5 + n
-			pick := strconv.Itoa(s.t.Rand(mod))
-			for _, a := range arms {
-				if len(a.key) == 1 && a.key[0] == pick {
-					return s.exec(a.value, depth)
-				}
+			i += n
+			if v == "" {
+				return verdict{}, nil
 			}
-			return verdict{}, nil
+			return s.exec(v, depth)
 		case tok == "mark" || (tok == "meta" && peek(1) == "mark"):
 			if tok == "meta" {
 				i++
@@ -271,7 +261,7 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 			i = end + 1
 		case tok == "dnat":
 			// dnat [ip|ip6] to ADDR[:PORT], or
-			// dnat ip|ip6 addr . port to numgen random mod N map { K : ADDR . PORT , ... }
+			// dnat ip|ip6 addr . port to numgen random mod N [offset K] map { K : ADDR . PORT , ... } | @m
 			i++
 			if peek(0) == "ip" || peek(0) == "ip6" {
 				i++
@@ -403,40 +393,79 @@ func (s *state) rule(text string, depth int) (verdict, error) {
 	return verdict{matched: true}, nil
 }
 
-// numgenMapTarget evaluates "numgen random mod N map { K : ADDR . PORT , ... }"
-// with the tracer's Rand and returns the chosen address and port.
+// numgenMapTarget evaluates "numgen random mod N [offset K] map { K : ADDR . PORT , ... }"
+// (or "map @m", a named map) with the tracer's Rand and returns the chosen
+// address and port.
 func (s *state) numgenMapTarget(tk []string) (netip.AddrPort, error) {
-	if len(tk) < 6 || tk[0] != "numgen" || tk[1] != "random" || tk[2] != "mod" || tk[4] != "map" {
-		return netip.AddrPort{}, fmt.Errorf("unsupported dnat map form %q", strings.Join(tk, " "))
-	}
-	mod, err := strconv.Atoi(tk[3])
-	if err != nil || mod <= 0 {
-		return netip.AddrPort{}, fmt.Errorf("bad numgen modulus %q", tk[3])
-	}
-	arms, _, err := anonMap(tk[5:])
+	v, _, err := s.numgenPick(tk, "map")
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	k := strconv.Itoa(s.t.Rand(mod))
-	for _, a := range arms {
-		if len(a.key) != 1 || a.key[0] != k {
-			continue
-		}
-		f := strings.Fields(a.value)
-		if len(f) != 3 || f[1] != "." {
-			return netip.AddrPort{}, fmt.Errorf("bad dnat map value %q", a.value)
-		}
-		addr, err := netip.ParseAddr(f[0])
-		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("bad dnat map address %q", f[0])
-		}
-		port, err := strconv.ParseUint(f[2], 10, 16)
-		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("bad dnat map port %q", f[2])
-		}
-		return netip.AddrPortFrom(addr, uint16(port)), nil
+	if v == "" {
+		return netip.AddrPort{}, fmt.Errorf("numgen chose a key that is in no map element (%q)", strings.Join(tk, " "))
 	}
-	return netip.AddrPort{}, fmt.Errorf("numgen chose %s: no such map element", k)
+	f := strings.Fields(v)
+	if len(f) != 3 || f[1] != "." {
+		return netip.AddrPort{}, fmt.Errorf("bad dnat map value %q", v)
+	}
+	addr, err := netip.ParseAddr(f[0])
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad dnat map address %q", f[0])
+	}
+	port, err := strconv.ParseUint(f[2], 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad dnat map port %q", f[2])
+	}
+	return netip.AddrPortFrom(addr, uint16(port)), nil
+}
+
+// numgenPick evaluates "numgen random mod N [offset K] KW { k : v , ... }"
+// or "... KW @m" (KW is map or vmap): the tracer's Rand picks in [0, N),
+// plus K, and the element with that key gives the value ("" when none
+// has it, which the kernel treats as no match). n is the tokens read.
+func (s *state) numgenPick(tk []string, kw string) (v string, n int, err error) {
+	if len(tk) < 6 || tk[0] != "numgen" || tk[1] != "random" || tk[2] != "mod" {
+		return "", 0, fmt.Errorf("unsupported numgen expression %q", strings.Join(tk, " "))
+	}
+	mod, err := strconv.Atoi(tk[3])
+	if err != nil || mod <= 0 {
+		return "", 0, fmt.Errorf("bad numgen modulus %q", tk[3])
+	}
+	n, off := 4, 0
+	if tk[n] == "offset" {
+		if off, err = strconv.Atoi(tk[n+1]); err != nil || off < 0 {
+			return "", 0, fmt.Errorf("bad numgen offset %q", tk[n+1])
+		}
+		n += 2
+	}
+	if n+1 >= len(tk) || tk[n] != kw {
+		return "", 0, fmt.Errorf("unsupported numgen expression %q: want %s after it", strings.Join(tk, " "), kw)
+	}
+	n++
+	var arms []arm
+	if name, ok := strings.CutPrefix(tk[n], "@"); ok {
+		m := s.table.Maps[name]
+		if m == nil {
+			return "", 0, fmt.Errorf("no map %s", tk[n])
+		}
+		for _, e := range m.Elements {
+			arms = append(arms, arm{e.Key, strings.Join(e.Value, " ")})
+		}
+		n++
+	} else {
+		a, used, err := anonMap(tk[n:])
+		if err != nil {
+			return "", 0, err
+		}
+		arms, n = a, n+used
+	}
+	pick := strconv.Itoa(s.t.Rand(mod) + off)
+	for _, a := range arms {
+		if len(a.key) == 1 && strings.TrimSpace(a.key[0]) == pick {
+			return a.value, n, nil
+		}
+	}
+	return "", n, nil
 }
 
 // exec runs a verdict string from a map ("goto x", "jump x", "drop", ...).

@@ -10,8 +10,9 @@ import (
 )
 
 // build makes a fake inet table from chain -> rules; base chains are given
-// as "name hook type priority".
-func build(t testing.TB, base []string, chains map[string][]string, sets map[string][]string) *knftables.Fake {
+// as "name hook type priority". extra objects (maps, elements) are added
+// after the chains, before the rules.
+func build(t testing.TB, base []string, chains map[string][]string, sets map[string][]string, extra ...knftables.Object) *knftables.Fake {
 	t.Helper()
 	fake := knftables.NewFake(knftables.InetFamily, "trace-test")
 	tx := fake.NewTransaction()
@@ -29,6 +30,9 @@ func build(t testing.TB, base []string, chains map[string][]string, sets map[str
 		for _, e := range elems {
 			tx.Add(&knftables.Element{Set: name, Key: []string{e}})
 		}
+	}
+	for _, o := range extra {
+		tx.Add(o)
 	}
 	for name, rules := range chains {
 		for _, r := range rules {
@@ -260,5 +264,52 @@ func TestConcatenatedIntervalSet(t *testing.T) {
 		if res.Verdict != tc.want {
 			t.Errorf("%+v: %s, want %s", tc, res.Verdict, tc.want)
 		}
+	}
+}
+
+// TestNumgenOffsetNamedMaps: one named map serves every service, each
+// service's numgen picking in its own range [offset, offset+N).
+func TestNumgenOffsetNamedMaps(t *testing.T) {
+	fake := build(t, []string{"pre prerouting nat dstnat"}, map[string][]string{
+		"pre": {"ip daddr 10.3.0.1 jump a", "ip daddr 10.3.0.2 jump b", "ip daddr 10.3.0.3 jump c"},
+		"a":   {"meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 4 map @endpoints"},
+		"b":   {"numgen random mod 2 offset 6 vmap @endpoint-chains"},
+		"c":   {"meta l4proto tcp dnat ip addr . port to numgen random mod 3 offset 8 map @endpoints"},
+		"ep0": {"meta l4proto tcp dnat to 10.4.1.1:81"},
+		"ep1": {"meta l4proto tcp dnat to 10.4.1.2:82"},
+	},
+		nil,
+		&knftables.Map{Name: "endpoints", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"},
+		&knftables.Map{Name: "endpoint-chains", TypeOf: "numgen random mod 1 : verdict"},
+		&knftables.Element{Map: "endpoints", Key: []string{"4"}, Value: []string{"10.4.0.1 . 8080"}},
+		&knftables.Element{Map: "endpoints", Key: []string{"5"}, Value: []string{"10.4.0.2 . 8080"}},
+		&knftables.Element{Map: "endpoints", Key: []string{"8"}, Value: []string{"10.4.2.1 . 90"}},
+		&knftables.Element{Map: "endpoints", Key: []string{"9"}, Value: []string{"10.4.2.2 . 90"}},
+		&knftables.Element{Map: "endpoint-chains", Key: []string{"6"}, Value: []string{"goto ep0"}},
+		&knftables.Element{Map: "endpoint-chains", Key: []string{"7"}, Value: []string{"goto ep1"}},
+	)
+	tr := New(fake, node)
+	for _, tc := range []struct {
+		dst  string
+		pick int
+		want string
+	}{
+		{"10.3.0.1", 0, "10.4.0.1:8080"}, {"10.3.0.1", 1, "10.4.0.2:8080"},
+		{"10.3.0.2", 0, "10.4.1.1:81"}, {"10.3.0.2", 1, "10.4.1.2:82"},
+		{"10.3.0.3", 1, "10.4.2.2:90"},
+	} {
+		tr.Rand = func(int) int { return tc.pick }
+		res, err := tr.Trace(Packet{Src: src, Dst: netip.MustParseAddr(tc.dst), Proto: "tcp", DPort: 80})
+		if err != nil {
+			t.Fatalf("%s pick %d: %v", tc.dst, tc.pick, err)
+		}
+		if got := res.Dst.String(); !res.DNAT || got != tc.want {
+			t.Errorf("%s pick %d: DNAT %v to %s, want %s", tc.dst, tc.pick, res.DNAT, got, tc.want)
+		}
+	}
+	// Key 10 (offset 8 + 2) has no element: an error, never a silent miss.
+	tr.Rand = func(int) int { return 2 }
+	if _, err := tr.Trace(Packet{Src: src, Dst: netip.MustParseAddr("10.3.0.3"), Proto: "tcp", DPort: 80}); err == nil || !strings.Contains(err.Error(), "no map element") {
+		t.Errorf("missing element: err %v, want one naming the missing element", err)
 	}
 }
