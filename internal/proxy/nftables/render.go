@@ -17,9 +17,17 @@
 // Per service port: svc-* picks among all usable endpoints, svl-* among the
 // node's own (traffic policy Local), ext-* is the entry for NodePorts,
 // externalIPs and load-balancer IPs (masquerade for policy Cluster, source
-// kept for Local). Each endpoint has an ep-* chain that marks hairpin
-// traffic for masquerade, records session affinity in a per-endpoint dynamic
-// set (timeout = affinity timeout), and DNATs. A service port without usable
+// kept for Local). The pick is one rule, "dnat ip addr . port to numgen
+// random mod N offset K map @endpoints": every service shares one named
+// map, each service port owning keys [K, K+N) of it. Not one anonymous map
+// per service port, as kube-proxy writes: the kernel binds each anonymous
+// set to its rule by walking the whole transaction, so a ruleset of 10,000
+// of them took 54 s to commit, where the named map commits in linear time
+// (docs/proxy.md, "Programming the kernel"). With session affinity each
+// endpoint has an ep-* chain that records the client in a per-endpoint
+// dynamic set (timeout = affinity timeout) and DNATs, and the pick is
+// "numgen random mod N offset K vmap @endpoint-chains". Hairpin traffic
+// (an endpoint reaching itself) is masqueraded in postrouting. A service port without usable
 // endpoints is never in @service-ips: its keys sit in the no-endpoint maps
 // and the filter chains reject (TCP reset, ICMP port unreachable), so a client
 // fails at once instead of timing out.
@@ -75,6 +83,10 @@ const (
 	mapNoEndpointIPs     = "no-endpoint-services"
 	mapNoEndpointNodePts = "no-endpoint-nodeports"
 	mapFirewallIPs       = "firewall-ips"
+	// The endpoint maps: every service port's numgen picks a key in its
+	// own range of one of them (see slots).
+	mapEndpoints      = "endpoints"       // key -> endpoint address . port
+	mapEndpointChains = "endpoint-chains" // key -> goto ep-* (session affinity)
 
 	// Sets whose elements several services may want (refcounted in State).
 	setClusterIPs = "cluster-ips"         // every ClusterIP: off-cluster masquerade
@@ -141,14 +153,15 @@ type elemKey struct{ Map, Key string }
 type draft struct {
 	chains map[string][]string      // chain -> rules
 	sets   map[string]time.Duration // affinity set -> timeout
-	elems  map[elemKey]string       // map element -> verdict
+	elems  map[elemKey]string       // map element -> verdict or value
+	ranges map[string]keyRange      // dispatch chain -> its endpoint-map keys
 	// shared are elements of the shared sets (cluster-ips,
 	// hairpin-connections) this service wants; others may want them too.
 	shared map[elemKey]bool
 }
 
 func newDraft() *draft {
-	return &draft{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, shared: map[elemKey]bool{}}
+	return &draft{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, ranges: map[string]keyRange{}, shared: map[elemKey]bool{}}
 }
 
 // objects are what one service owns in the table, each list sorted by
@@ -170,7 +183,49 @@ type chainObj struct {
 	// sets are the service's affinity sets the rules name: a chain must
 	// be rewritten when one of them is recreated.
 	sets []string
+	// keys are the endpoint-map keys its numgen picks among (size 0: none).
+	keys keyRange
 }
+
+// keyRange is a dispatch chain's keys in the endpoint maps: [off, off+size),
+// size a power of two, of which the first N (its endpoint count) are used.
+type keyRange struct{ off, size uint32 }
+
+// slots hands out keyRanges. A service port keeps its range while its
+// endpoints fit, so an endpoint change rewrites map elements, not its rule;
+// a range that no longer fits goes back to the free list of its size, for
+// the next service port of that size. A full sync starts from zero again.
+type slots struct {
+	next uint32
+	free map[uint32][]uint32 // size -> free offsets
+}
+
+func (s *slots) alloc(n int) keyRange {
+	size := uint32(1)
+	for int(size) < n {
+		size <<= 1
+	}
+	if f := s.free[size]; len(f) > 0 {
+		s.free[size] = f[:len(f)-1]
+		return keyRange{f[len(f)-1], size}
+	}
+	r := keyRange{s.next, size}
+	s.next += size
+	return r
+}
+
+func (s *slots) release(r keyRange) {
+	if r.size == 0 {
+		return
+	}
+	if s.free == nil {
+		s.free = map[uint32][]uint32{}
+	}
+	s.free[r.size] = append(s.free[r.size], r.off)
+}
+
+// allocator gives a dispatch chain its key range for n endpoints.
+type allocator func(chain string, n int) keyRange
 
 type setObj struct {
 	name    string
@@ -189,7 +244,7 @@ func (d *draft) compact() *objects {
 		o.chains = make([]chainObj, 0, len(d.chains))
 		for _, name := range sortedNames(d.chains) {
 			rules := d.chains[name]
-			c := chainObj{name: name, rules: rules, sum: rulesSum(rules)}
+			c := chainObj{name: name, rules: rules, sum: rulesSum(rules), keys: d.ranges[name]}
 			for set := range d.sets {
 				if usesSet(rules, set) {
 					c.sets = append(c.sets, set)
@@ -267,6 +322,7 @@ func rulesSum(rules []string) uint64 {
 // State is what the previous sync wrote, per service key.
 type State struct {
 	services map[string]*objects
+	slots    slots
 	// owners maps each element to the service that wrote it: two services
 	// claiming one key (an externalIP:port, a NodePort) would make the kernel
 	// refuse the whole transaction, so the first claim wins.
@@ -282,6 +338,10 @@ type State struct {
 func (s *State) claim(key string, o *objects) {
 	kept := o.elems[:0]
 	for _, e := range o.elems {
+		if endpointMap(e.key.Map) { // keys handed out by slots: no one else's
+			kept = append(kept, e)
+			continue
+		}
 		if owner, ok := s.owners[e.key]; ok && owner != key {
 			s.Conflicts = append(s.Conflicts, &proxy.ConflictError{Service: key, Owner: owner, What: e.key.Map, Key: e.key.Key})
 			continue
@@ -292,6 +352,8 @@ func (s *State) claim(key string, o *objects) {
 	clear(o.elems[len(kept):])
 	o.elems = kept
 }
+
+func endpointMap(m string) bool { return m == mapEndpoints || m == mapEndpointChains }
 
 // release forgets o's elements.
 func (s *State) release(key string, o *objects) {
@@ -351,9 +413,10 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 		sorted[i] = keyed{svc.Key(), svc}
 	}
 	slices.SortFunc(sorted, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	alloc := func(_ string, n int) keyRange { return next.slots.alloc(n) }
 	for _, ks := range sorted {
 		key, svc := ks.key, ks.svc
-		o := r.renderService(svc)
+		o := r.renderService(svc, alloc)
 		next.claim(key, o)
 		next.services[key] = o
 		for _, k := range o.shared {
@@ -368,7 +431,7 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	for _, name := range sortedNames(base) {
 		tx.Flush(&knftables.Chain{Name: name})
 	}
-	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
+	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs, mapEndpoints, mapEndpointChains} {
 		tx.Flush(&knftables.Map{Name: m})
 	}
 	for _, set := range []string{setClusterIPs, setHairpin} {
@@ -507,9 +570,21 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		nw := &objects{}
 		delete(next.services, key)
 		if svc := byKey[key]; svc != nil {
-			nw = r.renderService(svc)
+			// A chain keeps its keys while its endpoints fit in them.
+			alloc := func(chain string, n int) keyRange {
+				if oc, ok := old.chain(chain); ok && oc.keys.size >= uint32(n) {
+					return oc.keys
+				}
+				return next.slots.alloc(n)
+			}
+			nw = r.renderService(svc, alloc)
 			next.claim(key, nw)
 			next.services[key] = nw
+		}
+		for _, c := range old.chains {
+			if nc, ok := nw.chain(c.name); !ok || nc.keys != c.keys {
+				next.slots.release(c.keys)
+			}
 		}
 		for _, e := range old.elems {
 			if v, ok := nw.elem(e.key); !ok || v != e.verdict {
@@ -647,6 +722,8 @@ func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Map{Name: mapServiceNodePorts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapNoEndpointNodePts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapFirewallIPs, Type: at + " . inet_proto . inet_service : verdict"})
+	tx.Add(&knftables.Map{Name: mapEndpoints, TypeOf: "numgen random mod 1 : " + r.cfg.ipKw() + " daddr . tcp dport"})
+	tx.Add(&knftables.Map{Name: mapEndpointChains, TypeOf: "numgen random mod 1 : verdict"})
 	tx.Add(&knftables.Set{Name: setClusterIPs, Type: at})
 	tx.Add(&knftables.Set{Name: setHairpin, Type: at + " . " + at + " . inet_proto . inet_service"})
 }
@@ -716,7 +793,7 @@ func (r *Renderer) nodePortDaddr() string {
 }
 
 // renderService computes one service's chains, sets and map elements.
-func (r *Renderer) renderService(svc *proxy.Service) *objects {
+func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 	o := newDraft()
 	if !r.cfg.wantAddr(svc.ClusterIP) {
 		// Headless (left to DNS) or another family's service.
@@ -784,33 +861,28 @@ func (r *Renderer) renderService(svc *proxy.Service) *objects {
 		}
 		dispatch := func(chain string, eps []proxy.Endpoint) {
 			proto := "meta l4proto " + string(sp.Protocol)
-			switch {
-			case svc.AffinityTimeout > 0:
-				var rules, arms []string
-				for i, ep := range eps {
+			if len(eps) == 1 && svc.AffinityTimeout == 0 {
+				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
+				return
+			}
+			keys := alloc(chain, len(eps))
+			o.ranges[chain] = keys
+			pick := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(keys.off), 10)
+			var rules []string
+			for i, ep := range eps {
+				k := strconv.FormatUint(uint64(keys.off)+uint64(i), 10)
+				if svc.AffinityTimeout > 0 {
 					c := epChain(ep)
 					rules = append(rules, ip+" saddr @aff-"+hash(id+"/"+netip.AddrPortFrom(ep.IP, ep.Port).String())+" goto "+c)
-					arms = append(arms, fmt.Sprintf("%d : goto %s", i, c))
+					o.elems[elemKey{mapEndpointChains, k}] = "goto " + c
+				} else {
+					o.elems[elemKey{mapEndpoints, k}] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
 				}
-				o.chains[chain] = append(rules, fmt.Sprintf("numgen random mod %d vmap { %s }", len(eps), strings.Join(arms, " , ")))
-			case len(eps) == 1:
-				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
-			default:
-				var b strings.Builder
-				b.Grow(64 + 32*len(eps))
-				b.WriteString(proto + " dnat " + ip + " addr . port to numgen random mod " + strconv.Itoa(len(eps)) + " map { ")
-				for i, ep := range eps {
-					if i > 0 {
-						b.WriteString(" , ")
-					}
-					b.WriteString(strconv.Itoa(i))
-					b.WriteString(" : ")
-					b.WriteString(ep.IP.String())
-					b.WriteString(" . ")
-					b.WriteString(strconv.Itoa(int(ep.Port)))
-				}
-				b.WriteString(" }")
-				o.chains[chain] = []string{b.String()}
+			}
+			if svc.AffinityTimeout > 0 {
+				o.chains[chain] = append(rules, pick+" vmap @"+mapEndpointChains)
+			} else {
+				o.chains[chain] = []string{proto + " dnat " + ip + " addr . port to " + pick + " map @" + mapEndpoints}
 			}
 		}
 		// Hairpin: this node's endpoints may be reached by themselves.

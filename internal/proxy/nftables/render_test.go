@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -302,10 +304,64 @@ func manyServices(n int) []*proxy.Service {
 	return out
 }
 
+// sortedDump is the fake's table, one line per object, sorted, with the
+// endpoint maps resolved: which keys a service port owns depends on the
+// order of earlier syncs, so each "numgen random mod N offset K map
+// @endpoints" is written as the anonymous map it stands for ("numgen
+// random mod N map { 0 : V0 , ... }") and the maps' own elements are left
+// out; one that no rule picks shows as an "orphan" line.
 func sortedDump(f *knftables.Fake) string {
-	lines := strings.Split(strings.TrimSpace(f.Dump()), "\n")
+	elems := map[string]map[uint64]string{mapEndpoints: {}, mapEndpointChains: {}}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(f.Dump()), "\n") {
+		m, ok := endpointElement(l)
+		if !ok {
+			lines = append(lines, l)
+			continue
+		}
+		k, v, _ := strings.Cut(strings.TrimSuffix(m[2], " }"), " : ")
+		key, err := strconv.ParseUint(k, 10, 32)
+		if err != nil {
+			lines = append(lines, "unparsable element: "+l)
+			continue
+		}
+		elems[m[1]][key] = v
+	}
+	for i, l := range lines {
+		m := numgenPick.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.ParseUint(m[1], 10, 32)
+		off, _ := strconv.ParseUint(m[2], 10, 32)
+		var arms []string
+		for j := range n {
+			v, ok := elems[m[4]][off+j]
+			if !ok {
+				v = "MISSING"
+			}
+			delete(elems[m[4]], off+j)
+			arms = append(arms, fmt.Sprintf("%d : %s", j, v))
+		}
+		lines[i] = strings.Replace(l, m[0], fmt.Sprintf("numgen random mod %d %s { %s }", n, m[3], strings.Join(arms, " , ")), 1)
+	}
+	for name, rest := range elems {
+		for k, v := range rest {
+			lines = append(lines, fmt.Sprintf("orphan element %s { %d : %s }", name, k, v))
+		}
+	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+var (
+	numgenPick  = regexp.MustCompile(`numgen random mod (\d+) offset (\d+) (map|vmap) @(` + mapEndpoints + `|` + mapEndpointChains + `)`)
+	endpointElt = regexp.MustCompile(`^add element \S+ \S+ (` + mapEndpoints + `|` + mapEndpointChains + `) \{ (.*)$`)
+)
+
+func endpointElement(line string) ([]string, bool) {
+	m := endpointElt.FindStringSubmatch(line)
+	return m, m != nil
 }
 
 func existing(t *testing.T, f *knftables.Fake) *Existing {
