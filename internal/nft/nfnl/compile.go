@@ -74,11 +74,12 @@ type knftFamily struct {
 	name  string // "ip" / "ip6"
 	proto byte   // NFPROTO_*
 	addr  dtype
+	desc  uint32 // nft's protocol id of the network header (set userdata)
 }
 
 var families = map[string]knftFamily{
-	"ip":  {"ip", unix.NFPROTO_IPV4, tIPv4},
-	"ip6": {"ip6", unix.NFPROTO_IPV6, tIPv6},
+	"ip":  {"ip", unix.NFPROTO_IPV4, tIPv4, 12},
+	"ip6": {"ip6", unix.NFPROTO_IPV6, tIPv6, 13},
 }
 
 func newCompiler(family, table string, lookup setLookup) (*compiler, error) {
@@ -317,8 +318,79 @@ func byteorder(c concat) uint32 {
 	return 2
 }
 
-// namedSetUserdata is the userdata nft writes for "add set/map ... { type ... }".
-func namedSetUserdata(s *setInfo, isMap bool, comment *string) []byte {
+// nft's expression types (enum expr_types) in set userdata.
+const (
+	typeofVerdict = 1
+	typeofPayload = 7
+	typeofConcat  = 13
+	typeofNumgen  = 23
+)
+
+// typeofUdata is one expression as nft records it in a set's KEY_TYPEOF
+// or DATA_TYPEOF userdata: its type, then its own TLVs.
+func typeofUdata(kind uint32, data []byte) []byte { return udata(udataU32(nil, 0, kind), 1, data) }
+
+// payloadTypeof records a payload field by protocol and template id.
+func payloadTypeof(desc, tmpl uint32) []byte {
+	return typeofUdata(typeofPayload, udataU32(udataU32(nil, 0, desc), 1, tmpl))
+}
+
+var verdictTypeof = typeofUdata(typeofVerdict, nil)
+
+// transportDport are "tcp dport" and the like as set typeof expressions:
+// nft's protocol ids, all with template 2 (dport).
+var transportDport = map[string]uint32{"udp": 6, "tcp": 8, "sctp": 10}
+
+// mapTypeof reads a map's "typeof KEY : DATA" for the forms the proxy's
+// endpoint maps use, "numgen random mod N : ADDR . PROTO dport" and
+// "numgen random mod N : verdict" (ADDR ip|ip6 daddr|saddr, PROTO
+// tcp|udp|sctp), into the map's types and the KEY_TYPEOF and DATA_TYPEOF
+// userdata nft writes for them. nft 1.0.6 refuses a rule matching
+// "meta l4proto udp" that maps through a "tcp dport" map, so a caller
+// wants one map per protocol.
+func (c *compiler) mapTypeof(cmd *command, v string) (s *setInfo, keyUD, dataUD []byte, err error) {
+	key, data, ok := strings.Cut(v, " : ")
+	fail := func() (*setInfo, []byte, []byte, error) {
+		return nil, nil, nil, unsupported("map typeof %q (only numgen random mod N : ADDR . tcp|udp|sctp dport, or : verdict)", v)
+	}
+	if !ok {
+		return fail()
+	}
+	toks, _ := tokens(key)
+	r := &ruleCompiler{c: c, cmd: cmd, toks: toks}
+	if r.peek() != "numgen" {
+		return fail()
+	}
+	kf, err := r.field()
+	if err != nil || r.i != len(toks) {
+		return fail()
+	}
+	s = &setInfo{key: concat{kf.t}}
+	if data == "verdict" {
+		s.verdict = true
+		return s, kf.typeof, verdictTypeof, nil
+	}
+	toks, _ = tokens(data)
+	r = &ruleCompiler{c: c, cmd: cmd, toks: toks}
+	if r.peek() != c.family.name {
+		return fail()
+	}
+	af, err := r.field()
+	if err != nil || r.next() != "." || len(toks) != r.i+2 || toks[r.i+1] != "dport" {
+		return fail()
+	}
+	desc, ok := transportDport[toks[r.i]]
+	if !ok {
+		return fail()
+	}
+	s.data = concat{af.t, tService}
+	list := udata(udata(nil, 0, af.typeof), 1, payloadTypeof(desc, 2))
+	return s, kf.typeof, typeofUdata(typeofConcat, list), nil
+}
+
+// namedSetUserdata is the userdata nft writes for "add set/map ... { type
+// ... }" or, with keyTypeof and dataTypeof, "{ typeof ... }".
+func namedSetUserdata(s *setInfo, isMap bool, keyTypeof, dataTypeof []byte, comment *string) []byte {
 	b := udataU32(nil, 0, byteorder(s.key)) // NFTNL_UDATA_SET_KEYBYTEORDER
 	if isMap {
 		d := uint32(0)
@@ -327,10 +399,16 @@ func namedSetUserdata(s *setInfo, isMap bool, comment *string) []byte {
 		}
 		b = udataU32(b, 1, d) // DATABYTEORDER
 	}
-	if len(s.key) > 1 {
-		// KEY_TYPEOF: nft 1.0 records a concatenation as an expression
-		// of type 13 (concat) with no data.
-		b = udata(b, 3, udata(udataU32(nil, 0, 13), 1, nil))
+	switch {
+	case keyTypeof != nil:
+		b = udata(b, 3, keyTypeof)
+	case len(s.key) > 1:
+		// KEY_TYPEOF: nft 1.0 records a concatenation's type as an
+		// expression of type 13 (concat) with no data.
+		b = udata(b, 3, typeofUdata(typeofConcat, nil))
+	}
+	if dataTypeof != nil {
+		b = udata(b, 4, dataTypeof)
 	}
 	if isMap {
 		b = udataU32(b, 6, 0) // DATA_INTERVAL
@@ -345,8 +423,9 @@ func (c *compiler) setCmd(cmd *command) error {
 	name := []netlink.Attribute{{Type: unix.NFTA_SET_TABLE, Data: str(c.table)}, {Type: unix.NFTA_SET_NAME, Data: str(cmd.name)}}
 	switch cmd.verb {
 	case "flush":
-		return c.add(unix.NFT_MSG_DELSETELEM, 0, cmd, netlink.Attribute{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: str(c.table)},
-			netlink.Attribute{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: str(cmd.name)})
+		// The set's name first, as nft sends it.
+		return c.add(unix.NFT_MSG_DELSETELEM, 0, cmd, netlink.Attribute{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: str(cmd.name)},
+			netlink.Attribute{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: str(c.table)})
 	case "delete":
 		delete(c.sets, cmd.name)
 		delete(c.created, cmd.name)
@@ -368,8 +447,16 @@ func (c *compiler) setCmd(cmd *command) error {
 	}
 	var timeout time.Duration
 	var comment *string
+	var keyTypeof, dataTypeof []byte
 	for k, v := range props {
 		switch k {
+		case "typeof":
+			if !isMap || props["type"] != "" {
+				return unsupported("typeof on a set, or with type")
+			}
+			if s, keyTypeof, dataTypeof, err = c.mapTypeof(cmd, v); err != nil {
+				return err
+			}
 		case "type":
 			key, data := v, ""
 			if isMap {
@@ -433,7 +520,7 @@ func (c *compiler) setCmd(cmd *command) error {
 	if timeout > 0 {
 		attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_SET_TIMEOUT, Data: be64(uint64(timeout.Milliseconds()))})
 	}
-	attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_SET_USERDATA, Data: namedSetUserdata(s, isMap, comment)})
+	attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_SET_USERDATA, Data: namedSetUserdata(s, isMap, keyTypeof, dataTypeof, comment)})
 	c.sets[cmd.name] = s
 	c.created[cmd.name] = s
 	delete(c.deleted, cmd.name)

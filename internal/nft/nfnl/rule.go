@@ -6,10 +6,10 @@ package nfnl
 //	ct state|status VALUE, mark and V != 0, fib saddr|daddr type local
 //	jump|goto CHAIN, drop, accept, return, counter, masquerade [fully-random],
 //	reject [with tcp reset], mark set mark or|xor|and V, update @s { SELECTOR },
-//	dnat to ADDR[:PORT], dnat ip addr . port to numgen random mod N map { i : ADDR . PORT , ... }
+//	dnat to ADDR[:PORT], dnat ip addr . port to numgen random mod N map { i : ADDR . PORT , ... } | @m
 //
 // where SELECTOR is ip|ip6 saddr|daddr, meta l4proto, th sport|dport,
-// numgen random mod N. Registers are assigned as nft assigns them: a
+// numgen random mod N [offset K]. Registers are assigned as nft assigns them: a
 // concatenation's fields in consecutive 32-bit registers, each named by its
 // 128-bit register (1-4) when it starts one, else by its 32-bit one (8-23);
 // so "ip daddr . meta l4proto . th dport" loads into 1, 9 and 10.
@@ -32,8 +32,9 @@ type field struct {
 	load func(reg uint32) expr.Any
 	// payload fields can be compared on a prefix (fewer bytes).
 	payload *expr.Payload
-	// tmpl is nft's payload template id (for anonymous-set userdata).
-	tmpl uint32
+	// typeof is how nft records the expression in a set's userdata
+	// (typeofUdata); nil for those we never put there.
+	typeof []byte
 	// bits: ct state/status and marks match with a mask, not equality.
 	bits bool
 }
@@ -206,8 +207,14 @@ func payload(base expr.PayloadBase, off, n uint32) *expr.Payload {
 	return &expr.Payload{OperationType: expr.PayloadLoad, Base: base, Offset: off, Len: n}
 }
 
-func payloadField(t dtype, p *expr.Payload, tmpl uint32) field {
-	return field{t: t, payload: p, tmpl: tmpl, load: func(reg uint32) expr.Any {
+// payloadField is a payload selector; desc and tmpl are nft's protocol
+// and template ids of it (for set userdata), desc 0 for none.
+func payloadField(t dtype, p *expr.Payload, desc, tmpl uint32) field {
+	var ud []byte
+	if desc != 0 {
+		ud = payloadTypeof(desc, tmpl)
+	}
+	return field{t: t, payload: p, typeof: ud, load: func(reg uint32) expr.Any {
 		cp := *p
 		cp.DestRegister = reg
 		return &cp
@@ -235,7 +242,7 @@ func (r *ruleCompiler) field() (field, error) {
 		default:
 			return field{}, r.bad()
 		}
-		return payloadField(fam.addr, payload(expr.PayloadBaseNetworkHeader, off, n), tmpl), nil
+		return payloadField(fam.addr, payload(expr.PayloadBaseNetworkHeader, off, n), fam.desc, tmpl), nil
 	case "th":
 		off := map[string]uint32{"sport": 0, "dport": 2}
 		w := r.next()
@@ -243,7 +250,7 @@ func (r *ruleCompiler) field() (field, error) {
 		if !ok {
 			return field{}, r.bad()
 		}
-		return payloadField(tService, payload(expr.PayloadBaseTransportHeader, o, 2), 0), nil
+		return payloadField(tService, payload(expr.PayloadBaseTransportHeader, o, 2), 0, 0), nil
 	case "meta":
 		switch r.next() {
 		case "l4proto":
@@ -286,8 +293,16 @@ func (r *ruleCompiler) field() (field, error) {
 		if err != nil || n == 0 {
 			return field{}, r.bad()
 		}
-		return field{t: tInteger, load: func(reg uint32) expr.Any {
-			return &expr.Numgen{Register: reg, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM}
+		var off uint64
+		if r.peek() == "offset" {
+			r.next()
+			if off, err = strconv.ParseUint(r.next(), 10, 32); err != nil {
+				return field{}, r.bad()
+			}
+		}
+		ud := typeofUdata(typeofNumgen, udataU32(udataU32(udataU32(nil, 0, unix.NFT_NG_RANDOM), 1, uint32(n)), 2, uint32(off)))
+		return field{t: tInteger, typeof: ud, load: func(reg uint32) expr.Any {
+			return &expr.Numgen{Register: reg, Modulus: uint32(n), Offset: uint32(off), Type: unix.NFT_NG_RANDOM}
 		}}, nil
 	}
 	r.i--
@@ -562,13 +577,7 @@ func (r *ruleCompiler) prefixSet(f field, invert bool) error {
 			elems = append(elems, element{key: x.end.AsSlice(), flags: unix.NFT_SET_ELEM_INTERVAL_END})
 		}
 	}
-	desc := uint32(12) // nft's proto_ip / proto_ip6 ids
-	if f.t.id == tIPv6.id {
-		desc = 13
-	}
-	inner := udataU32(udataU32(nil, 0, desc), 1, f.tmpl)
-	typeof := udata(udataU32(nil, 0, 7), 1, inner) // expression type 7: payload
-	ud := udata(udataU32(udataU32(nil, 0, 2), 2, 1), 3, typeof)
+	ud := udata(udataU32(udataU32(nil, 0, 2), 2, 1), 3, f.typeof)
 	name, id, err := r.anonSet(setAnonymous|setConstant|setInterval, concat{f.t}, nil, ud, elems)
 	if err != nil {
 		return err
@@ -631,7 +640,7 @@ func (r *ruleCompiler) anonMap(key concat, data concat, dreg uint32) error {
 	// DATA_INTERVAL 0: as nft writes them.
 	ud := udataU32(udataU32(nil, 0, 1), 1, 0)
 	if data == nil {
-		ud = udata(ud, 4, udata(udataU32(nil, 0, 1), 1, nil))
+		ud = udata(ud, 4, verdictTypeof)
 	}
 	ud = udataU32(ud, 6, 0)
 	name, id, err := r.anonSet(setAnonymous|setConstant|setMap, key, &data, ud, elems)
@@ -757,7 +766,8 @@ func (r *ruleCompiler) dynset() error {
 }
 
 // dnat: "dnat to ADDR[:PORT]" or
-// "dnat ip addr . port to SELECTOR map { i : ADDR . PORT , ... }".
+// "dnat ip addr . port to SELECTOR map { i : ADDR . PORT , ... }" or
+// "dnat ip addr . port to SELECTOR map @m".
 func (r *ruleCompiler) dnat() error {
 	r.next()
 	fam := r.c.family
@@ -796,7 +806,18 @@ func (r *ruleCompiler) dnat() error {
 		return err
 	}
 	r.load(fs)
-	if err := r.anonMap(keyOf(fs), concat{fam.addr, tService}, 1); err != nil {
+	data := concat{fam.addr, tService}
+	if strings.HasPrefix(r.peek(), "@") {
+		name := r.next()[1:]
+		s, err := r.c.set(name)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(s.key, keyOf(fs)) || !slices.Equal(s.data, data) {
+			return unsupported("dnat through map %s: not a map of %s to %s . %s", name, keyOf(fs)[0].name, fam.addr.name, tService.name)
+		}
+		r.emit(&expr.Lookup{SourceRegister: 1, SetName: name, SetID: s.id, IsDestRegSet: true, DestRegister: 1})
+	} else if err := r.anonMap(keyOf(fs), data, 1); err != nil {
 		return err
 	}
 	nat.RegProtoMin = reg(pad4(fam.addr.len) / 4)
