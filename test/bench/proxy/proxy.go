@@ -240,36 +240,45 @@ func parseHistograms(text, prefix string, names ...string) map[string]histogram 
 // procStats are a process's CPU seconds (user+system, its own and its
 // waited-for children's: kube-proxy's nft and iptables-restore, whose
 // work, parsing and the kernel's commit, is done in the process that sends
-// the transaction) and resident memory.
-func procStats(pid int) (cpu float64, rssMiB float64, err error) {
+// the transaction), resident memory and its peak so far (VmHWM).
+func procStats(pid int) (st procStat, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0, errors.New("malformed stat")
+		return st, errors.New("malformed stat")
 	}
 	f := strings.Fields(s[i+1:])
 	// Fields after the command: state is f[0]; utime, stime are fields 14, 15 (f[11], f[12]).
 	const hz = 100                            // USER_HZ on Linux
 	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
 		v, _ := strconv.ParseFloat(f[i], 64)
-		cpu += v / hz
+		st.cpu += v / hz
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return cpu, 0, err
+		return st, err
 	}
 	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			rssMiB = kb / 1024
+		var dst *float64
+		switch {
+		case strings.HasPrefix(l, "VmRSS:"):
+			dst = &st.rssMiB
+		case strings.HasPrefix(l, "VmHWM:"):
+			dst = &st.peakMiB
+		default:
+			continue
 		}
+		kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+		*dst = kb / 1024
 	}
-	return cpu, rssMiB, nil
+	return st, nil
 }
+
+type procStat struct{ cpu, rssMiB, peakMiB float64 }
 
 // poll calls cond until it returns true, an error, or ctx ends.
 func poll(ctx context.Context, every time.Duration, cond func() (bool, error)) error {

@@ -22,6 +22,8 @@ var rows = []struct {
 	{"cold_start_s", "median", "cold start: process start → all N programmed, first and last Service answering", "s", 1, false},
 	{"cold_start_cpu_s", "median", "cold start: CPU until all programmed (with children: nft, iptables-restore)", "s", 1, false},
 	{"rss_mib", "median", "resident memory after the cold start", "MiB", 1, false},
+	{"rss_peak_mib", "median", "peak resident memory (VmHWM) by then", "MiB", 1, false},
+	{"rss_end_mib", "median", "resident memory after the endpoint changes and the burst", "MiB", 1, false},
 	{"full_sync_s", "median", "full sync (the proxy's sync_full_proxy_rules_duration_seconds)", "ms", 1000, false},
 	{"change_s", "median", "one endpoint change: API → programmed, median", "ms", 1000, false},
 	{"change_s", "p99", "one endpoint change: API → programmed, p99", "ms", 1000, false},

@@ -362,7 +362,8 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 		}
 		return err
 	}
-	cpu, _, _ := procStats(p.pid())
+	st0, _ := procStats(p.pid())
+	cpu := st0.cpu
 	// Reachable: the first and the last Service answer from one of their
 	// endpoints, through the client namespace.
 	if err := r.reach(p, []int{0, n - 1}, nil, 1000); err != nil {
@@ -372,8 +373,13 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 	rec("cold_start_s", reached.Sub(p.started).Seconds(), fmt.Sprintf("programmed at %.3fs", at.Sub(p.started).Seconds()))
 	rec("cold_start_cpu_s", cpu, "")
 	time.Sleep(2 * time.Second) // the first sync's metrics written; the proxy idle
-	_, rss, _ := procStats(p.pid())
+	st, _ := procStats(p.pid())
+	rss := st.rssMiB
 	rec("rss_mib", rss, "")
+	// The peak too: a proxy could return its cold start's transient memory
+	// to the kernel before the 2 s are up, and the peak is what a memory
+	// limit must allow.
+	rec("rss_peak_mib", st.peakMiB, "")
 	full := histogram{}
 	if m, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...); err == nil {
 		full = m["sync_full_proxy_rules_duration_seconds"]
@@ -626,7 +632,8 @@ func (r *runner) burstChanges(p *proxy, n int) error {
 	}
 	minDur, _ := time.ParseDuration(r.minSync)
 	time.Sleep(max(minDur, 500*time.Millisecond) + time.Second)
-	cpu0, _, _ := procStats(p.pid())
+	st0, _ := procStats(p.pid())
+	cpu0 := st0.cpu
 	var start, end time.Time
 	issue := func() error {
 		var mu sync.Mutex
@@ -674,7 +681,8 @@ func (r *runner) burstChanges(p *proxy, n int) error {
 		}
 		at = time.Now()
 	}
-	cpu1, _, _ := procStats(p.pid())
+	st1, _ := procStats(p.pid())
+	cpu1 := st1.cpu
 	// Kernel modes: the first and the last changed answer from their new endpoint.
 	if err := r.reach(p, []int{idx[0], idx[k-1]}, []string{ips[0], ips[k-1]}, 60); err != nil {
 		return fmt.Errorf("after the burst: %w", err)
@@ -682,6 +690,7 @@ func (r *runner) burstChanges(p *proxy, n int) error {
 	r.record(result{Proxy: p.label, N: n, Metric: "burst_s", Value: at.Sub(end).Seconds(), Note: fmt.Sprintf("%d changes issued in %.2fs", k, end.Sub(start).Seconds())})
 	r.record(result{Proxy: p.label, N: n, Metric: "burst_issue_s", Value: end.Sub(start).Seconds()})
 	r.record(result{Proxy: p.label, N: n, Metric: "burst_cpu_s", Value: cpu1 - cpu0})
+	r.record(result{Proxy: p.label, N: n, Metric: "rss_end_mib", Value: st1.rssMiB})
 	logf("N=%d: %s burst of %d changes (issued in %.2fs): all programmed %.2fs after the last, %.2f CPU s",
 		n, p.label, k, end.Sub(start).Seconds(), at.Sub(end).Seconds(), cpu1-cpu0)
 	return nil
