@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -264,6 +265,10 @@ func (p *Proxier) syncAndLog(ctx context.Context, full bool) error {
 	return err
 }
 
+// releaseAfterOps is the size of a full sync after which the proxy returns
+// its freed memory to the kernel at once.
+const releaseAfterOps = 20000
+
 // sync is one transaction, full when asked or when the state is unknown.
 func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 	logger := klog.FromContext(ctx)
@@ -297,6 +302,14 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 	}
 	p.synced = true
 	done := p.now()
+	if full && res.Operations >= releaseAfterOps {
+		// A large full sync built its whole transaction in memory (at
+		// 10,000 Services about 150,000 operations and 100 MB), which
+		// the runtime would hand back to the kernel only over minutes:
+		// give it back now, so the node sees the proxy's steady size.
+		// One garbage collection, once per large full sync.
+		debug.FreeOSMemory()
+	}
 	p.cfg.Health.Updated()
 	p.cfg.Metrics.Synced(done)
 	for _, t := range p.triggers {
