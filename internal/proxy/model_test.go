@@ -40,3 +40,11 @@ func TestUsable(t *testing.T) {
 		}
 	}
 }
+
+func TestPick(t *testing.T) {
+	svcs := []*Service{{Namespace: "a", Name: "x"}, {Namespace: "a", Name: "y"}, {Namespace: "b", Name: "x"}}
+	got := Pick(svcs, map[string]bool{"a/y": true, "b/x": true, "c/z": true})
+	if len(got) != 2 || got["a/y"] != svcs[1] || got["b/x"] != svcs[2] {
+		t.Fatalf("Pick: %v", got)
+	}
+}

@@ -221,12 +221,7 @@ func (r *Renderer) Full(services []*proxy.Service, existing *Existing) (*State, 
 // and returned; if the restore then fails, the next sync must be Full.
 func (r *Renderer) Partial(services []*proxy.Service, prev *State, changed map[string]bool) (*State, *Input) {
 	in := newInput()
-	byKey := make(map[string]*proxy.Service, len(changed))
-	for _, svc := range services {
-		if changed[svc.Key()] {
-			byKey[svc.Key()] = svc
-		}
-	}
+	byKey := proxy.Pick(services, changed)
 	next := prev
 	next.Conflicts = nil
 	keys := slices.Sorted(maps.Keys(changed))

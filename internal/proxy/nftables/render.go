@@ -536,12 +536,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 	if prev == nil {
 		return r.Full(tx, services, nil, nil)
 	}
-	byKey := make(map[string]*proxy.Service, len(changed))
-	for _, svc := range services {
-		if changed[svc.Key()] {
-			byKey[svc.Key()] = svc
-		}
-	}
+	byKey := proxy.Pick(services, changed)
 	next := prev
 	next.Conflicts = nil
 	for _, key := range sortedNames(changed) {

@@ -400,12 +400,7 @@ func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Servic
 		p.ctReconcile = false
 		filters = conntrack.Reconcile(services, entries)
 	} else {
-		current := make(map[string]*proxy.Service, len(previous))
-		for _, svc := range services {
-			if _, ok := previous[svc.Key()]; ok {
-				current[svc.Key()] = svc
-			}
-		}
+		current := proxy.Pick(services, previous)
 		for key, prev := range previous {
 			filters = append(filters, conntrack.Stale(prev, current[key])...)
 		}

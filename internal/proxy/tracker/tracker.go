@@ -37,6 +37,11 @@ type Tracker struct {
 	services map[string]*v1.Service
 	slices   map[string]map[string]*discovery.EndpointSlice // service key -> slice name -> slice
 	models   map[string]*proxy.Service
+	// keys are the models' keys, sorted, as of the last Take; stale when
+	// a key came or went since (an endpoint change leaves them: a sync
+	// then sorts nothing).
+	keys      []string
+	keysStale bool
 	// previous holds, for every key changed since the last Take, the model
 	// at the last Take (nil when the service did not exist then).
 	previous map[string]*proxy.Service
@@ -170,6 +175,9 @@ func (t *Tracker) update(key string, apply func(), after func(changed bool)) {
 	}
 	apply()
 	cur := t.build(key)
+	if (before == nil) != (cur == nil) {
+		t.keysStale = true
+	}
 	if cur == nil {
 		delete(t.models, key)
 	} else {
@@ -241,15 +249,18 @@ func (t *Tracker) Take() Round {
 	}
 	t.previous = map[string]*proxy.Service{}
 	t.serviceEvents, t.servicePending, t.endpointEvents, t.triggers = map[string]bool{}, 0, 0, map[string][]time.Time{}
-	// Sorted by the map's keys: a sort calling Key() would build n log n
-	// strings.
-	keys := make([]string, 0, len(t.models))
-	for k := range t.models {
-		keys = append(keys, k)
+	// Sorted by the map's keys (a sort calling Key() would build n log n
+	// strings), which are sorted again only when one came or went.
+	if t.keysStale || t.keys == nil {
+		t.keys = make([]string, 0, len(t.models))
+		for k := range t.models {
+			t.keys = append(t.keys, k)
+		}
+		sort.Strings(t.keys)
+		t.keysStale = false
 	}
-	sort.Strings(keys)
-	r.Services = make([]*proxy.Service, len(keys))
-	for i, k := range keys {
+	r.Services = make([]*proxy.Service, len(t.keys))
+	for i, k := range t.keys {
 		r.Services[i] = t.models[k]
 	}
 	return r

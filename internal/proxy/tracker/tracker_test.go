@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -320,5 +321,33 @@ func TestPendingServicesCounted(t *testing.T) {
 		if s, _ := tr.PendingChanges(); s != count() {
 			t.Errorf("step %d: PendingChanges services = %d, counted %d", i, s, count())
 		}
+	}
+}
+
+// TestTakeKeepsKeyOrder: Take sorts its keys only when one came or went,
+// and the services it hands over follow every add, delete and update.
+func TestTakeKeepsKeyOrder(t *testing.T) {
+	tr := New(false)
+	for _, n := range []string{"c", "a"} {
+		tr.OnService(service(n))
+	}
+	keys := func() []string {
+		var out []string
+		for _, s := range tr.Take().Services {
+			out = append(out, s.Name+"/"+strconv.Itoa(len(s.Ports[0].Endpoints)))
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"a/0", "c/0"}, keys()); diff != "" {
+		t.Fatalf("first Take (-want +got):\n%s", diff)
+	}
+	tr.OnService(service("b"))
+	tr.OnServiceDelete(service("a"))
+	if diff := cmp.Diff([]string{"b/0", "c/0"}, keys()); diff != "" {
+		t.Fatalf("after an add and a delete (-want +got):\n%s", diff)
+	}
+	tr.OnEndpointSlice(slice("c", "c-1", 8080, ep("10.1.0.2")))
+	if diff := cmp.Diff([]string{"b/0", "c/1"}, keys()); diff != "" {
+		t.Fatalf("after an endpoint change (-want +got):\n%s", diff)
 	}
 }

@@ -347,10 +347,8 @@ func (b *Backend) full(services []*proxy.Service, res *proxy.SyncResult) error {
 func (b *Backend) partial(services []*proxy.Service, changed map[string]bool, res *proxy.SyncResult) []netip.Addr {
 	var addrs []netip.Addr
 	next := map[string]*svcPlan{}
-	for _, svc := range services {
-		if changed[svc.Key()] {
-			next[svc.Key()] = b.planner.plan(svc, b.nodeAddrs)
-		}
+	for key, svc := range proxy.Pick(services, changed) {
+		next[key] = b.planner.plan(svc, b.nodeAddrs)
 	}
 	touched := map[frontendKey]bool{}
 	// Release everything first, so that one changed service can take
