@@ -2,7 +2,9 @@ package nfnl_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -271,6 +273,84 @@ func TestRootErrors(t *testing.T) {
 			}
 			if after := list(t, p.nsNL, p.fam, p.table); after != before {
 				t.Errorf("table changed by a refused batch:\n%s", cmp.Diff(before, after))
+			}
+		})
+	}
+}
+
+// TestRootEndpointMaps: the proxy's named endpoint maps (typeof numgen
+// maps, one per protocol, as nft 1.0.6 needs; dnat and vmap through them
+// with numgen offsets, offset 0 included), then element replacements
+// (delete and add of one key in a transaction) and rules added to maps
+// already in the kernel, then a flush: `nft list table` must be the same
+// whether nft or the netlink runner committed them.
+func TestRootEndpointMaps(t *testing.T) {
+	requireNFT(t)
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		t.Run(string(fam), func(t *testing.T) {
+			p := newPair(t, fam)
+			ctx := context.Background()
+			kw, a1, a2 := "ip", "10.0.0.1", "10.0.0.2"
+			if fam == knftables.IPv6Family {
+				kw, a1, a2 = "ip6", "fd00::1", "fd00::2"
+			}
+			dnat := func(proto, pick string) string {
+				return "meta l4proto " + proto + " dnat " + kw + " addr . port to " + pick + " map @endpoints-" + proto
+			}
+			elem := func(proto, key, addr, port string) *knftables.Element {
+				return &knftables.Element{Map: "endpoints-" + proto, Key: []string{key}, Value: []string{addr + " . " + port}}
+			}
+			steps := []func(tx *knftables.Transaction){
+				func(tx *knftables.Transaction) {
+					tx.Add(&knftables.Table{})
+					tx.Add(&knftables.Chain{Name: "svc"})
+					tx.Add(&knftables.Chain{Name: "ep-a"})
+					tx.Add(&knftables.Chain{Name: "ep-b"})
+					for _, proto := range []string{"tcp", "udp"} {
+						tx.Add(&knftables.Map{Name: "endpoints-" + proto, TypeOf: "numgen random mod 1 : " + kw + " daddr . " + proto + " dport"})
+					}
+					tx.Add(&knftables.Map{Name: "endpoint-chains", TypeOf: "numgen random mod 1 : verdict", Comment: knftables.PtrTo("affinity")})
+					tx.Add(&knftables.Rule{Chain: "svc", Rule: dnat("tcp", "numgen random mod 3 offset 5")})
+					tx.Add(&knftables.Rule{Chain: "svc", Rule: dnat("udp", "numgen random mod 2 offset 0")})
+					tx.Add(&knftables.Rule{Chain: "svc", Rule: "numgen random mod 2 offset 8 vmap @endpoint-chains"})
+					for i, k := range []string{"5", "6", "7"} {
+						tx.Add(elem("tcp", k, a1, strconv.Itoa(80+i)))
+					}
+					tx.Add(elem("udp", "0", a1, "53"))
+					tx.Add(elem("udp", "1", a2, "53"))
+					tx.Add(&knftables.Element{Map: "endpoint-chains", Key: []string{"8"}, Value: []string{"goto ep-a"}})
+					tx.Add(&knftables.Element{Map: "endpoint-chains", Key: []string{"9"}, Value: []string{"goto ep-b"}})
+				},
+				func(tx *knftables.Transaction) {
+					tx.Delete(&knftables.Element{Map: "endpoints-tcp", Key: []string{"6"}})
+					tx.Add(elem("tcp", "6", a2, "8080"))
+					tx.Delete(&knftables.Element{Map: "endpoint-chains", Key: []string{"9"}})
+					tx.Add(&knftables.Element{Map: "endpoint-chains", Key: []string{"9"}, Value: []string{"goto ep-a"}})
+					tx.Delete(&knftables.Element{Map: "endpoints-udp", Key: []string{"1"}})
+					tx.Add(&knftables.Rule{Chain: "svc", Rule: dnat("udp", "numgen random mod 1 offset 0")})
+					tx.Add(&knftables.Rule{Chain: "svc", Rule: dnat("tcp", "numgen random mod 2 offset 10")})
+					tx.Add(elem("tcp", "10", a1, "443"))
+					tx.Add(elem("tcp", "11", a2, "443"))
+				},
+				func(tx *knftables.Transaction) {
+					tx.Flush(&knftables.Map{Name: "endpoints-tcp"})
+					tx.Add(elem("tcp", "5", a2, "81"))
+				},
+				func(tx *knftables.Transaction) {
+					tx.Flush(&knftables.Chain{Name: "svc"})
+					tx.Flush(&knftables.Map{Name: "endpoint-chains"})
+					tx.Delete(&knftables.Map{Name: "endpoints-udp"})
+				},
+			}
+			for i, step := range steps {
+				for _, r := range []nftables.NFT{p.exec, p.nl} {
+					tx := r.NewTransaction()
+					step(tx)
+					if err := r.Run(ctx, tx); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+				}
+				p.requireSame(t, fmt.Sprintf("step %d", i))
 			}
 		})
 	}
