@@ -46,6 +46,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"hash/fnv"
 	"hash/maphash"
 	"net/netip"
 	"slices"
@@ -84,9 +85,12 @@ const (
 	mapNoEndpointNodePts = "no-endpoint-nodeports"
 	mapFirewallIPs       = "firewall-ips"
 	// The endpoint maps: every service port's numgen picks a key in its
-	// own range of one of them (see slots).
-	mapEndpoints      = "endpoints"       // key -> endpoint address . port
-	mapEndpointChains = "endpoint-chains" // key -> goto ep-* (session affinity)
+	// own range of one of them (see slots). endpoints-<proto>-<shard>:
+	// key -> endpoint address . port; endpoint-chains-<shard>: key ->
+	// goto ep-* (session affinity). See endpointMapName.
+	mapEndpointsPrefix      = "endpoints-"
+	mapEndpointChainsPrefix = "endpoint-chains-"
+	endpointShards          = 16
 
 	// Sets whose elements several services may want (refcounted in State).
 	setClusterIPs = "cluster-ips"         // every ClusterIP: off-cluster masquerade
@@ -353,7 +357,40 @@ func (s *State) claim(key string, o *objects) {
 	o.elems = kept
 }
 
-func endpointMap(m string) bool { return m == mapEndpoints || m == mapEndpointChains }
+func endpointMap(m string) bool {
+	return strings.HasPrefix(m, mapEndpointsPrefix) || strings.HasPrefix(m, mapEndpointChainsPrefix)
+}
+
+// endpointMapName is the endpoint map a dispatch chain's numgen reads:
+// one set of maps per protocol, as nft 1.0.6 wants (a map typed "ip daddr
+// . tcp dport" refuses a UDP rule, and "th dport" refuses every one), each
+// spread over endpointShards maps by the chain's name. Spread because the
+// kernel's cost is per map: each rule bound to a map walks the map's
+// elements, and each element added checks every rule bound to it, so one
+// map for 10,000 service ports commits in about 13 s and 16 maps in under
+// one (docs/proxy.md, "Programming the kernel").
+func endpointMapName(chain string, proto proxy.Protocol, affinity bool) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(chain))
+	shard := strconv.Itoa(int(h.Sum32() % endpointShards))
+	if affinity {
+		return mapEndpointChainsPrefix + shard
+	}
+	return mapEndpointsPrefix + string(proto) + "-" + shard
+}
+
+// endpointMaps are every endpoint map's name and typeof.
+func (r *Renderer) endpointMaps() []*knftables.Map {
+	var out []*knftables.Map
+	for shard := range endpointShards {
+		for _, p := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP} {
+			out = append(out, &knftables.Map{Name: mapEndpointsPrefix + string(p) + "-" + strconv.Itoa(shard),
+				TypeOf: "numgen random mod 1 : " + r.cfg.ipKw() + " daddr . " + string(p) + " dport"})
+		}
+		out = append(out, &knftables.Map{Name: mapEndpointChainsPrefix + strconv.Itoa(shard), TypeOf: "numgen random mod 1 : verdict"})
+	}
+	return out
+}
 
 // release forgets o's elements.
 func (s *State) release(key string, o *objects) {
@@ -431,8 +468,11 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	for _, name := range sortedNames(base) {
 		tx.Flush(&knftables.Chain{Name: name})
 	}
-	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs, mapEndpoints, mapEndpointChains} {
+	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
 		tx.Flush(&knftables.Map{Name: m})
+	}
+	for _, m := range r.endpointMaps() {
+		tx.Flush(&knftables.Map{Name: m.Name})
 	}
 	for _, set := range []string{setClusterIPs, setHairpin} {
 		tx.Flush(&knftables.Set{Name: set})
@@ -505,17 +545,23 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 			tx.Add(&knftables.Rule{Chain: name, Rule: rule})
 		}
 	}
-	for _, key := range sortedNames(next.services) {
+	// Every rule before any element: a rule bound to an endpoint map
+	// walks the map's elements, and an element added checks the rules
+	// bound to its map, so rules into empty maps cost the least.
+	keys := sortedNames(next.services)
+	for _, key := range keys {
 		o := next.services[key]
 		for _, c := range o.chains {
 			for _, rule := range c.rules {
 				tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
 			}
 		}
-		for _, e := range o.elems {
+		o.written()
+	}
+	for _, key := range keys {
+		for _, e := range next.services[key].elems {
 			tx.Add(element(e.key, e.verdict))
 		}
-		o.written()
 	}
 	for _, k := range sortedKeysOf(next.shared) {
 		tx.Add(setElement(k))
@@ -717,8 +763,9 @@ func (r *Renderer) addBaseObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Map{Name: mapServiceNodePorts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapNoEndpointNodePts, Type: "inet_proto . inet_service : verdict"})
 	tx.Add(&knftables.Map{Name: mapFirewallIPs, Type: at + " . inet_proto . inet_service : verdict"})
-	tx.Add(&knftables.Map{Name: mapEndpoints, TypeOf: "numgen random mod 1 : " + r.cfg.ipKw() + " daddr . tcp dport"})
-	tx.Add(&knftables.Map{Name: mapEndpointChains, TypeOf: "numgen random mod 1 : verdict"})
+	for _, m := range r.endpointMaps() {
+		tx.Add(m)
+	}
 	tx.Add(&knftables.Set{Name: setClusterIPs, Type: at})
 	tx.Add(&knftables.Set{Name: setHairpin, Type: at + " . " + at + " . inet_proto . inet_service"})
 }
@@ -862,6 +909,7 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 			}
 			keys := alloc(chain, len(eps))
 			o.ranges[chain] = keys
+			epMap := endpointMapName(chain, sp.Protocol, svc.AffinityTimeout > 0)
 			pick := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(keys.off), 10)
 			var rules []string
 			for i, ep := range eps {
@@ -869,15 +917,15 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 				if svc.AffinityTimeout > 0 {
 					c := epChain(ep)
 					rules = append(rules, ip+" saddr @aff-"+hash(id+"/"+netip.AddrPortFrom(ep.IP, ep.Port).String())+" goto "+c)
-					o.elems[elemKey{mapEndpointChains, k}] = "goto " + c
+					o.elems[elemKey{epMap, k}] = "goto " + c
 				} else {
-					o.elems[elemKey{mapEndpoints, k}] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
+					o.elems[elemKey{epMap, k}] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
 				}
 			}
 			if svc.AffinityTimeout > 0 {
-				o.chains[chain] = append(rules, pick+" vmap @"+mapEndpointChains)
+				o.chains[chain] = append(rules, pick+" vmap @"+epMap)
 			} else {
-				o.chains[chain] = []string{proto + " dnat " + ip + " addr . port to " + pick + " map @" + mapEndpoints}
+				o.chains[chain] = []string{proto + " dnat " + ip + " addr . port to " + pick + " map @" + epMap}
 			}
 		}
 		// Hairpin: this node's endpoints may be reached by themselves.

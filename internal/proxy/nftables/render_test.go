@@ -311,7 +311,7 @@ func manyServices(n int) []*proxy.Service {
 // random mod N map { 0 : V0 , ... }") and the maps' own elements are left
 // out; one that no rule picks shows as an "orphan" line.
 func sortedDump(f *knftables.Fake) string {
-	elems := map[string]map[uint64]string{mapEndpoints: {}, mapEndpointChains: {}}
+	elems := map[string]map[uint64]string{}
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(f.Dump()), "\n") {
 		m, ok := endpointElement(l)
@@ -324,6 +324,9 @@ func sortedDump(f *knftables.Fake) string {
 		if err != nil {
 			lines = append(lines, "unparsable element: "+l)
 			continue
+		}
+		if elems[m[1]] == nil {
+			elems[m[1]] = map[uint64]string{}
 		}
 		elems[m[1]][key] = v
 	}
@@ -355,8 +358,8 @@ func sortedDump(f *knftables.Fake) string {
 }
 
 var (
-	numgenPick  = regexp.MustCompile(`numgen random mod (\d+) offset (\d+) (map|vmap) @(` + mapEndpoints + `|` + mapEndpointChains + `)`)
-	endpointElt = regexp.MustCompile(`^add element \S+ \S+ (` + mapEndpoints + `|` + mapEndpointChains + `) \{ (.*)$`)
+	numgenPick  = regexp.MustCompile(`numgen random mod (\d+) offset (\d+) (map|vmap) @((?:` + mapEndpointsPrefix + `|` + mapEndpointChainsPrefix + `)\S+)`)
+	endpointElt = regexp.MustCompile(`^add element \S+ \S+ ((?:` + mapEndpointsPrefix + `|` + mapEndpointChainsPrefix + `)\S+) \{ (.*)$`)
 )
 
 func endpointElement(line string) ([]string, bool) {
