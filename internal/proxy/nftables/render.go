@@ -158,14 +158,14 @@ type draft struct {
 	chains map[string][]string      // chain -> rules
 	sets   map[string]time.Duration // affinity set -> timeout
 	elems  map[elemKey]string       // map element -> verdict or value
-	ranges map[string]keyRange      // dispatch chain -> its endpoint-map keys
+	picks  map[string]pick          // dispatch chain -> its endpoint-map elements
 	// shared are elements of the shared sets (cluster-ips,
 	// hairpin-connections) this service wants; others may want them too.
 	shared map[elemKey]bool
 }
 
 func newDraft() *draft {
-	return &draft{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, ranges: map[string]keyRange{}, shared: map[elemKey]bool{}}
+	return &draft{chains: map[string][]string{}, sets: map[string]time.Duration{}, elems: map[elemKey]string{}, picks: map[string]pick{}, shared: map[elemKey]bool{}}
 }
 
 // objects are what one service owns in the table, each list sorted by
@@ -187,8 +187,57 @@ type chainObj struct {
 	// sets are the service's affinity sets the rules name: a chain must
 	// be rewritten when one of them is recreated.
 	sets []string
-	// keys are the endpoint-map keys its numgen picks among (size 0: none).
+	// pick: the endpoint-map elements its numgen picks among, if any.
+	pick
+}
+
+// pick is a dispatch chain's elements in an endpoint map: keys off,
+// off+1, ... hold vals (an endpoint's "address . port", or "goto ep-…").
+// Only the values' hashes are kept once written (a partial sync compares
+// them): at 10,000 services the strings would be most of the state.
+type pick struct {
 	keys keyRange
+	m    string   // the endpoint map (interned: endpointMapName)
+	sums []uint64 // valueSum of each value
+	vals []string // nil once written
+}
+
+func valueSum(v string) uint64 { return maphash.String(ruleSeed, v) }
+
+// elements are p's elements, keys from off, values from vals.
+func (p *pick) elements() []knftables.Object {
+	out := make([]knftables.Object, len(p.vals))
+	for i, v := range p.vals {
+		out[i] = &knftables.Element{Map: p.m, Key: []string{strconv.FormatUint(uint64(p.keys.off)+uint64(i), 10)}, Value: []string{v}}
+	}
+	return out
+}
+
+// diffPicks returns the element deletes and adds that turn old into nw
+// (either may be the zero pick).
+func diffPicks(old, nw pick) (dels, adds []knftables.Object) {
+	del := func(i int) {
+		dels = append(dels, &knftables.Element{Map: old.m, Key: []string{strconv.FormatUint(uint64(old.keys.off)+uint64(i), 10)}})
+	}
+	if old.m != nw.m || old.keys.off != nw.keys.off {
+		for i := range old.sums {
+			del(i)
+		}
+		return dels, nw.elements()
+	}
+	all := nw.elements()
+	for i := range max(len(old.sums), len(nw.sums)) {
+		switch {
+		case i >= len(nw.sums):
+			del(i)
+		case i >= len(old.sums):
+			adds = append(adds, all[i])
+		case old.sums[i] != nw.sums[i]:
+			del(i)
+			adds = append(adds, all[i])
+		}
+	}
+	return dels, adds
 }
 
 // keyRange is a dispatch chain's keys in the endpoint maps: [off, off+size),
@@ -248,7 +297,7 @@ func (d *draft) compact() *objects {
 		o.chains = make([]chainObj, 0, len(d.chains))
 		for _, name := range sortedNames(d.chains) {
 			rules := d.chains[name]
-			c := chainObj{name: name, rules: rules, sum: rulesSum(rules), keys: d.ranges[name]}
+			c := chainObj{name: name, rules: rules, sum: rulesSum(rules), pick: d.picks[name]}
 			for set := range d.sets {
 				if usesSet(rules, set) {
 					c.sets = append(c.sets, set)
@@ -272,10 +321,12 @@ func (d *draft) compact() *objects {
 	return o
 }
 
-// written drops the rules, which the transaction now holds.
+// written drops the rules and endpoint-map values, which the transaction
+// now holds.
 func (o *objects) written() {
 	for i := range o.chains {
 		o.chains[i].rules = nil
+		o.chains[i].vals = nil
 	}
 }
 
@@ -342,10 +393,6 @@ type State struct {
 func (s *State) claim(key string, o *objects) {
 	kept := o.elems[:0]
 	for _, e := range o.elems {
-		if endpointMap(e.key.Map) { // keys handed out by slots: no one else's
-			kept = append(kept, e)
-			continue
-		}
 		if owner, ok := s.owners[e.key]; ok && owner != key {
 			s.Conflicts = append(s.Conflicts, &proxy.ConflictError{Service: key, Owner: owner, What: e.key.Map, Key: e.key.Key})
 			continue
@@ -355,10 +402,6 @@ func (s *State) claim(key string, o *objects) {
 	}
 	clear(o.elems[len(kept):])
 	o.elems = kept
-}
-
-func endpointMap(m string) bool {
-	return strings.HasPrefix(m, mapEndpointsPrefix) || strings.HasPrefix(m, mapEndpointChainsPrefix)
 }
 
 // endpointMapName is the endpoint map a dispatch chain's numgen reads:
@@ -372,22 +415,41 @@ func endpointMap(m string) bool {
 func endpointMapName(chain string, proto proxy.Protocol, affinity bool) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(chain))
-	shard := strconv.Itoa(int(h.Sum32() % endpointShards))
+	shard := h.Sum32() % endpointShards
 	if affinity {
-		return mapEndpointChainsPrefix + shard
+		return endpointMapNames["affinity"][shard]
 	}
-	return mapEndpointsPrefix + string(proto) + "-" + shard
+	if names, ok := endpointMapNames[proto]; ok {
+		return names[shard]
+	}
+	return mapEndpointsPrefix + string(proto) + "-" + strconv.Itoa(int(shard))
 }
+
+// endpointMapNames are the endpoint maps' names, by protocol ("affinity":
+// the endpoint-chains maps), made once.
+var endpointMapNames = func() map[proxy.Protocol][]string {
+	out := map[proxy.Protocol][]string{}
+	for _, p := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP, "affinity"} {
+		for shard := range endpointShards {
+			name := mapEndpointsPrefix + string(p) + "-" + strconv.Itoa(shard)
+			if p == "affinity" {
+				name = mapEndpointChainsPrefix + strconv.Itoa(shard)
+			}
+			out[p] = append(out[p], name)
+		}
+	}
+	return out
+}()
 
 // endpointMaps are every endpoint map's name and typeof.
 func (r *Renderer) endpointMaps() []*knftables.Map {
 	var out []*knftables.Map
 	for shard := range endpointShards {
 		for _, p := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP} {
-			out = append(out, &knftables.Map{Name: mapEndpointsPrefix + string(p) + "-" + strconv.Itoa(shard),
+			out = append(out, &knftables.Map{Name: endpointMapNames[p][shard],
 				TypeOf: "numgen random mod 1 : " + r.cfg.ipKw() + " daddr . " + string(p) + " dport"})
 		}
-		out = append(out, &knftables.Map{Name: mapEndpointChainsPrefix + strconv.Itoa(shard), TypeOf: "numgen random mod 1 : verdict"})
+		out = append(out, &knftables.Map{Name: endpointMapNames["affinity"][shard], TypeOf: "numgen random mod 1 : verdict"})
 	}
 	return out
 }
@@ -550,18 +612,23 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	// bound to its map, so rules into empty maps cost the least.
 	keys := sortedNames(next.services)
 	for _, key := range keys {
-		o := next.services[key]
-		for _, c := range o.chains {
+		for _, c := range next.services[key].chains {
 			for _, rule := range c.rules {
 				tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
 			}
 		}
-		o.written()
 	}
 	for _, key := range keys {
-		for _, e := range next.services[key].elems {
+		o := next.services[key]
+		for _, e := range o.elems {
 			tx.Add(element(e.key, e.verdict))
 		}
+		for _, c := range o.chains {
+			for _, e := range c.elements() {
+				tx.Add(e)
+			}
+		}
+		o.written()
 	}
 	for _, k := range sortedKeysOf(next.shared) {
 		tx.Add(setElement(k))
@@ -623,8 +690,17 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 			next.services[key] = nw
 		}
 		for _, c := range old.chains {
-			if nc, ok := nw.chain(c.name); !ok || nc.keys != c.keys {
+			nc, _ := nw.chain(c.name)
+			if nc.keys != c.keys {
 				next.slots.release(c.keys)
+			}
+			dels, as := diffPicks(c.pick, nc.pick)
+			delElems = append(delElems, dels...)
+			adds = append(adds, as...)
+		}
+		for _, c := range nw.chains {
+			if _, ok := old.chain(c.name); !ok {
+				adds = append(adds, c.elements()...)
 			}
 		}
 		for _, e := range old.elems {
@@ -907,25 +983,25 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
 				return
 			}
-			keys := alloc(chain, len(eps))
-			o.ranges[chain] = keys
-			epMap := endpointMapName(chain, sp.Protocol, svc.AffinityTimeout > 0)
-			pick := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(keys.off), 10)
+			pk := pick{keys: alloc(chain, len(eps)), m: endpointMapName(chain, sp.Protocol, svc.AffinityTimeout > 0),
+				sums: make([]uint64, len(eps)), vals: make([]string, len(eps))}
+			numgen := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(pk.keys.off), 10)
 			var rules []string
 			for i, ep := range eps {
-				k := strconv.FormatUint(uint64(keys.off)+uint64(i), 10)
 				if svc.AffinityTimeout > 0 {
 					c := epChain(ep)
 					rules = append(rules, ip+" saddr @aff-"+hash(id+"/"+netip.AddrPortFrom(ep.IP, ep.Port).String())+" goto "+c)
-					o.elems[elemKey{epMap, k}] = "goto " + c
+					pk.vals[i] = "goto " + c
 				} else {
-					o.elems[elemKey{epMap, k}] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
+					pk.vals[i] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
 				}
+				pk.sums[i] = valueSum(pk.vals[i])
 			}
+			o.picks[chain] = pk
 			if svc.AffinityTimeout > 0 {
-				o.chains[chain] = append(rules, pick+" vmap @"+epMap)
+				o.chains[chain] = append(rules, numgen+" vmap @"+pk.m)
 			} else {
-				o.chains[chain] = []string{proto + " dnat " + ip + " addr . port to " + pick + " map @" + epMap}
+				o.chains[chain] = []string{proto + " dnat " + ip + " addr . port to " + numgen + " map @" + pk.m}
 			}
 		}
 		// Hairpin: this node's endpoints may be reached by themselves.

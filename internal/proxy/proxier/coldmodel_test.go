@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"testing"
 
@@ -85,6 +86,9 @@ func BenchmarkColdModel(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		live = ms.HeapAlloc
+		if f := os.Getenv("FLATNET_COLD_HEAPPROFILE"); f != "" {
+			writeHeapProfile(b, f)
+		}
 		runtime.KeepAlive(in)
 		runtime.KeepAlive(tr)
 		runtime.KeepAlive(be)

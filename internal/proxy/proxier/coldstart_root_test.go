@@ -481,14 +481,7 @@ func coldChild(b *testing.B, kubeconfig string) {
 	runtime.ReadMemStats(&ms)
 	r.LiveHeapBytes = ms.HeapAlloc
 	if path := os.Getenv("FLATNET_COLD_HEAPPROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
+		writeHeapProfile(b, path)
 	}
 	data, _ := json.Marshal(r)
 	if err := os.WriteFile(os.Getenv("FLATNET_COLD_RESULT"), data, 0o644); err != nil {
@@ -620,4 +613,16 @@ func kubeProxyColdStart(ctx context.Context, b *testing.B, bin, kubeconfig strin
 	log, _ := os.ReadFile(dir + "/kube-proxy.log")
 	b.Fatalf("kube-proxy: no sync in 20 minutes\n%s", log)
 	return 0, 0, 0
+}
+
+// writeHeapProfile writes the heap profile (in-use and allocated) to path.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
