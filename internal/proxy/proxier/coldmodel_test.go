@@ -64,11 +64,14 @@ func BenchmarkColdModel(b *testing.B) {
 			}
 			tr.OnService(o.svc)
 		}
-		for _, o := range in {
-			if _, err := tracker.Slim(o.slice); err != nil {
+		for i, o := range in {
+			sl, err := tracker.Slim(o.slice)
+			if err != nil {
 				b.Fatal(err)
 			}
-			tr.OnEndpointSlice(o.slice)
+			// What the informer caches is the Slice: the API object goes.
+			in[i].slice = nil
+			tr.OnSlice(sl.(*tracker.Slice))
 		}
 		null := &nullNFT{txs: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)}
 		be := nftables.NewBackend(null, nftables.Config{Family: knftables.IPv4Family, NodeName: coldNode,

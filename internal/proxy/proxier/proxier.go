@@ -215,16 +215,21 @@ func (p *Proxier) onService(obj any, deleted bool) {
 }
 
 func (p *Proxier) onSlice(obj any, deleted bool) {
-	slice, ok := unwrap(obj).(*discovery.EndpointSlice)
-	if !ok {
+	var slice *tracker.Slice
+	switch o := unwrap(obj).(type) {
+	case *tracker.Slice: // the informers' transform made it
+		slice = o
+	case *discovery.EndpointSlice:
+		slice = tracker.CompactSlice(o)
+	default:
 		return
 	}
 	if deleted {
-		p.tracker.OnEndpointSliceDelete(slice)
+		p.tracker.OnSliceDelete(slice)
 	} else {
-		p.tracker.OnEndpointSlice(slice)
+		p.tracker.OnSlice(slice)
 	}
-	if slice.AddressType == p.addressType() && slice.Labels[discovery.LabelServiceName] != "" {
+	if slice.AddressType == p.addressType() && slice.Service != "" {
 		p.cfg.Metrics.EndpointsChanged()
 	}
 	p.queue()

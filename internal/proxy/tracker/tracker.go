@@ -5,9 +5,9 @@
 // is now (current); a change that returns an object to its synced form is
 // dropped, so a flapping update costs no sync work.
 //
-// Services and their slices are kept as API objects (the informer's, never
-// mutated) and the model of a key is rebuilt from them on every event for
-// that key, so the cost of an event follows the size of one service.
+// Services are kept as API objects and slices as Slices (the informer's,
+// never mutated) and the model of a key is rebuilt from them on every event
+// for that key, so the cost of an event follows the size of one service.
 package tracker
 
 import (
@@ -35,7 +35,7 @@ type Tracker struct {
 
 	mu       sync.Mutex // protects the fields below
 	services map[string]*v1.Service
-	slices   map[string]map[string]*discovery.EndpointSlice // service key -> slice name -> slice
+	slices   map[string]map[string]*Slice // service key -> slice name -> slice
 	models   map[string]*proxy.Service
 	// keys are the models' keys, sorted, as of the last Take; stale when
 	// a key came or went since (an endpoint change leaves them: a sync
@@ -66,7 +66,7 @@ func New(ipv6 bool) *Tracker {
 	return &Tracker{
 		ipv6:     ipv6,
 		services: map[string]*v1.Service{},
-		slices:   map[string]map[string]*discovery.EndpointSlice{},
+		slices:   map[string]map[string]*Slice{},
 		models:   map[string]*proxy.Service{},
 		previous: map[string]*proxy.Service{},
 
@@ -90,7 +90,15 @@ func (t *Tracker) OnServiceDelete(svc *v1.Service) {
 
 // OnEndpointSlice records slice's new state. Slices without the
 // kubernetes.io/service-name label belong to no service and are ignored.
-func (t *Tracker) OnEndpointSlice(slice *discovery.EndpointSlice) {
+func (t *Tracker) OnEndpointSlice(slice *discovery.EndpointSlice) { t.OnSlice(CompactSlice(slice)) }
+
+// OnEndpointSliceDelete records that slice is gone.
+func (t *Tracker) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
+	t.OnSliceDelete(CompactSlice(slice))
+}
+
+// OnSlice is OnEndpointSlice for a slice the informer already compacted.
+func (t *Tracker) OnSlice(slice *Slice) {
 	key, ok := sliceService(slice)
 	if !ok {
 		return
@@ -98,15 +106,15 @@ func (t *Tracker) OnEndpointSlice(slice *discovery.EndpointSlice) {
 	t.update(key, func() {
 		m := t.slices[key]
 		if m == nil {
-			m = map[string]*discovery.EndpointSlice{}
+			m = map[string]*Slice{}
 			t.slices[key] = m
 		}
 		m[slice.Name] = slice
 	}, func(changed bool) { t.endpointEvent(key, slice, false, changed) })
 }
 
-// OnEndpointSliceDelete records that slice is gone.
-func (t *Tracker) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
+// OnSliceDelete is OnEndpointSliceDelete for a compacted slice.
+func (t *Tracker) OnSliceDelete(slice *Slice) {
 	key, ok := sliceService(slice)
 	if !ok {
 		return
@@ -129,7 +137,7 @@ func (t *Tracker) serviceEvent(key string, changed bool) {
 // slices of the tracker's family count, and only when they changed
 // something; a deletion's trigger time would be the slice's last update,
 // not the deletion, so it drops the key's times instead.
-func (t *Tracker) endpointEvent(key string, slice *discovery.EndpointSlice, deleted, changed bool) {
+func (t *Tracker) endpointEvent(key string, slice *Slice, deleted, changed bool) {
 	want := discovery.AddressTypeIPv4
 	if t.ipv6 {
 		want = discovery.AddressTypeIPv6
@@ -142,17 +150,16 @@ func (t *Tracker) endpointEvent(key string, slice *discovery.EndpointSlice, dele
 		delete(t.triggers, key)
 		return
 	}
-	if at, err := time.Parse(time.RFC3339Nano, slice.Annotations[v1.EndpointsLastChangeTriggerTime]); err == nil && at.After(t.start) {
+	if at, err := time.Parse(time.RFC3339Nano, slice.TriggerTime); err == nil && at.After(t.start) {
 		t.triggers[key] = append(t.triggers[key], at)
 	}
 }
 
-func sliceService(slice *discovery.EndpointSlice) (string, bool) {
-	name := slice.Labels[discovery.LabelServiceName]
-	if name == "" {
+func sliceService(slice *Slice) (string, bool) {
+	if slice.Service == "" {
 		return "", false
 	}
-	return slice.Namespace + "/" + name, true
+	return slice.Namespace + "/" + slice.Service, true
 }
 
 // update applies one event to key's objects, rebuilds its model and tells
@@ -273,14 +280,14 @@ func (t *Tracker) build(key string) *proxy.Service {
 	if svc == nil {
 		return nil
 	}
-	var slices []*discovery.EndpointSlice
+	var slices []*Slice
 	for _, name := range sortedNames(t.slices[key]) {
 		slices = append(slices, t.slices[key][name])
 	}
-	return Convert(svc, slices, t.ipv6)
+	return convert(svc, slices, t.ipv6)
 }
 
-func sortedNames(m map[string]*discovery.EndpointSlice) []string {
+func sortedNames(m map[string]*Slice) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -296,6 +303,14 @@ func sortedNames(m map[string]*discovery.EndpointSlice) []string {
 // targetPorts arrive resolved per pod there); an address listed in two
 // slices counts once.
 func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *proxy.Service {
+	compact := make([]*Slice, len(slices))
+	for i, s := range slices {
+		compact[i] = CompactSlice(s)
+	}
+	return convert(svc, compact, ipv6)
+}
+
+func convert(svc *v1.Service, slices []*Slice, ipv6 bool) *proxy.Service {
 	if svc.Spec.Type == v1.ServiceTypeExternalName {
 		return nil
 	}
@@ -385,58 +400,29 @@ func protocolOf(p v1.Protocol) v1.Protocol {
 	return p
 }
 
-func endpoints(sp v1.ServicePort, sls []*discovery.EndpointSlice, fam func(netip.Addr) bool) []proxy.Endpoint {
+func endpoints(sp v1.ServicePort, sls []*Slice, fam func(netip.Addr) bool) []proxy.Endpoint {
 	n := 0
 	for _, sl := range sls {
 		n += len(sl.Endpoints)
 	}
 	out := make([]proxy.Endpoint, 0, n)
 	for _, sl := range sls {
-		var port *discovery.EndpointPort
+		var port *SlicePort
 		for i := range sl.Ports {
-			pp := &sl.Ports[i]
-			name := ""
-			if pp.Name != nil {
-				name = *pp.Name
-			}
-			proto := v1.ProtocolTCP
-			if pp.Protocol != nil {
-				proto = *pp.Protocol
-			}
-			if name == sp.Name && proto == protocolOf(sp.Protocol) {
+			if pp := &sl.Ports[i]; pp.Name == sp.Name && pp.Protocol == protocolOf(sp.Protocol) {
 				port = pp
 				break
 			}
 		}
-		if port == nil || port.Port == nil || !validPort(*port.Port) {
+		if port == nil || !validPort(port.Port) {
 			continue
 		}
 		for _, e := range sl.Endpoints {
-			if len(e.Addresses) == 0 {
+			if !fam(e.Addr) {
 				continue
 			}
-			// Like kube-proxy, only the first address counts: the others
-			// are the same pod and would only skew the balance.
-			a, err := netip.ParseAddr(e.Addresses[0])
-			if err != nil || !fam(a) {
-				continue
-			}
-			ep := proxy.Endpoint{IP: a.Unmap(), Port: uint16(*port.Port), Ready: true}
-			c := e.Conditions
-			if c.Ready != nil {
-				ep.Ready = *c.Ready
-			}
-			ep.Serving = ep.Ready
-			if c.Serving != nil {
-				ep.Serving = *c.Serving
-			}
-			if c.Terminating != nil {
-				ep.Terminating = *c.Terminating
-			}
-			if e.NodeName != nil {
-				ep.NodeName = *e.NodeName
-			}
-			out = append(out, ep)
+			out = append(out, proxy.Endpoint{IP: e.Addr, Port: uint16(port.Port), Ready: e.Ready, Serving: e.Serving,
+				Terminating: e.Terminating, NodeName: e.NodeName})
 		}
 	}
 	// Sorted, and an address:port listed twice counts once, as it came
