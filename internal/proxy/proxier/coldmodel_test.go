@@ -58,19 +58,20 @@ func BenchmarkColdModel(b *testing.B) {
 		in := objs()
 		b.StartTimer()
 		tr := tracker.New(false)
-		for _, o := range in {
-			if _, err := tracker.Slim(o.svc); err != nil {
+		for i, o := range in {
+			svc, err := tracker.Slim(o.svc)
+			if err != nil {
 				b.Fatal(err)
 			}
-			tr.OnService(o.svc)
+			in[i].svc = nil // what the informer caches is the Svc
+			tr.OnSvc(svc.(*tracker.Svc))
 		}
 		for i, o := range in {
 			sl, err := tracker.Slim(o.slice)
 			if err != nil {
 				b.Fatal(err)
 			}
-			// What the informer caches is the Slice: the API object goes.
-			in[i].slice = nil
+			in[i].slice = nil // what the informer caches is the Slice
 			tr.OnSlice(sl.(*tracker.Slice))
 		}
 		null := &nullNFT{txs: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)}

@@ -201,14 +201,19 @@ func unwrap(obj any) any {
 }
 
 func (p *Proxier) onService(obj any, deleted bool) {
-	svc, ok := unwrap(obj).(*v1.Service)
-	if !ok {
+	var svc *tracker.Svc
+	switch o := unwrap(obj).(type) {
+	case *tracker.Svc: // the informers' transform made it
+		svc = o
+	case *v1.Service:
+		svc = tracker.CompactService(o)
+	default:
 		return
 	}
 	if deleted {
-		p.tracker.OnServiceDelete(svc)
+		p.tracker.OnSvcDelete(svc)
 	} else {
-		p.tracker.OnService(svc)
+		p.tracker.OnSvc(svc)
 	}
 	p.cfg.Metrics.ServiceChanged()
 	p.queue()

@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"net/netip"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -87,6 +88,70 @@ func CompactSlice(s *discovery.EndpointSlice) *Slice {
 		if p.Port != nil {
 			sp.Port = *p.Port
 		}
+	}
+	return out
+}
+
+// Svc is what the proxy keeps of a Service: the informers' transform
+// (Slim) turns each Service into one before it is cached. A Service's
+// struct alone is about 1 KB, most of it fields the proxy never reads.
+type Svc struct {
+	// ObjectMeta holds the name, namespace, UID and resourceVersion: the
+	// informer's key and version.
+	metav1.ObjectMeta
+	Type v1.ServiceType
+	// ClusterIPs is spec.clusterIPs, or spec.clusterIP when that is empty.
+	ClusterIPs      []string
+	ExternalIPs     []string
+	LoadBalancerIPs []string // status.loadBalancer.ingress[].ip
+	SourceRanges    []string // spec.loadBalancerSourceRanges
+	// AffinityTimeout is the ClientIP affinity's timeout; 0 without
+	// affinity.
+	AffinityTimeout              time.Duration
+	ExternalLocal, InternalLocal bool // the traffic policies are Local
+	HealthCheckNodePort          int32
+	Ports                        []SvcPort
+}
+
+// SvcPort is one spec.ports entry; Protocol "" is TCP.
+type SvcPort struct {
+	Name           string
+	Protocol       v1.Protocol
+	Port, NodePort int32
+}
+
+// CompactService returns the Svc of an API Service.
+func CompactService(svc *v1.Service) *Svc {
+	s := &svc.Spec
+	out := &Svc{
+		ObjectMeta:          metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion, DeletionTimestamp: svc.DeletionTimestamp},
+		Type:                s.Type,
+		ClusterIPs:          s.ClusterIPs,
+		ExternalIPs:         s.ExternalIPs,
+		SourceRanges:        s.LoadBalancerSourceRanges,
+		ExternalLocal:       s.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
+		InternalLocal:       s.InternalTrafficPolicy != nil && *s.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
+		HealthCheckNodePort: s.HealthCheckNodePort,
+	}
+	if len(out.ClusterIPs) == 0 && s.ClusterIP != "" {
+		out.ClusterIPs = []string{s.ClusterIP}
+	}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP != "" {
+			out.LoadBalancerIPs = append(out.LoadBalancerIPs, ing.IP)
+		}
+	}
+	if s.SessionAffinity == v1.ServiceAffinityClientIP {
+		out.AffinityTimeout = defaultAffinityTimeout
+		if c := s.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			out.AffinityTimeout = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+		}
+	}
+	if len(s.Ports) > 0 {
+		out.Ports = make([]SvcPort, len(s.Ports))
+	}
+	for i, p := range s.Ports {
+		out.Ports[i] = SvcPort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, NodePort: p.NodePort}
 	}
 	return out
 }

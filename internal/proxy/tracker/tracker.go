@@ -34,7 +34,7 @@ type Tracker struct {
 	ipv6 bool
 
 	mu       sync.Mutex // protects the fields below
-	services map[string]*v1.Service
+	services map[string]*Svc
 	slices   map[string]map[string]*Slice // service key -> slice name -> slice
 	models   map[string]*proxy.Service
 	// keys are the models' keys, sorted, as of the last Take; stale when
@@ -65,7 +65,7 @@ type Tracker struct {
 func New(ipv6 bool) *Tracker {
 	return &Tracker{
 		ipv6:     ipv6,
-		services: map[string]*v1.Service{},
+		services: map[string]*Svc{},
 		slices:   map[string]map[string]*Slice{},
 		models:   map[string]*proxy.Service{},
 		previous: map[string]*proxy.Service{},
@@ -77,13 +77,19 @@ func New(ipv6 bool) *Tracker {
 }
 
 // OnService records svc as added or updated.
-func (t *Tracker) OnService(svc *v1.Service) {
+func (t *Tracker) OnService(svc *v1.Service) { t.OnSvc(CompactService(svc)) }
+
+// OnServiceDelete records that svc is gone.
+func (t *Tracker) OnServiceDelete(svc *v1.Service) { t.OnSvcDelete(CompactService(svc)) }
+
+// OnSvc is OnService for a Service the informer already compacted.
+func (t *Tracker) OnSvc(svc *Svc) {
 	key := svc.Namespace + "/" + svc.Name
 	t.update(key, func() { t.services[key] = svc }, func(changed bool) { t.serviceEvent(key, changed) })
 }
 
-// OnServiceDelete records that svc is gone.
-func (t *Tracker) OnServiceDelete(svc *v1.Service) {
+// OnSvcDelete is OnServiceDelete for a compacted Service.
+func (t *Tracker) OnSvcDelete(svc *Svc) {
 	key := svc.Namespace + "/" + svc.Name
 	t.update(key, func() { delete(t.services, key) }, func(changed bool) { t.serviceEvent(key, changed) })
 }
@@ -307,11 +313,11 @@ func Convert(svc *v1.Service, slices []*discovery.EndpointSlice, ipv6 bool) *pro
 	for i, s := range slices {
 		compact[i] = CompactSlice(s)
 	}
-	return convert(svc, compact, ipv6)
+	return convert(CompactService(svc), compact, ipv6)
 }
 
-func convert(svc *v1.Service, slices []*Slice, ipv6 bool) *proxy.Service {
-	if svc.Spec.Type == v1.ServiceTypeExternalName {
+func convert(svc *Svc, slices []*Slice, ipv6 bool) *proxy.Service {
+	if svc.Type == v1.ServiceTypeExternalName {
 		return nil
 	}
 	fam := func(a netip.Addr) bool { return a.IsValid() && a.Unmap().Is6() == ipv6 }
@@ -320,36 +326,32 @@ func convert(svc *v1.Service, slices []*Slice, ipv6 bool) *proxy.Service {
 		Name:      svc.Name,
 		Type:      proxy.ClusterIP,
 	}
-	switch svc.Spec.Type {
+	switch svc.Type {
 	case v1.ServiceTypeNodePort:
 		m.Type = proxy.NodePort
 	case v1.ServiceTypeLoadBalancer:
 		m.Type = proxy.LoadBalancer
 	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	for _, s := range ips {
+	for _, s := range svc.ClusterIPs {
 		if a, err := netip.ParseAddr(s); err == nil && fam(a) {
 			m.ClusterIP = a.Unmap()
 			break
 		}
 	}
-	for _, s := range svc.Spec.ExternalIPs {
+	for _, s := range svc.ExternalIPs {
 		if a, err := netip.ParseAddr(s); err == nil && fam(a) {
 			m.ExternalIPs = append(m.ExternalIPs, a.Unmap())
 		}
 	}
 	if m.Type == proxy.LoadBalancer {
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if a, err := netip.ParseAddr(ing.IP); err == nil && fam(a) {
+		for _, ip := range svc.LoadBalancerIPs {
+			if a, err := netip.ParseAddr(ip); err == nil && fam(a) {
 				m.LoadBalancerIPs = append(m.LoadBalancerIPs, a.Unmap())
 			}
 		}
 	}
 	if m.Type == proxy.LoadBalancer {
-		for _, r := range svc.Spec.LoadBalancerSourceRanges {
+		for _, r := range svc.SourceRanges {
 			p, err := netip.ParsePrefix(strings.TrimSpace(r))
 			if err != nil {
 				continue // the API server validates these
@@ -360,21 +362,15 @@ func convert(svc *v1.Service, slices []*Slice, ipv6 bool) *proxy.Service {
 			}
 		}
 	}
-	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
-		m.AffinityTimeout = defaultAffinityTimeout
-		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
-			m.AffinityTimeout = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
-		}
+	m.AffinityTimeout = svc.AffinityTimeout
+	m.ExternalLocal, m.InternalLocal = svc.ExternalLocal, svc.InternalLocal
+	if m.Type == proxy.LoadBalancer && m.ExternalLocal && validPort(svc.HealthCheckNodePort) {
+		m.HealthCheckNodePort = uint16(svc.HealthCheckNodePort)
 	}
-	m.ExternalLocal = svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-	m.InternalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
-	if m.Type == proxy.LoadBalancer && m.ExternalLocal && validPort(svc.Spec.HealthCheckNodePort) {
-		m.HealthCheckNodePort = uint16(svc.Spec.HealthCheckNodePort)
+	if len(svc.Ports) > 0 {
+		m.Ports = make([]proxy.ServicePort, 0, len(svc.Ports))
 	}
-	if len(svc.Spec.Ports) > 0 {
-		m.Ports = make([]proxy.ServicePort, 0, len(svc.Spec.Ports))
-	}
-	for _, sp := range svc.Spec.Ports {
+	for _, sp := range svc.Ports {
 		proto := proxy.Protocol(strings.ToLower(string(protocolOf(sp.Protocol))))
 		// The API server validates these; a port that slipped through would
 		// make nft refuse the whole transaction, so it is left out here.
@@ -400,7 +396,7 @@ func protocolOf(p v1.Protocol) v1.Protocol {
 	return p
 }
 
-func endpoints(sp v1.ServicePort, sls []*Slice, fam func(netip.Addr) bool) []proxy.Endpoint {
+func endpoints(sp SvcPort, sls []*Slice, fam func(netip.Addr) bool) []proxy.Endpoint {
 	n := 0
 	for _, sl := range sls {
 		n += len(sl.Endpoints)
