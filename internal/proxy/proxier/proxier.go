@@ -31,7 +31,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -200,14 +199,23 @@ func unwrap(obj any) any {
 	return obj
 }
 
-func (p *Proxier) onService(obj any, deleted bool) {
-	var svc *tracker.Svc
+// cached is an informer's object as the tracker's compact type C, which
+// the informers' transform (tracker.Slim) made; an API object of type A
+// (from an informer without the transform) is compacted here.
+func cached[C, A any](obj any, compact func(A) C) (C, bool) {
 	switch o := unwrap(obj).(type) {
-	case *tracker.Svc: // the informers' transform made it
-		svc = o
-	case *v1.Service:
-		svc = tracker.CompactService(o)
-	default:
+	case C:
+		return o, true
+	case A:
+		return compact(o), true
+	}
+	var zero C
+	return zero, false
+}
+
+func (p *Proxier) onService(obj any, deleted bool) {
+	svc, ok := cached(obj, tracker.CompactService)
+	if !ok {
 		return
 	}
 	if deleted {
@@ -220,13 +228,8 @@ func (p *Proxier) onService(obj any, deleted bool) {
 }
 
 func (p *Proxier) onSlice(obj any, deleted bool) {
-	var slice *tracker.Slice
-	switch o := unwrap(obj).(type) {
-	case *tracker.Slice: // the informers' transform made it
-		slice = o
-	case *discovery.EndpointSlice:
-		slice = tracker.CompactSlice(o)
-	default:
+	slice, ok := cached(obj, tracker.CompactSlice)
+	if !ok {
 		return
 	}
 	if deleted {
