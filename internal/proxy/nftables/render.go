@@ -18,16 +18,17 @@
 // node's own (traffic policy Local), ext-* is the entry for NodePorts,
 // externalIPs and load-balancer IPs (masquerade for policy Cluster, source
 // kept for Local). The pick is one rule, "dnat ip addr . port to numgen
-// random mod N offset K map @endpoints": every service shares one named
-// map, each service port owning keys [K, K+N) of it. Not one anonymous map
-// per service port, as kube-proxy writes: the kernel binds each anonymous
-// set to its rule by walking the whole transaction, so a ruleset of 10,000
-// of them took 54 s to commit, where the named map commits in linear time
-// (docs/proxy.md, "Programming the kernel"). With session affinity each
-// endpoint has an ep-* chain that records the client in a per-endpoint
-// dynamic set (timeout = affinity timeout) and DNATs, and the pick is
-// "numgen random mod N offset K vmap @endpoint-chains". Hairpin traffic
-// (an endpoint reaching itself) is masqueraded in postrouting. A service port without usable
+// random mod N offset K map @endpoints-tcp-7": the services share named
+// endpoint maps (per protocol, 16 of each, see endpointMapName), each
+// service port owning keys [K, K+N) of one. Not one anonymous map per
+// service port, as kube-proxy writes: the kernel binds each anonymous set
+// to its rule by walking the whole transaction, so a ruleset of 10,000 of
+// them took 54 s to commit, against about 1 s now (docs/proxy.md, "Table
+// layout"). With session affinity each endpoint has an ep-* chain that
+// records the client in a per-endpoint dynamic set (timeout = affinity
+// timeout) and DNATs, and the pick is "numgen random mod N offset K vmap
+// @endpoint-chains-3". Hairpin traffic (an endpoint reaching itself) is
+// masqueraded in postrouting. A service port without usable
 // endpoints is never in @service-ips: its keys sit in the no-endpoint maps
 // and the filter chains reject (TCP reset, ICMP port unreachable), so a client
 // fails at once instead of timing out.
@@ -157,7 +158,7 @@ type elemKey struct{ Map, Key string }
 type draft struct {
 	chains map[string][]string      // chain -> rules
 	sets   map[string]time.Duration // affinity set -> timeout
-	elems  map[elemKey]string       // map element -> verdict or value
+	elems  map[elemKey]string       // map element -> verdict
 	picks  map[string]pick          // dispatch chain -> its endpoint-map elements
 	// shared are elements of the shared sets (cluster-ips,
 	// hairpin-connections) this service wants; others may want them too.
@@ -417,28 +418,24 @@ func endpointMapName(chain string, proto proxy.Protocol, affinity bool) string {
 	_, _ = h.Write([]byte(chain))
 	shard := h.Sum32() % endpointShards
 	if affinity {
-		return endpointMapNames["affinity"][shard]
+		return endpointChainMapNames[shard]
 	}
-	if names, ok := endpointMapNames[proto]; ok {
-		return names[shard]
-	}
-	return mapEndpointsPrefix + string(proto) + "-" + strconv.Itoa(int(shard))
+	return endpointMapNames[proto][shard]
 }
 
-// endpointMapNames are the endpoint maps' names, by protocol ("affinity":
-// the endpoint-chains maps), made once.
-var endpointMapNames = func() map[proxy.Protocol][]string {
-	out := map[proxy.Protocol][]string{}
-	for _, p := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP, "affinity"} {
-		for shard := range endpointShards {
-			name := mapEndpointsPrefix + string(p) + "-" + strconv.Itoa(shard)
-			if p == "affinity" {
-				name = mapEndpointChainsPrefix + strconv.Itoa(shard)
-			}
-			out[p] = append(out[p], name)
+// endpointMapNames are the endpoint maps' names by protocol (the model
+// carries TCP, UDP and SCTP only: the tracker drops other ports), and
+// endpointChainMapNames the endpoint-chains maps', made once.
+var endpointMapNames, endpointChainMapNames = func() (map[proxy.Protocol][]string, []string) {
+	byProto := map[proxy.Protocol][]string{}
+	var chains []string
+	for shard := range endpointShards {
+		for _, p := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP} {
+			byProto[p] = append(byProto[p], mapEndpointsPrefix+string(p)+"-"+strconv.Itoa(shard))
 		}
+		chains = append(chains, mapEndpointChainsPrefix+strconv.Itoa(shard))
 	}
-	return out
+	return byProto, chains
 }()
 
 // endpointMaps are every endpoint map's name and typeof.
@@ -449,7 +446,7 @@ func (r *Renderer) endpointMaps() []*knftables.Map {
 			out = append(out, &knftables.Map{Name: endpointMapNames[p][shard],
 				TypeOf: "numgen random mod 1 : " + r.cfg.ipKw() + " daddr . " + string(p) + " dport"})
 		}
-		out = append(out, &knftables.Map{Name: endpointMapNames["affinity"][shard], TypeOf: "numgen random mod 1 : verdict"})
+		out = append(out, &knftables.Map{Name: endpointChainMapNames[shard], TypeOf: "numgen random mod 1 : verdict"})
 	}
 	return out
 }
