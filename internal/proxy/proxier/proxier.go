@@ -320,8 +320,9 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 		// 10,000 Services about 150,000 operations and 100 MB), which
 		// the runtime would hand back to the kernel only over minutes:
 		// give it back now, so the node sees the proxy's steady size.
-		// One garbage collection, once per large full sync.
-		debug.FreeOSMemory()
+		// One garbage collection, once per large full sync, off the sync
+		// loop so that a change queued behind the sync does not wait for it.
+		go debug.FreeOSMemory()
 	}
 	p.cfg.Health.Updated()
 	p.cfg.Metrics.Synced(done)

@@ -5,9 +5,11 @@
 // is now (current); a change that returns an object to its synced form is
 // dropped, so a flapping update costs no sync work.
 //
-// Services are kept as API objects and slices as Slices (the informer's,
-// never mutated) and the model of a key is rebuilt from them on every event
-// for that key, so the cost of an event follows the size of one service.
+// Services and slices are kept as the compact Svcs and Slices the
+// informers cache (never mutated) and the model of a key is rebuilt from
+// them on every event for that key, so the cost of an event follows the
+// size of one service. OnService, OnEndpointSlice and Convert take API
+// objects and compact them first.
 package tracker
 
 import (
