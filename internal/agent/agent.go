@@ -87,6 +87,8 @@ type Options struct {
 	ProxyMode          string
 	ProxyMinSyncPeriod time.Duration
 	ProxySyncPeriod    time.Duration
+	// ProxyFullSyncPeriod: how often the rules are rewritten in full.
+	ProxyFullSyncPeriod time.Duration
 	// ProxyNFTablesExec: the nftables mode runs nft, not netlink (proxynetlink.go).
 	ProxyNFTablesExec bool
 	// MetricsBindAddress and HealthzBindAddress are the proxy's servers
@@ -260,6 +262,9 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 	}
 	if o.Proxy && (o.ProxyMinSyncPeriod < 0 || o.ProxySyncPeriod <= 0) {
 		errs = append(errs, fmt.Errorf("--proxy-min-sync-period must be >= 0 and --proxy-sync-period > 0 (got %s, %s)", o.ProxyMinSyncPeriod, o.ProxySyncPeriod))
+	}
+	if (o.Proxy || o.ProxyOnly) && o.ProxyFullSyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--proxy-full-sync-period %s: must not be negative (0: every --proxy-sync-period)", o.ProxyFullSyncPeriod))
 	}
 	if o.Resync <= 0 {
 		errs = append(errs, fmt.Errorf("--resync must be positive (got %s)", o.Resync))

@@ -34,7 +34,8 @@ const (
 func addProxyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ProxyMode, "proxy-mode", ProxyModeAuto, "--proxy, --proxy-only: how Services are served: nftables, iptables, userspace (Go proxies on the service addresses), or auto (the first of those that works here; the choice is logged). The other modes' rules are removed at start")
 	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
-	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: how often the Service rules are fully resynced")
+	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: kube-proxy's syncPeriod: /healthz fails when a change waits more than twice it, and a failed sync is retried at least this often")
+	fs.DurationVar(&o.ProxyFullSyncPeriod, "proxy-full-sync-period", time.Hour, "--proxy, --proxy-only: how often the Service rules are listed and rewritten in full (kube-proxy's fixed full-sync period, an hour), repairing drift such as a foreign edit of the table; every other sync writes only what changed; 0: every --proxy-sync-period")
 	fs.BoolVar(&o.ProxyNFTablesExec, "proxy-nftables-exec", false, "--proxy: the nftables mode pipes each sync to an nft process instead of committing it over netlink in process (the old path, for debugging)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", DefaultMetricsBindAddress,
 		"--proxy: IP:port of the proxy's Prometheus metrics (/metrics, kube-proxy's metrics named flatnet_*); \"\" or \"0\" disables. "+
@@ -227,14 +228,17 @@ func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, ci
 		MetricsBindAddress: o.MetricsBindAddress,
 		HealthzBindAddress: o.HealthzBindAddress,
 		NFTablesExec:       o.ProxyNFTablesExec,
-	}, renders, o.ProxyMinSyncPeriod, o.ProxySyncPeriod, "--proxy")
+	}, renders, syncPeriods{o.ProxyMinSyncPeriod, o.ProxySyncPeriod, o.ProxyFullSyncPeriod}, "--proxy")
 }
+
+// syncPeriods are the proxier's runner intervals (proxier.Config).
+type syncPeriods struct{ min, max, full time.Duration }
 
 // buildProxiers picks the proxy mode (mode may be auto) and returns one
 // proxier per render config (a family; the nftables mode's table), with
 // the shared metrics and health servers (run by the first). flag names the
 // agent's mode in errors.
-func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string, sc proxyServersConfig, renders []nftables.Config, minSync, maxSync time.Duration, flag string) ([]*proxier.Proxier, error) {
+func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string, sc proxyServersConfig, renders []nftables.Config, periods syncPeriods, flag string) ([]*proxier.Proxier, error) {
 	kits := proxyModeKits()
 	if !sc.NFTablesExec {
 		kits[ProxyModeNFTables] = overNetlink(kits[ProxyModeNFTables])
@@ -258,9 +262,11 @@ func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string
 			Backend:  b,
 			IPv6:     r.Family == knftables.IPv6Family,
 			NodeName: r.NodeName,
-			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s.
-			MinSyncInterval: minSync,
-			MaxSyncInterval: maxSync,
+			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s,
+			// a full sync hourly.
+			MinSyncInterval:  periods.min,
+			MaxSyncInterval:  periods.max,
+			FullSyncInterval: periods.full,
 		}
 		// Stale UDP/SCTP flows are deleted in the agent's netns; the
 		// userspace mode NATs nothing, so it leaves no stale entry.

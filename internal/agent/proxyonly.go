@@ -91,6 +91,7 @@ const (
 	kubeProxyHealthzBindAddress = "0.0.0.0:10256"
 	kubeProxyMetricsBindAddress = "127.0.0.1:10249"
 	kubeProxySyncPeriod         = 30 * time.Second
+	kubeProxyFullSyncPeriod     = time.Hour
 	kubeProxyMinSyncPeriod      = time.Second
 	kubeProxyMasqueradeBit      = 14
 )
@@ -148,6 +149,7 @@ type proxyOnlySettings struct {
 	ClusterCIDRs   []netip.Prefix
 	MinSyncPeriod  time.Duration
 	SyncPeriod     time.Duration
+	FullSyncPeriod time.Duration // --proxy-full-sync-period (the file has no such field)
 	MasqueradeMark uint32
 	// NodePortAddresses (nodePortAddresses CIDRs) and NodePortPrimary
 	// ("primary": the Node's InternalIPs, added at start) restrict
@@ -335,6 +337,11 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 	}
 	if changed("proxy-min-sync-period") {
 		s.MinSyncPeriod, minFrom = in.ProxyMinSyncPeriod, "--proxy-min-sync-period"
+	}
+	// kube-proxy has no field for it: an hour, fixed (FullSyncPeriod).
+	s.FullSyncPeriod = kubeProxyFullSyncPeriod
+	if changed("proxy-full-sync-period") {
+		s.FullSyncPeriod = in.ProxyFullSyncPeriod
 	}
 	if s.SyncPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("%s %s: must be greater than 0", syncFrom, s.SyncPeriod))
@@ -577,7 +584,7 @@ func runProxyOnly(ctx context.Context, o Options) error {
 		return err
 	}
 	logger.Info("Starting the Service proxy alone (--proxy-only)", "node", s.NodeName, "clusterCIDRs", s.ClusterCIDRs,
-		"families", len(proxiers), "minSyncPeriod", s.MinSyncPeriod, "syncPeriod", s.SyncPeriod,
+		"families", len(proxiers), "minSyncPeriod", s.MinSyncPeriod, "syncPeriod", s.SyncPeriod, "fullSyncPeriod", s.FullSyncPeriod,
 		"healthz", s.HealthzBindAddress, "metrics", s.MetricsBindAddress)
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -662,5 +669,5 @@ func proxyOnlyProxiers(ctx context.Context, client kubernetes.Interface, s *prox
 		MetricsBindAddress: s.MetricsBindAddress,
 		HealthzBindAddress: s.HealthzBindAddress,
 		HardFail:           s.BindAddressHard,
-	}, renders, s.MinSyncPeriod, s.SyncPeriod, "--proxy-only")
+	}, renders, syncPeriods{s.MinSyncPeriod, s.SyncPeriod, s.FullSyncPeriod}, "--proxy-only")
 }

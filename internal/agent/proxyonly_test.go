@@ -111,6 +111,7 @@ func TestResolveProxyOnly(t *testing.T) {
 		NodeName:           "env-node",
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
+		FullSyncPeriod:     time.Hour,
 		MasqueradeMark:     0x4000,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
@@ -167,6 +168,7 @@ nodePortAddresses: [all]
 			ClusterCIDRs:       []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 			SyncPeriod:         time.Minute,
 			MinSyncPeriod:      2 * time.Second,
+			FullSyncPeriod:     time.Hour,
 			MasqueradeMark:     1 << 5,
 			HealthzBindAddress: "10.0.0.1:10256",
 			MetricsBindAddress: "[::]:10249",
@@ -211,15 +213,15 @@ nodePortAddresses: [all]
 		name: "flags given win over the file",
 		in: func() proxyOnlyInput {
 			in := input(header+"clientConnection: {kubeconfig: /file}\nhostnameOverride: file-node\nclusterCIDR: 10.1.0.0/16\nnftables: {syncPeriod: 1m, minSyncPeriod: 5s}\n",
-				"kubeconfig", "cluster-cidr", "proxy-sync-period", "proxy-min-sync-period")
+				"kubeconfig", "cluster-cidr", "proxy-sync-period", "proxy-min-sync-period", "proxy-full-sync-period")
 			in.Kubeconfig, in.ClusterCIDR, in.HostnameOverride = "/flag", "10.2.0.0/16", "Flag-Node"
-			in.ProxySyncPeriod, in.ProxyMinSyncPeriod = 2*time.Minute, 0
+			in.ProxySyncPeriod, in.ProxyMinSyncPeriod, in.ProxyFullSyncPeriod = 2*time.Minute, 0, 10*time.Minute
 			return in
 		}(),
 		want: with(func(s *proxyOnlySettings) {
 			s.Kubeconfig, s.NodeName = "/flag", "flag-node"
 			s.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}
-			s.SyncPeriod, s.MinSyncPeriod = 2*time.Minute, 0
+			s.SyncPeriod, s.MinSyncPeriod, s.FullSyncPeriod = 2*time.Minute, 0, 10*time.Minute
 		}),
 	}, {
 		name: "server flags given win over the file; empty turns a server off",

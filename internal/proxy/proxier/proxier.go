@@ -6,9 +6,10 @@
 //
 // Design. The runner (proxy/runner) decides which syncs are full: the
 // first, the one after a failed sync, and one at least every
-// MaxSyncInterval however many partial syncs ran meanwhile, so drift (a
-// foreign edit of the table, a bug in a partial sync) is repaired within a
-// period even on a busy cluster. A full sync reads the table's chains
+// FullSyncInterval (the agent's is an hour, as kube-proxy's) however many
+// partial syncs ran meanwhile, so drift (a foreign edit of the table, a
+// bug in a partial sync) is repaired within that period even on a busy
+// cluster. A full sync reads the table's chains
 // and sets first and reconciles against them, so a restarted agent neither
 // flushes its table (established flows keep their DNAT through the restart)
 // nor leaves chains of services deleted while it was down. Every other sync
@@ -68,11 +69,13 @@ type Config struct {
 	NodeName string
 	NFT      NFT
 	Render   nftables.Config
-	// MinSyncInterval bounds how often syncs start; MaxSyncInterval is the
-	// period of full resyncs and caps the backoff of retries.
-	MinSyncInterval time.Duration
-	MaxSyncInterval time.Duration
-	Clock           runner.Clock // the system clock when nil
+	// MinSyncInterval bounds how often syncs start; MaxSyncInterval caps
+	// the backoff of retries; FullSyncInterval is the period of full
+	// resyncs (MaxSyncInterval when 0).
+	MinSyncInterval  time.Duration
+	MaxSyncInterval  time.Duration
+	FullSyncInterval time.Duration
+	Clock            runner.Clock // the system clock when nil
 	// Conntrack, when set, is where stale UDP and SCTP entries are
 	// deleted after each sync (conntrack.Netlink{} on a node).
 	Conntrack conntrack.Interface
@@ -129,7 +132,7 @@ func New(cfg Config) *Proxier {
 	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctReconcile: true}
 	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
-		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, Clock: cfg.Clock,
+		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, FullInterval: cfg.FullSyncInterval, Clock: cfg.Clock,
 	})
 	return p
 }

@@ -8,7 +8,8 @@
 //   - two syncs start at least MinInterval apart (a request arriving sooner
 //     waits for the interval to pass, then runs);
 //   - a sync is full when it is the first, when the one before failed, or
-//     when the last successful full sync started MaxInterval ago or more.
+//     when the last successful full sync started FullInterval ago or more
+//     (MaxInterval when FullInterval is 0).
 //     That clock is kept apart from the last sync of any kind: on a busy
 //     cluster requests keep partial syncs coming more often than
 //     MaxInterval, and a full one must still come, or drift (a foreign
@@ -20,6 +21,12 @@
 //     Services the kernel needs minutes to commit a full nftables resync
 //     (docs/benchmarks.md); resyncing every 30 s would keep the proxy
 //     busy for good and hold every partial sync behind a resync;
+//   - FullInterval apart from MaxInterval is kube-proxy's split between
+//     syncPeriod and its hard-coded hourly FullSyncPeriod: a full resync
+//     lists and rewrites the whole table, which at 10,000 Services costs
+//     seconds of CPU and a transient 100 MB, so the proxy does it hourly
+//     and repairs drift within the hour, while MaxInterval still caps the
+//     retry backoff;
 //   - a failed sync is retried without any new request after RetryInterval,
 //     doubled on each further failure up to MaxInterval, and reset by a
 //     success. Requests do not cut that wait short: the retry is a full
@@ -54,12 +61,14 @@ var Real Clock = realClock{}
 type Func func(ctx context.Context, full bool) error
 
 // Config sets the intervals. MinInterval may be 0 (run at once on every
-// request); MaxInterval is the full-resync period (an hour when 0) and
-// caps the retry backoff; RetryInterval, the first retry's delay, defaults
-// to MinInterval, or one second when that is 0.
+// request); MaxInterval caps the retry backoff and is the full-resync
+// period unless FullInterval is set (an hour when 0); RetryInterval, the
+// first retry's delay, defaults to MinInterval, or one second when that
+// is 0.
 type Config struct {
 	MinInterval   time.Duration
 	MaxInterval   time.Duration
+	FullInterval  time.Duration
 	RetryInterval time.Duration
 	Clock         Clock // Real when nil
 }
@@ -89,6 +98,9 @@ func New(fn Func, cfg Config) *Runner {
 	}
 	if cfg.MaxInterval <= 0 {
 		cfg.MaxInterval = time.Hour
+	}
+	if cfg.FullInterval <= 0 {
+		cfg.FullInterval = cfg.MaxInterval
 	}
 	return &Runner{cfg: cfg, fn: fn, kick: make(chan struct{}, 1)}
 }
@@ -153,9 +165,9 @@ func (r *Runner) full(s schedule, now time.Time) bool {
 }
 
 // fullPeriod is the time from a full sync's start to the next one's:
-// MaxInterval, or FullSyncSpacing times the last one's duration if longer.
+// FullInterval, or FullSyncSpacing times the last one's duration if longer.
 func (r *Runner) fullPeriod(s schedule) time.Duration {
-	return max(r.cfg.MaxInterval, FullSyncSpacing*s.fullTook)
+	return max(r.cfg.FullInterval, FullSyncSpacing*s.fullTook)
 }
 
 // due is when the next sync may start: at once for the first; after a

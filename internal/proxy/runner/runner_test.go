@@ -265,3 +265,56 @@ func TestSlowFullResyncIsSpacedOut(t *testing.T) {
 	h.sync(t0.Add(FullSyncSpacing*20*time.Second), true, nil) // quick
 	h.nextArmed(t0.Add(FullSyncSpacing*20*time.Second + maxI))
 }
+
+// With FullInterval set, full resyncs come that far apart however many
+// partial syncs run, while failures still back off up to MaxInterval only.
+func TestFullIntervalApartFromMaxInterval(t *testing.T) {
+	const fullI = 10 * maxI
+	failing := false
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, FullInterval: fullI, RetryInterval: time.Second}, func(runnertest.Event) error {
+		if failing {
+			return errors.New("nft: boom")
+		}
+		return nil
+	})
+	t0 := h.clock.Now()
+	if syncs := h.clock.Idle(t); len(syncs) != 1 || !syncs[0].Full {
+		t.Fatalf("first syncs %+v, want one full", syncs)
+	}
+	// Idle: no wake-up before the full resync is due.
+	if got := h.clock.Deadline(); !got.Equal(t0.Add(fullI)) {
+		t.Fatalf("idle loop waits until %v, want the full resync at %v", got.Sub(t0), fullI)
+	}
+	// Requests every 30 s: partial syncs only, until the full one is due.
+	var full []time.Duration
+	for now := 30 * time.Second; now <= 2*fullI; now += 30 * time.Second {
+		for _, s := range h.clock.Step(t, 30*time.Second) {
+			if s.Full {
+				full = append(full, s.At.Sub(t0))
+			}
+		}
+		h.r.Run()
+		for _, s := range h.clock.Idle(t) {
+			if s.Full {
+				full = append(full, s.At.Sub(t0))
+			}
+		}
+	}
+	if want := []time.Duration{fullI, 2 * fullI}; fmt.Sprint(full) != fmt.Sprint(want) {
+		t.Errorf("full syncs at %v, want %v", full, want)
+	}
+	// A failure is retried (fully) with a backoff capped at MaxInterval,
+	// not FullInterval.
+	failing = true
+	h.clock.Advance(5 * time.Second)
+	h.r.Run()
+	h.clock.Idle(t)
+	last := h.clock.Now()
+	for range 8 {
+		h.clock.Step(t, h.clock.Deadline().Sub(h.clock.Now()))
+		if gap := h.clock.Now().Sub(last); gap > maxI {
+			t.Fatalf("retry %v after the one before, want at most MaxInterval %v", gap, maxI)
+		}
+		last = h.clock.Now()
+	}
+}
