@@ -87,6 +87,8 @@ type Options struct {
 	ProxyMode          string
 	ProxyMinSyncPeriod time.Duration
 	ProxySyncPeriod    time.Duration
+	// ProxyProfiling serves /debug/pprof/ on the proxy's metrics server.
+	ProxyProfiling bool
 	// ProxyFullSyncPeriod: how often the rules are rewritten in full.
 	ProxyFullSyncPeriod time.Duration
 	// ProxyNFTablesExec: the nftables mode runs nft, not netlink (proxynetlink.go).

@@ -36,6 +36,7 @@ func addProxyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
 	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: kube-proxy's syncPeriod: /healthz fails when a change waits more than twice it, and a failed sync is retried at least this often")
 	fs.DurationVar(&o.ProxyFullSyncPeriod, "proxy-full-sync-period", time.Hour, "--proxy, --proxy-only: how often the Service rules are listed and rewritten in full (kube-proxy's fixed full-sync period, an hour), repairing drift such as a foreign edit of the table; every other sync writes only what changed; 0: every --proxy-sync-period")
+	fs.BoolVar(&o.ProxyProfiling, "profiling", false, "--proxy: also serve Go's /debug/pprof/ (heap, CPU, goroutine profiles) on --metrics-bind-address, as kube-proxy's --profiling does")
 	fs.BoolVar(&o.ProxyNFTablesExec, "proxy-nftables-exec", false, "--proxy: the nftables mode pipes each sync to an nft process instead of committing it over netlink in process (the old path, for debugging)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", DefaultMetricsBindAddress,
 		"--proxy: IP:port of the proxy's Prometheus metrics (/metrics, kube-proxy's metrics named flatnet_*); \"\" or \"0\" disables. "+
@@ -59,6 +60,8 @@ type proxyServersConfig struct {
 	HardFail bool
 	// NFTablesExec: the nftables mode runs nft instead of netlink.
 	NFTablesExec bool
+	// Profiling serves /debug/pprof/ on the metrics server.
+	Profiling bool
 }
 
 // proxyServers are what a node's proxiers (one per IP family) share: the
@@ -95,6 +98,7 @@ func newProxyServers(client kubernetes.Interface, mode string, cfg proxyServersC
 	m := metrics.New()
 	// kube-proxy answers its own mode here.
 	m.ProxyMode = mode
+	m.Profiling = cfg.Profiling
 	health := healthcheck.NewProxierHealth(healthcheck.ProxierHealthConfig{
 		NodeName: cfg.NodeName,
 		// kube-proxy's healthzTimeout.
@@ -227,6 +231,7 @@ func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, ci
 		SyncPeriod:         o.ProxySyncPeriod,
 		MetricsBindAddress: o.MetricsBindAddress,
 		HealthzBindAddress: o.HealthzBindAddress,
+		Profiling:          o.ProxyProfiling,
 		NFTablesExec:       o.ProxyNFTablesExec,
 	}, renders, syncPeriods{o.ProxyMinSyncPeriod, o.ProxySyncPeriod, o.ProxyFullSyncPeriod}, "--proxy")
 }

@@ -159,6 +159,7 @@ type proxyOnlySettings struct {
 	HealthzBindAddress string
 	MetricsBindAddress string
 	BindAddressHard    bool
+	Profiling          bool // enableProfiling, or --profiling
 
 	// Ignored names the file's fields that are set but that flatnet does
 	// not use; Warnings are the rest worth a log line (unknown fields).
@@ -430,6 +431,7 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 		}
 	}
 	s.BindAddressHard = cfg.BindAddressHardFail
+	s.Profiling = cfg.EnableProfiling || in.ProxyProfiling
 
 	s.Ignored = ignoredFields(cfg)
 	if err := errors.Join(errs...); err != nil {
@@ -510,7 +512,6 @@ func ignoredFields(c *kubeproxy.KubeProxyConfiguration) []string {
 	add(len(c.FeatureGates) > 0, "featureGates")
 	add(c.Logging.Format != "" || c.Logging.Verbosity != 0 || len(c.Logging.VModule) > 0, "logging (use -v and --vmodule)")
 	add(c.BindAddress != "", "bindAddress")
-	add(c.EnableProfiling, "enableProfiling")
 	add(c.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion")
 	add(c.OOMScoreAdj != nil, "oomScoreAdj")
 	add(ct.MaxPerCore != nil || ct.Min != nil || ct.TCPEstablishedTimeout != nil || ct.TCPCloseWaitTimeout != nil ||
@@ -669,5 +670,6 @@ func proxyOnlyProxiers(ctx context.Context, client kubernetes.Interface, s *prox
 		MetricsBindAddress: s.MetricsBindAddress,
 		HealthzBindAddress: s.HealthzBindAddress,
 		HardFail:           s.BindAddressHard,
+		Profiling:          s.Profiling,
 	}, renders, syncPeriods{s.MinSyncPeriod, s.SyncPeriod, s.FullSyncPeriod}, "--proxy-only")
 }

@@ -244,7 +244,7 @@ nodePortAddresses: [all]
 		}(),
 		want: with(func(s *proxyOnlySettings) { s.NodeName = "from-flag" }),
 	}, {
-		name: "fields flatnet does not use are listed",
+		name: "fields flatnet does not use are listed; enableProfiling is used",
 		in: input(header + `
 featureGates: {Foo: true}
 logging: {verbosity: 4}
@@ -255,8 +255,9 @@ configSyncPeriod: 15m
 ipvs: {scheduler: rr}
 `),
 		want: with(func(s *proxyOnlySettings) {
-			s.Ignored = []string{"featureGates", "logging (use -v and --vmodule)", "enableProfiling", "oomScoreAdj",
+			s.Ignored = []string{"featureGates", "logging (use -v and --vmodule)", "oomScoreAdj",
 				"conntrack (flatnet leaves the node's conntrack sysctls as they are)", "configSyncPeriod"}
+			s.Profiling = true // served on the metrics port, as kube-proxy does
 		}),
 	}, {
 		name: "unknown and repeated fields: decoded leniently, with a warning",

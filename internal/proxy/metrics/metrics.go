@@ -15,6 +15,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -40,6 +41,9 @@ type Metrics struct {
 	// ProxyMode is what /proxyMode answers, as kube-proxy's metrics
 	// server does ("nftables"); empty: no /proxyMode.
 	ProxyMode string
+	// Profiling adds Go's /debug/pprof/ handlers (kube-proxy's
+	// enableProfiling): heap and CPU profiles of a running proxy.
+	Profiling bool
 
 	syncDuration        *prometheus.HistogramVec
 	syncFullDuration    *prometheus.HistogramVec
@@ -137,10 +141,18 @@ func (m *Metrics) Serve(ctx context.Context, addr string) error {
 }
 
 // Mux is what Serve serves: /metrics, and /proxyMode as kube-proxy's
-// metrics port has it (tools and the e2e suite read the mode there).
+// metrics port has it (tools and the e2e suite read the mode there), and
+// with Profiling Go's /debug/pprof/ as kube-proxy's enableProfiling adds.
 func (m *Metrics) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
+	if m.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if m.ProxyMode != "" {
 		mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")

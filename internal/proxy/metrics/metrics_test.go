@@ -161,3 +161,16 @@ func TestProxyMode(t *testing.T) {
 		t.Errorf("/proxyMode: %d %q", code, body)
 	}
 }
+
+// /debug/pprof/ is served only with Profiling.
+func TestProfiling(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		m := New()
+		m.Profiling = on
+		rec := httptest.NewRecorder()
+		m.Mux().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/heap", nil))
+		if got := rec.Code == 200 && rec.Body.Len() > 0; got != on {
+			t.Errorf("Profiling %v: /debug/pprof/heap answered %d (%d bytes)", on, rec.Code, rec.Body.Len())
+		}
+	}
+}
