@@ -36,6 +36,8 @@
 #             /dev/shm: no fsync in every API write; the API's part of
 #             "API → programmed" is the same for every proxy)
 #   RESULTS   append the raw results (JSON lines) to this file
+#   PROFILES  write each proxy's heap profile after its cold start to this
+#             directory (enableProfiling: true for every proxy alike)
 #   FLATNET   the flatnet binary measured and running the lab (default
 #             bin/flatnet, which make bench-proxy builds from the work tree)
 set -euo pipefail
@@ -140,7 +142,7 @@ nice -n "$nice" "$root/proxybench" run -state-dir "$labs" -lab "$name" -prefix "
   -modes "${MODES:-kube-proxy-nftables,kube-proxy-iptables,flatnet-nftables,flatnet-iptables,flatnet-userspace}" \
   -sizes "${SIZES:-1000,5000,10000}" -reps "${REPS:-50}" -burst "${BURST:-1000}" -min-sync "${MIN_SYNC:-1s}" \
   -endpoints "${ENDPOINTS:-3}" -dp-duration "${DP_DURATION:-5s}" -dp-max "${DP_MAX:-50000}" -dp-conc "${DP_CONC:-4}" \
-  -timeout "${TIMEOUT:-5m}" -dir "$root/work" -out "$root/results.jsonl" &
+  -timeout "${TIMEOUT:-5m}" -dir "$root/work" -out "$root/results.jsonl" ${PROFILES:+-profiles "$(mkdir -p "$PROFILES" && realpath "$PROFILES")"} &
 bench_pid=$!
 wait "$bench_pid"
 bench_pid=

@@ -94,6 +94,9 @@ type runner struct {
 	minSync string
 	run     string
 	dp      probeReq // the data path's load (without Addr)
+	// profiles, when set, is where each proxy's heap profile after its
+	// cold start is written (enableProfiling set for every proxy alike).
+	profiles string
 }
 
 // result is one JSON line of the results.
@@ -146,6 +149,7 @@ func runCmd(args []string) error {
 		dir        = fs.String("dir", "", "working directory (configs, logs, pid files)")
 		resultPath = fs.String("out", "", "results (JSON lines, appended)")
 		timeout    = fs.Duration("timeout", 5*time.Minute, "longest wait for a proxy to program what it is waited for")
+		profiles   = fs.String("profiles", "", "write each proxy's heap profile (/debug/pprof/heap, enableProfiling: true for every proxy) after its cold start to this directory")
 	)
 	_ = fs.Parse(args)
 	if *stateDir == "" || *labName == "" || *kubeProxy == "" || *dir == "" || *resultPath == "" {
@@ -249,7 +253,7 @@ func runCmd(args []string) error {
 
 	r := &runner{ctx: ctx, lab: spec, objs: objs, configs: map[*proxy]string{}, self: self, prefix: *prefix, nodeIP: nodeIP,
 		dir: *dir, pidDir: pidDir, out: out, reps: *reps, burst: *burst, timeout: *timeout, minSync: *minSync, run: time.Now().UTC().Format(time.RFC3339),
-		dp: probeReq{Op: "load", Duration: *dpDur, Max: *dpMax, Conc: *dpConc}}
+		dp: probeReq{Op: "load", Duration: *dpDur, Max: *dpMax, Conc: *dpConc}, profiles: *profiles}
 	for i, label := range chosen {
 		kind, mode, _ := strings.Cut(strings.TrimPrefix(label, "kube-proxy-"), "-")
 		p := &proxy{label: label, kind: "flatnet", mode: mode, table: "flatnet-proxy", metricPrefix: "flatnet_", dir: *dir, pidDir: pidDir,
@@ -261,6 +265,9 @@ func runCmd(args []string) error {
 		}
 		path := filepath.Join(*dir, label+".yaml")
 		cfg := fmt.Appendf(nil, configTemplate, spec.Kubeconfig(), p.nodeName, clusterCIDR, p.mode, *minSync, *minSync, metricsPort, healthzPort)
+		if *profiles != "" {
+			cfg = append(cfg, "enableProfiling: true\n"...)
+		}
 		if err := os.WriteFile(path, cfg, 0o644); err != nil {
 			return err
 		}
@@ -380,6 +387,12 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 	// to the kernel before the 2 s are up, and the peak is what a memory
 	// limit must allow.
 	rec("rss_peak_mib", st.peakMiB, "")
+	if r.profiles != "" {
+		path := filepath.Join(r.profiles, fmt.Sprintf("%s-%d.heap", p.label, n))
+		if _, err := p.in("curl", "-sf", "--max-time", "20", "-o", path, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap", metricsPort)); err != nil {
+			logf("N=%d: %s: no heap profile: %v", n, p.label, err)
+		}
+	}
 	full := histogram{}
 	if m, err := p.metrics(fmt.Sprintf("127.0.0.1:%d", metricsPort), histograms...); err == nil {
 		full = m["sync_full_proxy_rules_duration_seconds"]
