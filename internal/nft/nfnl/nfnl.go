@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -163,7 +164,10 @@ func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
 	for name, s := range c.created {
 		cp := *s
 		cp.id = 0
-		r.sets[name] = &cp
+		// The name is a piece of the transaction's text: a copy, or the
+		// cache would keep the whole text (megabytes at 10,000 Services)
+		// alive until the set is next created.
+		r.sets[strings.Clone(name)] = &cp
 	}
 	return nil
 }
@@ -201,7 +205,7 @@ func (r *Runner) lookupSet(name string) (*setInfo, error) {
 	}
 	for _, rep := range replies {
 		if _, s, err := parseSet(rep.data); err == nil && s != nil {
-			r.sets[name] = s
+			r.sets[strings.Clone(name)] = s
 			return s, nil
 		} else if err != nil {
 			return nil, err
@@ -326,7 +330,7 @@ func (r *Runner) ListAll(ctx context.Context) (map[string][]string, error) {
 		}
 		out[typ] = append(out[typ], name)
 		if s != nil {
-			r.sets[name] = s
+			r.sets[strings.Clone(name)] = s
 		}
 	}
 	return out, nil
