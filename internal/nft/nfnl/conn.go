@@ -60,7 +60,8 @@ func dial(nsPath string) (*conn, error) {
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
-	return &conn{fd: fd, buf: make([]byte, 1<<20)}, nil
+	// The buffer grows to the largest message seen (recv peeks first).
+	return &conn{fd: fd, buf: make([]byte, 64<<10)}, nil
 }
 
 func (c *conn) close() error { return unix.Close(c.fd) }

@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Slice is what the proxy keeps of an EndpointSlice: the informers'
@@ -17,9 +16,9 @@ import (
 // and port field, a 200-byte struct per endpoint); a Slice is about a
 // quarter of that, which at 10,000 Services is most of the proxy's heap.
 type Slice struct {
-	// ObjectMeta holds the name, namespace, UID and resourceVersion: the
+	// Meta holds the name, namespace, UID and resourceVersion: the
 	// informer's key and version.
-	metav1.ObjectMeta
+	Meta
 	Service     string // the kubernetes.io/service-name label ("": no service)
 	AddressType discovery.AddressType
 	TriggerTime string // the endpoints.kubernetes.io/last-change-trigger-time annotation
@@ -47,7 +46,7 @@ type SlicePort struct {
 // CompactSlice returns the Slice of an API EndpointSlice.
 func CompactSlice(s *discovery.EndpointSlice) *Slice {
 	out := &Slice{
-		ObjectMeta:  metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion, DeletionTimestamp: s.DeletionTimestamp},
+		Meta:        metaOf(&s.ObjectMeta),
 		Service:     s.Labels[discovery.LabelServiceName],
 		AddressType: s.AddressType,
 		TriggerTime: s.Annotations[v1.EndpointsLastChangeTriggerTime],
@@ -96,9 +95,9 @@ func CompactSlice(s *discovery.EndpointSlice) *Slice {
 // (Slim) turns each Service into one before it is cached. A Service's
 // struct alone is about 1 KB, most of it fields the proxy never reads.
 type Svc struct {
-	// ObjectMeta holds the name, namespace, UID and resourceVersion: the
+	// Meta holds the name, namespace, UID and resourceVersion: the
 	// informer's key and version.
-	metav1.ObjectMeta
+	Meta
 	Type v1.ServiceType
 	// ClusterIPs is spec.clusterIPs, or spec.clusterIP when that is empty.
 	ClusterIPs      []string
@@ -124,7 +123,7 @@ type SvcPort struct {
 func CompactService(svc *v1.Service) *Svc {
 	s := &svc.Spec
 	out := &Svc{
-		ObjectMeta:          metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion, DeletionTimestamp: svc.DeletionTimestamp},
+		Meta:                metaOf(&svc.ObjectMeta),
 		Type:                s.Type,
 		ClusterIPs:          s.ClusterIPs,
 		ExternalIPs:         s.ExternalIPs,

@@ -125,7 +125,14 @@ func TestSlimKeepsTheModel(t *testing.T) {
 				t.Errorf("%s ipv6=%v: round differs after Slim (-orig +slim):\n%s", typ, ipv6, diff)
 			}
 			if slimSvc.Name != "web" || slimSvc.ResourceVersion != "42" || slimSls[0].Service != "web" || slimSls[0].TriggerTime == "" {
-				t.Errorf("%s: Slim lost what the tracker or the informer reads: %+v %+v", typ, slimSvc.ObjectMeta, slimSls[0])
+				t.Errorf("%s: Slim lost what the tracker or the informer reads: %+v %+v", typ, slimSvc.Meta, slimSls[0])
+			}
+			// The informers' cache keys compact objects as it keys API ones.
+			for _, o := range []any{slimSvc, slimSls[0]} {
+				want, _ := cache.MetaNamespaceKeyFunc(map[bool]any{true: svc, false: sls[0]}[o == any(slimSvc)])
+				if got, err := cache.MetaNamespaceKeyFunc(o); err != nil || got != want {
+					t.Errorf("%s: informer key of %T: %q, %v; want %q", typ, o, got, err, want)
+				}
 			}
 			// A deleted slice whose last state the informer missed is
 			// compacted inside its wrapper.

@@ -37,8 +37,10 @@ type Tracker struct {
 
 	mu       sync.Mutex // protects the fields below
 	services map[string]*Svc
-	slices   map[string]map[string]*Slice // service key -> slice name -> slice
-	models   map[string]*proxy.Service
+	// slices: service key -> its slices, sorted by name (a map per
+	// service cost 400 bytes for the one slice most services have).
+	slices map[string][]*Slice
+	models map[string]*proxy.Service
 	// keys are the models' keys, sorted, as of the last Take; stale when
 	// a key came or went since (an endpoint change leaves them: a sync
 	// then sorts nothing).
@@ -68,7 +70,7 @@ func New(ipv6 bool) *Tracker {
 	return &Tracker{
 		ipv6:     ipv6,
 		services: map[string]*Svc{},
-		slices:   map[string]map[string]*Slice{},
+		slices:   map[string][]*Slice{},
 		models:   map[string]*proxy.Service{},
 		previous: map[string]*proxy.Service{},
 
@@ -112,12 +114,12 @@ func (t *Tracker) OnSlice(slice *Slice) {
 		return
 	}
 	t.update(key, func() {
-		m := t.slices[key]
-		if m == nil {
-			m = map[string]*Slice{}
-			t.slices[key] = m
+		l := t.slices[key]
+		if i, found := slices.BinarySearchFunc(l, slice.Name, bySliceName); found {
+			l[i] = slice
+		} else {
+			t.slices[key] = slices.Insert(l, i, slice)
 		}
-		m[slice.Name] = slice
 	}, func(changed bool) { t.endpointEvent(key, slice, false, changed) })
 }
 
@@ -128,9 +130,14 @@ func (t *Tracker) OnSliceDelete(slice *Slice) {
 		return
 	}
 	t.update(key, func() {
-		delete(t.slices[key], slice.Name)
-		if len(t.slices[key]) == 0 {
+		l := t.slices[key]
+		if i, found := slices.BinarySearchFunc(l, slice.Name, bySliceName); found {
+			l = slices.Delete(l, i, i+1)
+		}
+		if len(l) == 0 {
 			delete(t.slices, key)
+		} else {
+			t.slices[key] = l
 		}
 	}, func(changed bool) { t.endpointEvent(key, slice, true, changed) })
 }
@@ -288,21 +295,10 @@ func (t *Tracker) build(key string) *proxy.Service {
 	if svc == nil {
 		return nil
 	}
-	var slices []*Slice
-	for _, name := range sortedNames(t.slices[key]) {
-		slices = append(slices, t.slices[key][name])
-	}
-	return convert(svc, slices, t.ipv6)
+	return convert(svc, t.slices[key], t.ipv6)
 }
 
-func sortedNames(m map[string]*Slice) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func bySliceName(s *Slice, name string) int { return strings.Compare(s.Name, name) }
 
 // Convert builds the model of svc for one family from its EndpointSlices.
 // It returns nil for ExternalName services, which the proxy does not serve.

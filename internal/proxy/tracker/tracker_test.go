@@ -1,7 +1,9 @@
 package tracker
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -349,5 +351,42 @@ func TestTakeKeepsKeyOrder(t *testing.T) {
 	tr.OnEndpointSlice(slice("c", "c-1", 8080, ep("10.1.0.2")))
 	if diff := cmp.Diff([]string{"b/0", "c/1"}, keys()); diff != "" {
 		t.Fatalf("after an endpoint change (-want +got):\n%s", diff)
+	}
+}
+
+// A service's slices are kept by name: added in any order, replaced,
+// deleted (also one never seen), the model is Convert's of what is left.
+func TestSlicesOfAService(t *testing.T) {
+	tr := New(false)
+	svc := service("web")
+	tr.OnService(svc)
+	now := map[string]*discovery.EndpointSlice{}
+	apply := func(s *discovery.EndpointSlice, del bool) {
+		if del {
+			tr.OnEndpointSliceDelete(s)
+			delete(now, s.Name)
+		} else {
+			tr.OnEndpointSlice(s)
+			now[s.Name] = s
+		}
+		var want []*discovery.EndpointSlice
+		for _, name := range slices.Sorted(maps.Keys(now)) {
+			want = append(want, now[name])
+		}
+		got := tr.Take().Services
+		if diff := cmp.Diff([]*proxy.Service{Convert(svc, want, false)}, got, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+			t.Fatalf("after %s %s (-want +got):\n%s", map[bool]string{true: "deleting", false: "adding"}[del], s.Name, diff)
+		}
+	}
+	apply(slice("web", "web-b", 8080, ep("10.1.0.2")), false)
+	apply(slice("web", "web-a", 8080, ep("10.1.0.1")), false)
+	apply(slice("web", "web-c", 8080, ep("10.1.0.3")), false)
+	apply(slice("web", "web-b", 8080, ep("10.1.0.4"), ep("10.1.0.5")), false)
+	apply(slice("web", "web-x", 8080), true)
+	apply(slice("web", "web-a", 8080), true)
+	apply(slice("web", "web-c", 8080), true)
+	apply(slice("web", "web-b", 8080), true)
+	if len(tr.slices) != 0 {
+		t.Errorf("slices left for gone slices: %v", tr.slices)
 	}
 }
