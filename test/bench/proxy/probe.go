@@ -11,51 +11,24 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // serveCmd accepts on *:port, writes the local address the connection came
-// to (the endpoint it reached) and closes.
+// to (the endpoint it reached) and closes (serveRaw).
 func serveCmd(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	port := fs.Int("port", endpointPort, "port")
 	_ = fs.Parse(args)
-	ln, err := net.Listen("tcp4", fmt.Sprintf(":%d", *port))
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					if errors.Is(err, net.ErrClosed) {
-						return
-					}
-					continue
-				}
-				ip := c.LocalAddr().(*net.TCPAddr).IP.String()
-				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = c.Write([]byte(ip + "\n"))
-				_ = c.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	return nil
+	return serveRaw(*port)
 }
 
 // probeReq is one request to the prober.
@@ -112,7 +85,7 @@ func proberCmd(args []string) error {
 			case "probe":
 				resp = probe(req)
 			case "load":
-				resp = load(req)
+				resp = loadRaw(req)
 			default:
 				resp.Err = fmt.Sprintf("unknown op %q", req.Op)
 			}
@@ -188,42 +161,6 @@ func probe(req probeReq) probeResp {
 		resp.Err = fmt.Sprintf("%d of %d targets: %v", len(errs), len(req.Targets), errs[0])
 	}
 	return resp
-}
-
-func load(req probeReq) probeResp {
-	deadline := time.Now().Add(req.Duration)
-	var left atomic.Int64
-	left.Store(int64(req.Max))
-	var errCount atomic.Int64
-	lats := make([][]float64, max(req.Conc, 1))
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for w := range lats {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 && time.Now().Before(deadline) {
-				s := time.Now()
-				c, err := net.DialTimeout("tcp4", req.Addr, time.Second)
-				if err != nil {
-					errCount.Add(1)
-					continue
-				}
-				lats[w] = append(lats[w], time.Since(s).Seconds())
-				// A reset: no TIME_WAIT on either side, no port reuse trouble.
-				_ = c.(*net.TCPConn).SetLinger(0)
-				_ = c.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(t0).Seconds()
-	var all []float64
-	for _, l := range lats {
-		all = append(all, l...)
-	}
-	sort.Float64s(all)
-	return probeResp{N: len(all), Errors: int(errCount.Load()), Seconds: el, P50: percentile(all, 50), P99: percentile(all, 99)}
 }
 
 // percentile is the nearest-rank percentile of sorted values (of 50, p99

@@ -728,12 +728,41 @@ func (r *runner) dataPath(p *proxy, n int) error {
 		return fmt.Errorf("%s: data path: no connection made (%d failed)", p.label, resp.Errors)
 	}
 	note := fmt.Sprintf("%d connections in %.2fs, %d at a time, %d failed", resp.N, resp.Seconds, req.Conc, resp.Errors)
+	if p.mode == "iptables" {
+		// A new connection walks the nat table's service chain rule by
+		// rule to its Service's; kube-proxy writes that chain in Go's map
+		// order, so where the target falls varies from run to run.
+		if pos, total := servicesChainPosition(p, r.objs.clusterIP(0)); pos > 0 {
+			note += fmt.Sprintf("; its rule is %d of %d in the service chain", pos, total)
+		}
+	}
 	rate := float64(resp.N) / resp.Seconds
 	r.record(result{Proxy: p.label, N: n, Metric: "dp_cps", Value: rate, Note: note})
 	r.record(result{Proxy: p.label, N: n, Metric: "dp_p50_s", Value: resp.P50})
 	r.record(result{Proxy: p.label, N: n, Metric: "dp_p99_s", Value: resp.P99})
 	logf("N=%d: %s data path: %.0f new connections/s, connect p50 %.0f us p99 %.0f us (%s)", n, p.label, rate, resp.P50*1e6, resp.P99*1e6, note)
 	return nil
+}
+
+// servicesChainPosition is where ip's rule sits among the rules of the
+// nat table's service dispatch chain (KUBE-SERVICES, or flatnet's
+// FLATNET-SERVICES), and how many rules that chain has; 0, 0 when unknown.
+func servicesChainPosition(p *proxy, ip string) (pos, total int) {
+	out, err := p.in("iptables-save", "-t", "nat")
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "-A" || (f[1] != "KUBE-SERVICES" && f[1] != "FLATNET-SERVICES") {
+			continue
+		}
+		total++
+		if pos == 0 && strings.Contains(l, " -d "+ip+"/32 ") {
+			pos = total
+		}
+	}
+	return pos, total
 }
 
 func median(v []float64) float64 {
