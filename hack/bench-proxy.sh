@@ -28,7 +28,7 @@
 #   MIN_SYNC  min sync period, every proxy alike (default 1s)
 #   ENDPOINTS endpoints per Service (default 3)
 #   DP_DURATION, DP_MAX, DP_CONC  data path: longest run, most connections,
-#             connections at a time (default 5s, 50000, 4)
+#             connections at a time (default 5s, 150000, 4)
 #   TIMEOUT   longest wait for a proxy to program one step (default 5m)
 #   NICE      niceness of the lab and the run (default -10: the machine's
 #             other work, builds and tests, takes less from the figures)
@@ -141,7 +141,7 @@ nice -n "$nice" "$root/proxybench" run -state-dir "$labs" -lab "$name" -prefix "
   -kube-proxy "$k8sbin/kube-proxy" -flatnet "$flatnet" \
   -modes "${MODES:-kube-proxy-nftables,kube-proxy-iptables,flatnet-nftables,flatnet-iptables,flatnet-userspace}" \
   -sizes "${SIZES:-1000,5000,10000}" -reps "${REPS:-50}" -burst "${BURST:-1000}" -min-sync "${MIN_SYNC:-1s}" \
-  -endpoints "${ENDPOINTS:-3}" -dp-duration "${DP_DURATION:-5s}" -dp-max "${DP_MAX:-50000}" -dp-conc "${DP_CONC:-4}" \
+  -endpoints "${ENDPOINTS:-3}" -dp-duration "${DP_DURATION:-5s}" -dp-max "${DP_MAX:-150000}" -dp-conc "${DP_CONC:-4}" \
   -timeout "${TIMEOUT:-5m}" -dir "$root/work" -out "$root/results.jsonl" ${PROFILES:+-profiles "$(mkdir -p "$PROFILES" && realpath "$PROFILES")"} &
 bench_pid=$!
 wait "$bench_pid"

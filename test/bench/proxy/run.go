@@ -143,7 +143,7 @@ func runCmd(args []string) error {
 		minSync    = fs.String("min-sync", "1s", "min sync period (every proxy alike)")
 		dpBase     = fs.Int("dp-base", 10, "Services installed for the data path's baseline")
 		dpDur      = fs.Duration("dp-duration", 5*time.Second, "data path: longest run")
-		dpMax      = fs.Int("dp-max", 50000, "data path: most connections")
+		dpMax      = fs.Int("dp-max", 150000, "data path: most connections")
 		dpConc     = fs.Int("dp-conc", 4, "data path: connections at a time")
 		workers    = fs.Int("workers", 16, "concurrent creates and burst updates")
 		dir        = fs.String("dir", "", "working directory (configs, logs, pid files)")
