@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/flatnet/flatnet/internal/cni/plugin.Version=$(VERSION)
-CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet-policy
+CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet flatnet-policy
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 

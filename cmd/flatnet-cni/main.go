@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/flatnet/flatnet/internal/cni/allinone"
 	"github.com/flatnet/flatnet/internal/cni/bandwidth"
 	"github.com/flatnet/flatnet/internal/cni/bridge"
 	"github.com/flatnet/flatnet/internal/cni/hostlocal"
@@ -24,6 +25,7 @@ import (
 var plugins = map[string]plugin.Plugin{
 	"bandwidth":      bandwidth.Plugin,
 	"bridge":         bridge.Plugin,
+	"flatnet":        allinone.Plugin,
 	"flatnet-policy": policygate.Plugin,
 	"host-local":     hostlocal.Plugin,
 	"loopback":       loopback.Plugin,

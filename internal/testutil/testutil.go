@@ -23,7 +23,7 @@ import (
 )
 
 // PluginNames are the names the multi-call binary answers to.
-var PluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet-policy"}
+var PluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet", "flatnet-policy"}
 
 // Skip is the only way a root or lab test skips: outside CI it skips t with
 // the reason; in CI (CI=true, which .ci/run exports) nothing may skip, so it

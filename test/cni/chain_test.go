@@ -85,8 +85,32 @@ const chainConf = `{
   ]
 }`
 
-func chain(subnet string) string {
-	return fmt.Sprintf(chainConf, testutil.Name("fnet-"), testutil.Name("fnb"), subnet)
+// flatnetConf is chainConf as one plugin of the flatnet type: the same
+// options and capabilities, bridge, bandwidth and portmap in one process.
+const flatnetConf = `{
+  "cniVersion": "1.1.0",
+  "name": "%s",
+  "plugins": [
+    {"type": "flatnet", "bridge": "%s", "isGateway": true, "ipMasq": true,
+     "ipam": {"type": "host-local", "dataDir": "@DATADIR@",
+              "ranges": [[{"subnet": "%s"}]], "routes": [{"dst": "0.0.0.0/0"}]},
+     "capabilities": {"bandwidth": true, "portMappings": true}, "snat": true}
+  ]
+}`
+
+// styles are the conflists the chain tests run on: the classic three
+// plugins, and the flatnet type doing their work in one process.
+var styles = map[string]string{"classic": chainConf, "flatnet": flatnetConf}
+
+func chain(style, subnet string) string {
+	return fmt.Sprintf(styles[style], testutil.Name("fnet-"), testutil.Name("fnb"), subnet)
+}
+
+// forEachStyle runs test once per conflist style.
+func forEachStyle(t *testing.T, test func(t *testing.T, style string)) {
+	for _, style := range []string{"classic", "flatnet"} {
+		t.Run(style, func(t *testing.T) { test(t, style) })
+	}
 }
 
 // The classic config from the CNI README, as users have it in
@@ -139,10 +163,12 @@ func TestClassicConfUnchanged(t *testing.T) {
 	}
 }
 
-func TestFullChain(t *testing.T) {
+func TestFullChain(t *testing.T) { forEachStyle(t, testFullChain) }
+
+func testFullChain(t *testing.T, style string) {
 	const subnet = "10.77.0.0/24"
 	testutil.RequireFreeRange(t, subnet)
-	l := newLab(t, chain(subnet))
+	l := newLab(t, chain(style, subnet))
 	before := l.hostLinks()
 	podA, podB := testutil.NewNetNS(t), testutil.NewNetNS(t)
 	caps := func(port int) map[string]any {
@@ -220,10 +246,12 @@ func (l *lab) assertClean(t *testing.T, before map[string]bool) {
 	}
 }
 
-func TestDelAfterNetnsGone(t *testing.T) {
+func TestDelAfterNetnsGone(t *testing.T) { forEachStyle(t, testDelAfterNetnsGone) }
+
+func testDelAfterNetnsGone(t *testing.T, style string) {
 	const subnet = "10.77.1.0/24"
 	testutil.RequireFreeRange(t, subnet)
-	l := newLab(t, chain(subnet))
+	l := newLab(t, chain(style, subnet))
 	before := l.hostLinks()
 	name := testutil.Name("fnt")
 	pod, err := netns.Create(name)
@@ -245,10 +273,12 @@ func TestDelAfterNetnsGone(t *testing.T) {
 	l.assertClean(t, before)
 }
 
-func TestConcurrentAdds(t *testing.T) {
+func TestConcurrentAdds(t *testing.T) { forEachStyle(t, testConcurrentAdds) }
+
+func testConcurrentAdds(t *testing.T, style string) {
 	const subnet = "10.77.2.0/24"
 	testutil.RequireFreeRange(t, subnet)
-	l := newLab(t, chain(subnet))
+	l := newLab(t, chain(style, subnet))
 	const n = 20
 	pods := make([]string, n)
 	for i := range pods {
@@ -295,10 +325,12 @@ func TestConcurrentAdds(t *testing.T) {
 
 // GC must collect by itself: we drop libcni's cache for the stale pods, so
 // libcni cannot synthesize DELs, and only the plugins' GC can free them.
-func TestGCCollectsWithoutCache(t *testing.T) {
+func TestGCCollectsWithoutCache(t *testing.T) { forEachStyle(t, testGCCollectsWithoutCache) }
+
+func testGCCollectsWithoutCache(t *testing.T, style string) {
 	const subnet = "10.77.3.0/24"
 	testutil.RequireFreeRange(t, subnet)
-	l := newLab(t, chain(subnet))
+	l := newLab(t, chain(style, subnet))
 	before := l.hostLinks()
 	caps := func(port int) map[string]any {
 		return map[string]any{
@@ -340,11 +372,13 @@ func TestGCCollectsWithoutCache(t *testing.T) {
 	}
 }
 
-func TestStatusAndExhaustion(t *testing.T) {
+func TestStatusAndExhaustion(t *testing.T) { forEachStyle(t, testStatusAndExhaustion) }
+
+func testStatusAndExhaustion(t *testing.T, style string) {
 	// A /30 has two usable addresses; the gateway takes one.
 	const subnet = "10.77.4.0/30"
 	testutil.RequireFreeRange(t, subnet)
-	l := newLab(t, chain(subnet))
+	l := newLab(t, chain(style, subnet))
 	before := l.hostLinks()
 	status := l.Status
 	if err := status(); err != nil {
@@ -414,6 +448,43 @@ func TestErrorCodes(t *testing.T) {
 				if !before[name] && !strings.HasPrefix(name, "fnb") {
 					t.Errorf("failed ADD left link %s", name)
 				}
+			}
+		})
+	}
+}
+
+// A node switching between the classic conflist and the flatnet type:
+// a pod set up by one is checked and torn down by the other, leaving
+// nothing (same network name, bridge, dataDir and libcni cache).
+func TestSwitchConflists(t *testing.T) {
+	const subnet = "10.77.6.0/24"
+	testutil.RequireFreeRange(t, subnet)
+	for _, from := range []string{"classic", "flatnet"} {
+		to := map[string]string{"classic": "flatnet", "flatnet": "classic"}[from]
+		t.Run(from+"-to-"+to, func(t *testing.T) {
+			name, br := testutil.Name("fnet-"), testutil.Name("fnb")
+			conf := func(style string) string { return fmt.Sprintf(styles[style], name, br, subnet) }
+			l := newLab(t, conf(from))
+			before := l.hostLinks()
+			caps := map[string]any{
+				"portMappings": []map[string]any{{"hostPort": 18300, "containerPort": 80, "protocol": "tcp"}},
+				"bandwidth":    map[string]any{"ingressRate": 10_000_000, "ingressBurst": 100_000, "egressRate": 10_000_000, "egressBurst": 100_000},
+			}
+			pod := testutil.NewNetNS(t)
+			ip := vethtest.IPOf(t, l.mustAdd("pod", pod, caps), true)
+			if rules := vethtest.NFT(t, l.Host); !strings.Contains(rules, "18300") {
+				t.Fatalf("no hostPort rule after ADD by %s:\n%s", from, rules)
+			}
+			other := &lab{Lab: l.WithConf(conf(to)), t: t}
+			if err := other.check("pod", pod, caps); err != nil {
+				t.Errorf("CHECK by %s of a pod %s set up: %v", to, from, err)
+			}
+			if err := other.del("pod", pod, caps); err != nil {
+				t.Fatalf("DEL by %s of a pod %s set up: %v", to, from, err)
+			}
+			other.assertClean(t, before)
+			if rules := vethtest.NFT(t, l.Host); strings.Contains(rules, "18300") || strings.Contains(rules, ip.String()+" ") {
+				t.Errorf("rules for the pod (%s, hostPort 18300) left after DEL by %s:\n%s", ip, to, rules)
 			}
 		})
 	}

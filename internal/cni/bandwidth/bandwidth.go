@@ -35,6 +35,7 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
@@ -59,41 +60,70 @@ var Plugin = plugin.Plugin{Name: Name, Funcs: skel.CNIFuncs{
 // kernel is the host namespace's traffic control (the calling thread's).
 var kernel tc.Kernel = tc.Netlink{}
 
+// Stage is bandwidth's verbs in process, for the flatnet plugin type.
+var Stage = plugin.Stage{Name: Name, Add: add, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
+
+// cmdAdd is ADD as the standalone plugin: add, then print the result (a
+// result that cannot be printed undoes the shaping: the runtime will not
+// know it exists).
 func cmdAdd(args *skel.CmdArgs) error {
-	cfg, err := parseConfig(args.StdinData, true)
+	r, err := add(args)
 	if err != nil {
 		return err
+	}
+	if err := r.Print(); err != nil {
+		return errors.Join(cnierr.Wrap(cnierr.IOFailure, err, "bandwidth: printing the result"), cmdDel(args))
+	}
+	return nil
+}
+
+// add shapes the container's traffic and returns the prevResult (with the
+// IFB, when one was made) in the config's CNI version.
+func add(args *skel.CmdArgs) (types.Result, error) {
+	cfg, err := parseConfig(args.StdinData, true)
+	if err != nil {
+		return nil, err
 	}
 	prev, err := plugin.PrevResult(&cfg.NetConf)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if prev == nil {
-		return cnierr.New(cnierr.InvalidConfig, "bandwidth: no prevResult: bandwidth is a chained plugin and must follow the plugin that creates the container's interface (bridge, ptp) in a conflist")
+		return nil, cnierr.New(cnierr.InvalidConfig, "bandwidth: no prevResult: bandwidth is a chained plugin and must follow the plugin that creates the container's interface (bridge, ptp) in a conflist")
 	}
 	if !cfg.Ingress.IsSet() && !cfg.Egress.IsSet() {
-		return plugin.PrintResult(prev, cfg.CNIVersion)
+		return asVersion(prev, cfg.CNIVersion)
 	}
 	owner := Owner{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	host, err := hostVeth(kernel, args.Netns, args.IfName, prev, cnierr.InvalidConfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, err := NewPlan(cfg, owner, host, tc.KernelClock())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ifb, undo, err := apply(kernel, p, owner)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ifb != nil {
 		prev.Interfaces = append(prev.Interfaces, &current.Interface{Name: ifb.Name, Mac: ifb.MAC})
 	}
-	if err := plugin.PrintResult(prev, cfg.CNIVersion); err != nil {
-		return errors.Join(err, undo())
+	r, err := asVersion(prev, cfg.CNIVersion)
+	if err != nil {
+		return nil, errors.Join(err, undo())
 	}
-	return nil
+	return r, nil
+}
+
+// asVersion is r in CNI version v.
+func asVersion(r types.Result, v string) (types.Result, error) {
+	out, err := r.GetAsVersion(v)
+	if err != nil {
+		return nil, cnierr.Wrap(cnierr.IncompatibleVersion, err, "bandwidth: result as CNI %s", v)
+	}
+	return out, nil
 }
 
 func cmdDel(args *skel.CmdArgs) error {

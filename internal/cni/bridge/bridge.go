@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
@@ -53,46 +54,60 @@ var Plugin = plugin.Plugin{
 	},
 }
 
+// Stage is bridge's verbs in process, for the flatnet plugin type.
+var Stage = plugin.Stage{Name: "bridge", Add: add, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
+
 func attachment(n *NetConf, args *skel.CmdArgs) ipmasq.Attachment {
 	return ipmasq.Attachment{Network: n.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 }
 
-func cmdAdd(args *skel.CmdArgs) (err error) {
-	n, err := Load(args.StdinData, args.Args)
+// cmdAdd is ADD as the standalone plugin: add, then print the result.
+func cmdAdd(args *skel.CmdArgs) error {
+	r, err := add(args)
 	if err != nil {
 		return err
+	}
+	return r.Print()
+}
+
+// add sets the container up and returns its result in the config's CNI
+// version (the flatnet plugin type calls it in process).
+func add(args *skel.CmdArgs) (out types.Result, err error) {
+	n, err := Load(args.StdinData, args.Args)
+	if err != nil {
+		return nil, err
 	}
 	prev, err := plugin.LoadPrevResult(&n.NetConf)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := plugin.CheckNetNS(args.Netns); err != nil {
-		return err
+		return nil, err
 	}
 	ctx := context.Background()
 
 	br, created, err := ensureBridge(n)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pair, err := veth.Create(veth.Spec{NetNS: args.Netns, PeerName: args.IfName, MTU: n.MTU, PeerMAC: n.mac, MasterIndex: br.Index})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var u plugin.Undo
 	defer u.OnError(&err)
 	u.Push(func() error { return veth.DeleteHost(pair.HostName) })
 
 	if err := setupPort(n, br, pair.HostName, pair.HostIndex, n.Vlan); err != nil {
-		return err
+		return nil, err
 	}
 	if n.MacSpoofChk {
 		sc, err := newSpoofChecker()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := sc.Setup(ctx, n.Name, args.ContainerID, args.IfName, pair.HostName, pair.PeerMAC); err != nil {
-			return err
+			return nil, err
 		}
 		u.Push(func() error { return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName) })
 	}
@@ -112,11 +127,11 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if n.Layer3() {
 		ipamRes, err := ipam.Add(ctx, args)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		u.Push(func() error { return ipam.Del(ctx, args) })
 		if p, err = planAddrs(n, ipamRes, base+2); err != nil {
-			return err
+			return nil, err
 		}
 		// The masquerade rules need only the addresses: install them
 		// (an nft process) while the container and the gateway are set up.
@@ -126,54 +141,54 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			u.Push(undoMasq)
 		}
 		if err := netns.Do(args.Netns, func() error { return configureContainer(n, args.IfName, p) }); err != nil {
-			return fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
+			return nil, fmt.Errorf("configuring %s in netns %s: %w", args.IfName, args.Netns, err)
 		}
 		if n.IsGW {
 			link, gwIface, err := gatewayLink(n, br)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if gwIface != nil {
 				ifaces = append(ifaces, gwIface)
 			}
 			if err := ensureGateways(n, link, p); err != nil {
-				return err
+				return nil, err
 			}
 			if !created && n.Vlan == 0 {
 				if err := pinMAC(br); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
 	} else if !n.DisableContainerInterface {
 		if err := netns.Do(args.Netns, func() error { return linkUp(args.IfName) }); err != nil {
-			return fmt.Errorf("setting %s up in netns %s: %w", args.IfName, args.Netns, err)
+			return nil, fmt.Errorf("setting %s up in netns %s: %w", args.IfName, args.Netns, err)
 		}
 	}
 	if !n.DisableContainerInterface {
 		if err := veth.WaitUp(pair.HostIndex, pair.HostName, 3*time.Second); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := masq(); err != nil {
-		return err
+		return nil, err
 	}
 	// The bridge's MAC may have changed when its first port arrived.
 	if l, err := netlink.LinkByIndex(br.Index); err == nil {
 		brIface.Mac = l.Attrs().HardwareAddr.String()
 	} else {
-		return fmt.Errorf("looking up bridge %q: %w", n.BrName, err)
+		return nil, fmt.Errorf("looking up bridge %q: %w", n.BrName, err)
 	}
 
 	result := assemble(prev, ifaces, p)
 	if p == nil && vethplugin.DNSSet(n.DNS) {
 		result.DNS = n.DNS
 	}
-	out, err := result.GetAsVersion(n.CNIVersion)
+	out, err = result.GetAsVersion(n.CNIVersion)
 	if err != nil {
-		return cnierr.Wrap(cnierr.IncompatibleVersion, err, "bridge: result as CNI %s", n.CNIVersion)
+		return nil, cnierr.Wrap(cnierr.IncompatibleVersion, err, "bridge: result as CNI %s", n.CNIVersion)
 	}
-	return out.Print()
+	return out, nil
 }
 
 func linkUp(name string) error {

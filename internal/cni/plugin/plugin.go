@@ -131,3 +131,15 @@ func PrintResult(r types.Result, cniVersion string) error {
 	}
 	return nil
 }
+
+// Stage is a plugin's verbs as the flatnet plugin type calls them in
+// process (internal/cni/allinone): Add returns its result, in the config's
+// CNI version, instead of printing it.
+type Stage struct {
+	Name   string
+	Add    func(*skel.CmdArgs) (types.Result, error)
+	Del    func(*skel.CmdArgs) error
+	Check  func(*skel.CmdArgs) error
+	GC     func(*skel.CmdArgs) error
+	Status func(*skel.CmdArgs) error
+}

@@ -34,6 +34,9 @@ import (
 // Plugin is portmap as a CNI plugin.
 var Plugin = plugin.Plugin{Name: "portmap", Funcs: realEnv().funcs()}
 
+// Stage is portmap's verbs in process, for the flatnet plugin type.
+var Stage = realEnv().stage()
+
 // backend is one way of programming the rules.
 type backend interface {
 	name() string
@@ -80,6 +83,10 @@ func realEnv() *env {
 		stdout:        os.Stdout,
 		stderr:        os.Stderr,
 	}
+}
+
+func (e *env) stage() plugin.Stage {
+	return plugin.Stage{Name: "portmap", Add: e.add, Del: e.cmdDel, Check: e.cmdCheck, GC: e.cmdGC, Status: e.cmdStatus}
 }
 
 func (e *env) funcs() skel.CNIFuncs {
@@ -151,33 +158,47 @@ func applyErr(err error, verb string, b backend) error {
 	return cnierr.Wrap(code, err, "portmap %s (%s backend)", verb, b.name())
 }
 
+// cmdAdd is ADD as the standalone plugin: add, then print the result.
 func (e *env) cmdAdd(args *skel.CmdArgs) error {
-	cfg, err := parseConfig(args.StdinData, true)
+	r, err := e.add(args)
 	if err != nil {
 		return err
 	}
+	if err := r.PrintTo(e.stdout); err != nil {
+		return cnierr.Wrap(cnierr.IOFailure, err, "portmap: printing the result")
+	}
+	return nil
+}
+
+// add maps the ports and returns the prevResult in the config's CNI
+// version.
+func (e *env) add(args *skel.CmdArgs) (types.Result, error) {
+	cfg, err := parseConfig(args.StdinData, true)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Prev == nil {
-		return cnierr.New(cnierr.InvalidConfig, "portmap: no prevResult: portmap is a chained plugin and must follow a plugin that creates the interface (bridge, ptp...)")
+		return nil, cnierr.New(cnierr.InvalidConfig, "portmap: no prevResult: portmap is a chained plugin and must follow a plugin that creates the interface (bridge, ptp...)")
 	}
 	if len(cfg.Mappings) == 0 {
-		return e.print(cfg.Prev, cfg.CNIVersion)
+		return asVersion(cfg.Prev, cfg.CNIVersion)
 	}
 	v4, v6 := containerIPs(cfg.Prev, args.IfName)
 	att := Attachment{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	p := buildPlan(cfg, att, v4, v6)
 	if len(p.Families) == 0 {
 		e.logf("no address of %s in prevResult matches a mapping's family; no ports mapped for %s", args.IfName, args.ContainerID)
-		return e.print(cfg.Prev, cfg.CNIVersion)
+		return asVersion(cfg.Prev, cfg.CNIVersion)
 	}
 	b, err := e.backend(cfg, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	unlock, err := e.lock()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
 
@@ -186,32 +207,30 @@ func (e *env) cmdAdd(args *skel.CmdArgs) error {
 		if derr := b.del(ctx, p.ID, true); derr != nil {
 			err = errors.Join(err, fmt.Errorf("undoing: %w", derr))
 		}
-		return applyErr(err, "ADD", b)
+		return nil, applyErr(err, "ADD", b)
 	}
 	if p.SNAT && v4.IsValid() && p.HasIPv4() {
 		if err := e.routeLocalnet(v4.Addr()); err != nil {
 			if derr := b.del(ctx, p.ID, true); derr != nil {
 				err = errors.Join(err, fmt.Errorf("undoing: %w", derr))
 			}
-			return cnierr.Wrap(cnierr.Internal, err, "portmap ADD")
+			return nil, cnierr.Wrap(cnierr.Internal, err, "portmap ADD")
 		}
 	}
 	// Stale UDP flows would keep bypassing the new DNAT. Informative only.
 	if err := e.flushUDP(p.UDPPorts(false), p.UDPPorts(true)); err != nil {
 		e.logf("%v", err)
 	}
-	return e.print(cfg.Prev, cfg.CNIVersion)
+	return asVersion(cfg.Prev, cfg.CNIVersion)
 }
 
-func (e *env) print(r types.Result, version string) error {
-	nr, err := r.GetAsVersion(version)
+// asVersion is r in CNI version v.
+func asVersion(r types.Result, v string) (types.Result, error) {
+	out, err := r.GetAsVersion(v)
 	if err != nil {
-		return cnierr.Wrap(cnierr.IncompatibleVersion, err, "portmap: converting prevResult to CNI %s", version)
+		return nil, cnierr.Wrap(cnierr.IncompatibleVersion, err, "portmap: converting prevResult to CNI %s", v)
 	}
-	if err := nr.PrintTo(e.stdout); err != nil {
-		return cnierr.Wrap(cnierr.IOFailure, err, "portmap: printing the result")
-	}
-	return nil
+	return out, nil
 }
 
 func (e *env) cmdDel(args *skel.CmdArgs) error {

@@ -1,0 +1,194 @@
+// Package allinone is the `flatnet` CNI plugin type: bridge (with
+// host-local IPAM in process, as bridge always runs it), bandwidth and
+// portmap in one process, reading one network config with the options of
+// all three and their runtime capabilities (ips, mac, bandwidth,
+// portMappings).
+//
+// Design. The classic conflist chains three plugin processes, and the
+// runtime starts each for every verb; here the same three plugins run as
+// stages of one process (plugin.Stage: their verbs, with ADD returning the
+// result instead of printing it). Each stage reads the network config
+// with "type" set to its own name, and ADD threads the result: bridge's is
+// bandwidth's prevResult, bandwidth's is portmap's, as libcni would pass
+// them. So the options, the state on disk (host-local's reservations, the
+// IFBs, the nftables tables) and the error codes are the classic chain's,
+// and a node can switch between the two conflists without leftovers.
+//
+// Unlike a chain, the plugin undoes its own failed ADD: the stages that
+// succeeded are deleted, last first, so a failed ADD leaves nothing
+// behind even when the runtime does not call DEL. DEL runs every stage,
+// last first, even after one fails (each is idempotent), and reports all
+// failures; CHECK and STATUS stop at the first.
+package allinone
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/flatnet/flatnet/internal/cni/bandwidth"
+	"github.com/flatnet/flatnet/internal/cni/bridge"
+	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/cni/portmap"
+)
+
+// Name is the plugin type.
+const Name = "flatnet"
+
+// Plugin is the flatnet type as a CNI plugin.
+var Plugin = plugin.Plugin{Name: Name, Funcs: New(bridge.Stage, bandwidth.Stage, portmap.Stage).Funcs()}
+
+// Chain runs stages in one process.
+type Chain struct {
+	stages []plugin.Stage
+}
+
+// New returns the chain of stages, in ADD order.
+func New(stages ...plugin.Stage) *Chain { return &Chain{stages: stages} }
+
+// Funcs are the chain's verbs as a plugin's.
+func (c *Chain) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{
+		Add: func(args *skel.CmdArgs) error {
+			r, err := c.Add(args)
+			if err != nil {
+				return err
+			}
+			if err := r.Print(); err != nil {
+				return errors.Join(cnierr.Wrap(cnierr.IOFailure, err, "%s: printing the result", Name), c.Del(args))
+			}
+			return nil
+		},
+		Del: c.Del, Check: c.Check, GC: c.GC, Status: c.Status,
+	}
+}
+
+// config is the network config as raw fields, to be handed to each stage
+// with its own type (and, for ADD, the previous stage's result).
+type config map[string]json.RawMessage
+
+func parse(stdin []byte) (config, error) {
+	var conf config
+	if err := json.Unmarshal(stdin, &conf); err != nil {
+		return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "%s: decoding network config", Name)
+	}
+	if conf == nil {
+		return nil, cnierr.New(cnierr.DecodingFailure, "%s: network config is null", Name)
+	}
+	return conf, nil
+}
+
+// forStage is args with stdin set to conf as stage reads it: its type, and
+// prev as prevResult when not nil.
+func (conf config) forStage(args *skel.CmdArgs, stage string, prev types.Result) (*skel.CmdArgs, error) {
+	out := make(config, len(conf)+1)
+	for k, v := range conf {
+		out[k] = v
+	}
+	out["type"], _ = json.Marshal(stage)
+	if prev != nil {
+		b, err := json.Marshal(prev)
+		if err != nil {
+			return nil, cnierr.Wrap(cnierr.Internal, err, "%s: encoding %s's prevResult", Name, stage)
+		}
+		out["prevResult"] = b
+	}
+	stdin, err := json.Marshal(out)
+	if err != nil {
+		return nil, cnierr.Wrap(cnierr.Internal, err, "%s: encoding %s's config", Name, stage)
+	}
+	a := *args
+	a.StdinData = stdin
+	return &a, nil
+}
+
+// Add runs every stage's ADD, each on the result of the one before, and
+// returns the last result; on a failure it deletes what the stages before
+// made.
+func (c *Chain) Add(args *skel.CmdArgs) (types.Result, error) {
+	conf, err := parse(args.StdinData)
+	if err != nil {
+		return nil, err
+	}
+	var prev types.Result // the runtime's prevResult, if any, stays in conf
+	for i, s := range c.stages {
+		a, err := conf.forStage(args, s.Name, prev)
+		if err == nil {
+			prev, err = s.Add(a)
+		}
+		if err != nil {
+			if uerr := c.del(conf, args, c.stages[:i]); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("%s: undoing the failed ADD: %w", Name, uerr))
+			}
+			return nil, err
+		}
+	}
+	return prev, nil
+}
+
+// Del runs every stage's DEL, last first, and reports every failure.
+func (c *Chain) Del(args *skel.CmdArgs) error {
+	conf, err := parse(args.StdinData)
+	if err != nil {
+		return err
+	}
+	return c.del(conf, args, c.stages)
+}
+
+// del deletes what stages made, last first.
+func (c *Chain) del(conf config, args *skel.CmdArgs, stages []plugin.Stage) error {
+	rev := slices.Clone(stages)
+	slices.Reverse(rev)
+	return run(conf, args, rev, func(s plugin.Stage) verb { return s.Del }, true)
+}
+
+// Check runs every stage's CHECK with the runtime's prevResult (the
+// chain's last result), stopping at the first failure.
+func (c *Chain) Check(args *skel.CmdArgs) error {
+	return c.each(args, func(s plugin.Stage) verb { return s.Check }, false)
+}
+
+// Status runs every stage's STATUS, stopping at the first failure.
+func (c *Chain) Status(args *skel.CmdArgs) error {
+	return c.each(args, func(s plugin.Stage) verb { return s.Status }, false)
+}
+
+// GC runs every stage's GC and reports every failure.
+func (c *Chain) GC(args *skel.CmdArgs) error {
+	return c.each(args, func(s plugin.Stage) verb { return s.GC }, true)
+}
+
+type verb = func(*skel.CmdArgs) error
+
+func (c *Chain) each(args *skel.CmdArgs, pick func(plugin.Stage) verb, all bool) error {
+	conf, err := parse(args.StdinData)
+	if err != nil {
+		return err
+	}
+	return run(conf, args, c.stages, pick, all)
+}
+
+// run calls each stage's verb in order: with all, every one of them,
+// joining the failures (the first failure's code is the join's:
+// cnierr.Code); without, up to the first failure.
+func run(conf config, args *skel.CmdArgs, stages []plugin.Stage, pick func(plugin.Stage) verb, all bool) error {
+	var errs []error
+	for _, s := range stages {
+		a, err := conf.forStage(args, s.Name, nil)
+		if err == nil {
+			err = pick(s)(a)
+		}
+		if err != nil {
+			if !all {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

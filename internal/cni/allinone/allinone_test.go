@@ -1,0 +1,172 @@
+package allinone
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/plugin"
+)
+
+// recorder is fake stages that log each call as "verb stage" and check
+// that a stage sees its own type.
+type recorder struct {
+	t     *testing.T
+	calls []string
+	fail  map[string]error // "verb stage" -> error
+	// seen keeps each ADD's stdin, by stage.
+	seen map[string]map[string]any
+}
+
+func (r *recorder) stage(name string) plugin.Stage {
+	verb := func(v string) func(*skel.CmdArgs) error {
+		return func(a *skel.CmdArgs) error {
+			r.calls = append(r.calls, v+" "+name)
+			var conf map[string]any
+			if err := json.Unmarshal(a.StdinData, &conf); err != nil || conf["type"] != name {
+				r.t.Errorf("%s %s: stdin %s (%v), want type %q", v, name, a.StdinData, err, name)
+			}
+			return r.fail[v+" "+name]
+		}
+	}
+	return plugin.Stage{
+		Name: name,
+		Add: func(a *skel.CmdArgs) (types.Result, error) {
+			if err := verb("ADD")(a); err != nil {
+				return nil, err
+			}
+			var conf map[string]any
+			_ = json.Unmarshal(a.StdinData, &conf)
+			r.seen[name] = conf
+			// Each stage adds one interface named after itself.
+			res := &current.Result{CNIVersion: "1.1.0"}
+			if prev, ok := conf["prevResult"]; ok {
+				b, _ := json.Marshal(prev)
+				_ = json.Unmarshal(b, res)
+			}
+			res.Interfaces = append(res.Interfaces, &current.Interface{Name: name})
+			return res, nil
+		},
+		Del: verb("DEL"), Check: verb("CHECK"), GC: verb("GC"), Status: verb("STATUS"),
+	}
+}
+
+func newRecorder(t *testing.T) (*recorder, *Chain) {
+	r := &recorder{t: t, fail: map[string]error{}, seen: map[string]map[string]any{}}
+	return r, New(r.stage("bridge"), r.stage("bandwidth"), r.stage("portmap"))
+}
+
+const conf = `{"cniVersion": "1.1.0", "name": "pods", "type": "flatnet", "bridge": "cni0",
+  "ipam": {"type": "host-local"}, "ingressRate": 1000, "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}}`
+
+func args(stdin string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/c1", IfName: "eth0", StdinData: []byte(stdin)}
+}
+
+func names(r types.Result) []string {
+	res, err := current.NewResultFromResult(r)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, i := range res.Interfaces {
+		out = append(out, i.Name)
+	}
+	return out
+}
+
+// ADD runs the stages in order, each with its own type, the whole config
+// and the result of the stage before as prevResult.
+func TestAddThreadsResults(t *testing.T) {
+	r, c := newRecorder(t)
+	res, err := c.Add(args(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"ADD bridge", "ADD bandwidth", "ADD portmap"}; !slices.Equal(r.calls, want) {
+		t.Errorf("calls %v, want %v", r.calls, want)
+	}
+	if got, want := names(res), []string{"bridge", "bandwidth", "portmap"}; !slices.Equal(got, want) {
+		t.Errorf("result's interfaces %v, want %v", got, want)
+	}
+	if _, ok := r.seen["bridge"]["prevResult"]; ok {
+		t.Error("bridge got a prevResult the runtime did not give")
+	}
+	for _, s := range []string{"bandwidth", "portmap"} {
+		if r.seen[s]["prevResult"] == nil || r.seen[s]["ingressRate"] != float64(1000) || r.seen[s]["runtimeConfig"] == nil || r.seen[s]["name"] != "pods" {
+			t.Errorf("%s's config lacks prevResult, options or capabilities: %v", s, r.seen[s])
+		}
+	}
+}
+
+// A failed stage undoes the ones before it, last first, and the error
+// keeps its CNI code.
+func TestFailedAddUndoes(t *testing.T) {
+	r, c := newRecorder(t)
+	r.fail["ADD portmap"] = cnierr.New(cnierr.KernelFeatureMissing, "portmap: no nftables")
+	_, err := c.Add(args(conf))
+	if code, _ := cnierr.Code(err); code != cnierr.KernelFeatureMissing {
+		t.Errorf("error %v: code %d, want %d", err, code, cnierr.KernelFeatureMissing)
+	}
+	if want := []string{"ADD bridge", "ADD bandwidth", "ADD portmap", "DEL bandwidth", "DEL bridge"}; !slices.Equal(r.calls, want) {
+		t.Errorf("calls %v, want %v", r.calls, want)
+	}
+	// The undo's own failure is reported with the cause.
+	r, c = newRecorder(t)
+	r.fail["ADD bandwidth"] = errors.New("tc: boom")
+	r.fail["DEL bridge"] = errors.New("veth: busy")
+	if _, err := c.Add(args(conf)); err == nil || !strings.Contains(err.Error(), "tc: boom") || !strings.Contains(err.Error(), "veth: busy") {
+		t.Errorf("error %v, want the cause and the undo's failure", err)
+	}
+}
+
+// DEL and GC run every stage (DEL last first) even after a failure, and
+// report them all; CHECK and STATUS stop at the first.
+func TestVerbsAfterFailures(t *testing.T) {
+	for _, tc := range []struct {
+		verb      string
+		run       func(*Chain, *skel.CmdArgs) error
+		fail      string
+		wantCalls []string
+	}{
+		{"DEL", (*Chain).Del, "DEL bandwidth", []string{"DEL portmap", "DEL bandwidth", "DEL bridge"}},
+		{"GC", (*Chain).GC, "GC bridge", []string{"GC bridge", "GC bandwidth", "GC portmap"}},
+		{"CHECK", (*Chain).Check, "CHECK bandwidth", []string{"CHECK bridge", "CHECK bandwidth"}},
+		{"STATUS", (*Chain).Status, "STATUS bridge", []string{"STATUS bridge"}},
+	} {
+		r, c := newRecorder(t)
+		r.fail[tc.fail] = fmt.Errorf("%s failed", tc.fail)
+		err := tc.run(c, args(conf))
+		if err == nil || !strings.Contains(err.Error(), tc.fail+" failed") {
+			t.Errorf("%s: error %v, want %q's", tc.verb, err, tc.fail)
+		}
+		if !slices.Equal(r.calls, tc.wantCalls) {
+			t.Errorf("%s: calls %v, want %v", tc.verb, r.calls, tc.wantCalls)
+		}
+		r.calls, r.fail = nil, nil
+		if err := tc.run(c, args(conf)); err != nil {
+			t.Errorf("%s without failures: %v", tc.verb, err)
+		}
+	}
+}
+
+func TestBrokenConfig(t *testing.T) {
+	_, c := newRecorder(t)
+	for _, stdin := range []string{"", "{", "null", "[1]"} {
+		_, err := c.Add(args(stdin))
+		if code, _ := cnierr.Code(err); code != cnierr.DecodingFailure {
+			t.Errorf("ADD %q: %v (code %d), want code %d", stdin, err, code, cnierr.DecodingFailure)
+		}
+		if err := c.Del(args(stdin)); err == nil {
+			t.Errorf("DEL %q: no error", stdin)
+		}
+	}
+}
