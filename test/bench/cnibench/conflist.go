@@ -14,6 +14,9 @@ type ConfOptions struct {
 	Bridge     string
 	Subnet     netip.Prefix
 	DataDir    string
+	// Flatnet: one plugin of the flatnet type (bridge, host-local,
+	// bandwidth and portmap in one process) with the same options.
+	Flatnet bool
 }
 
 // Conflist returns the classic bridge+host-local network with ipMasq, then
@@ -56,6 +59,17 @@ func Conflist(o ConfOptions) ([]byte, error) {
 				"snat":         true,
 			},
 		},
+	}
+	if o.Flatnet {
+		one := m{"type": "flatnet", "capabilities": m{"bandwidth": true, "portMappings": true}}
+		for _, p := range conf["plugins"].([]m) {
+			for k, v := range p {
+				if k != "type" && k != "capabilities" {
+					one[k] = v
+				}
+			}
+		}
+		conf["plugins"] = []m{one}
 	}
 	return json.MarshalIndent(conf, "", "  ")
 }

@@ -135,3 +135,48 @@ func TestCountRules(t *testing.T) {
 		t.Errorf("countRules = %d, want 3", got)
 	}
 }
+
+// The flatnet set's conflist is one flatnet plugin with every option of
+// the classic three and both capabilities.
+func TestConflistFlatnet(t *testing.T) {
+	opts := ConfOptions{NetName: "fnbench", Bridge: "fnb123br", Subnet: netip.MustParsePrefix("10.201.0.0/24"), DataDir: "/tmp/x/ipam"}
+	classic, _ := Conflist(opts)
+	opts.Flatnet = true
+	data, err := Conflist(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		t.Fatalf("libcni rejects the conflist: %v\n%s", err, data)
+	}
+	if len(list.Plugins) != 1 || list.Plugins[0].Network.Type != "flatnet" {
+		t.Fatalf("plugins %+v, want one of type flatnet", list.Plugins)
+	}
+	if c := list.Plugins[0].Network.Capabilities; !c["bandwidth"] || !c["portMappings"] {
+		t.Errorf("capabilities %v, want bandwidth and portMappings", c)
+	}
+	var one map[string]any
+	_ = json.Unmarshal(list.Plugins[0].Bytes, &one)
+	var c struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	_ = json.Unmarshal(classic, &c)
+	for _, p := range c.Plugins {
+		for k, v := range p {
+			if k == "type" || k == "capabilities" {
+				continue
+			}
+			if got, _ := json.Marshal(one[k]); string(got) != string(must(json.Marshal(v))) {
+				t.Errorf("option %s of %s: %s in the flatnet plugin, want %s", k, p["type"], got, must(json.Marshal(v)))
+			}
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -113,7 +113,7 @@ func run() int {
 	flag.StringVar(&o.updateDoc, "update-doc", "", "rewrite the final-run section of this markdown file (docs/benchmarks.md) with the figures")
 	flag.StringVar(&o.prefix, "prefix", "", "name prefix for namespaces and the bridge (default fnb + random hex)")
 	flag.StringVar(&o.workdir, "workdir", "", "scratch dir for dataDirs, caches and traces (default: a new temp dir)")
-	flag.StringVar(&o.only, "only", "", "run only this set (ref or ours)")
+	flag.StringVar(&o.only, "only", "", "run only this set (ref, ours: the classic conflist through flatnet-cni, or flatnet: the flatnet plugin type)")
 	flag.BoolVar(&o.verify, "verify", true, "after each ADD check (untimed) that the pod really has its address, shaping qdiscs and port mapping")
 	flag.BoolVar(&o.floors, "floors", true, "after the pods, measure the building blocks (process start, nft/iptables exec, link create/delete, conntrack dump) in the bench host netns")
 	flag.BoolVar(&o.verbose, "v", false, "print the conflist and every command the traced plugins ran")
@@ -150,7 +150,7 @@ func run() int {
 		return 2
 	}
 	if o.verbose {
-		fmt.Printf("conflist (%s set; the other differs only in dataDir):\n%s\n\n", b.sets[0].name, b.sets[0].conf)
+		fmt.Printf("conflist (%s set; ours differs only in dataDir; flatnet is the same options as one plugin of the flatnet type):\n%s\n\n", b.sets[0].name, b.sets[0].conf)
 	}
 	b.loop(ctx)
 	if ctx.Err() == nil && o.tracing > 0 {
@@ -197,17 +197,21 @@ func (o *options) check() error {
 	if o.pods < 1 || o.warmup < 0 || o.tracing < 0 {
 		return errors.New("-pods must be >= 1, -warmup and -trace-pods >= 0")
 	}
-	if o.only != "" && o.only != "ref" && o.only != "ours" {
-		return fmt.Errorf("-only %q: want ref or ours", o.only)
+	if o.only != "" && o.only != "ref" && o.only != "ours" && o.only != "flatnet" {
+		return fmt.Errorf("-only %q: want ref, ours or flatnet", o.only)
 	}
 	for _, d := range []struct{ flag, dir string }{{"-ref", o.refDir}, {"-ours", o.oursDir}} {
 		if d.dir == "" {
-			if o.only == "" || "-"+o.only == d.flag {
+			if o.only == "" || "-"+o.only == d.flag || (o.only == "flatnet" && d.flag == "-ours") {
 				return fmt.Errorf("%s is required (a directory with bridge, host-local, bandwidth and portmap)", d.flag)
 			}
 			continue
 		}
-		for _, p := range []string{"bridge", "host-local", "bandwidth", "portmap"} {
+		plugins := []string{"bridge", "host-local", "bandwidth", "portmap"}
+		if d.flag == "-ours" {
+			plugins = append(plugins, "flatnet")
+		}
+		for _, p := range plugins {
 			if _, err := os.Stat(filepath.Join(d.dir, p)); err != nil {
 				return fmt.Errorf("%s %s: no %s plugin: %w", d.flag, d.dir, p, err)
 			}
@@ -289,8 +293,13 @@ func (b *bench) setup() error {
 			return fmt.Errorf("preloading %d rules into %s: %w", o.hostRules, b.hostNS, err)
 		}
 	}
-	type def struct{ name, dir, version string }
-	defs := []def{{"ref", o.refDir, o.refVersion}, {"ours", o.oursDir, o.oursVer}}
+	type def struct {
+		name, dir, version string
+		flatnet            bool
+	}
+	// ours runs the classic three-plugin conflist; flatnet the same
+	// binary as one plugin of the flatnet type.
+	defs := []def{{"ref", o.refDir, o.refVersion, false}, {"ours", o.oursDir, o.oursVer, false}, {"flatnet", o.oursDir, o.oursVer, true}}
 	for _, d := range defs {
 		if o.only != "" && o.only != d.name {
 			continue
@@ -307,7 +316,7 @@ func (b *bench) setup() error {
 				return err
 			}
 		}
-		s.conf, err = Conflist(ConfOptions{CNIVersion: o.cniVersion, NetName: netName, Bridge: b.bridge, Subnet: b.subnet, DataDir: s.dataDir})
+		s.conf, err = Conflist(ConfOptions{CNIVersion: o.cniVersion, NetName: netName, Bridge: b.bridge, Subnet: b.subnet, DataDir: s.dataDir, Flatnet: d.flatnet})
 		if err != nil {
 			return err
 		}

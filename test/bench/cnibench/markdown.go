@@ -45,11 +45,14 @@ func writeMarkdown(w io.Writer, r *Results) {
 			fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.1f | %.1f | %.1f |\n", label, op.name, op.v.N, op.v.Median, op.v.P90, op.v.P99, op.v.Mean)
 		}
 	}
-	if r.Ratio != nil {
-		fmt.Fprint(w, "\n**Ratio ours/ref (medians):**")
+	for _, set := range ratioSets {
+		if _, ok := r.Ratio[ratioPrefix(set)+"add"]; !ok {
+			continue
+		}
+		fmt.Fprintf(w, "\n**Ratio %s/ref (medians):**", set)
 		for _, k := range []string{"add", "del", "add_plus_del"} {
 			name := strings.ToUpper(strings.ReplaceAll(k, "_plus_", "+"))
-			if v := r.Ratio[k]; v != nil {
+			if v := r.Ratio[ratioPrefix(set)+k]; v != nil {
 				fmt.Fprintf(w, " %s %.3f (%.1f× faster);", name, *v, 1 / *v)
 			} else {
 				fmt.Fprintf(w, " %s n/a;", name)
@@ -59,12 +62,12 @@ func writeMarkdown(w io.Writer, r *Results) {
 	}
 	fmt.Fprintln(w, "\nPer plugin process, median ms: wall (CPU user+sys, children included); libcni = op time outside the plugin processes. host-local is inside bridge in both sets: the reference bridge execs it, ours runs it in-process.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| set | verb | bridge (+host-local) | bandwidth | portmap | libcni |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| set | verb | bridge (+host-local) | bandwidth | portmap | flatnet (all four) | libcni |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
 	for _, s := range r.Sets {
 		for _, verb := range []string{"ADD", "DEL"} {
 			row := []string{s.Name, verb}
-			for _, p := range []string{"bridge", "bandwidth", "portmap"} {
+			for _, p := range []string{"bridge", "bandwidth", "portmap", "flatnet"} {
 				if v, ok := s.Plugins[p+" "+verb]; ok && v.N > 0 {
 					row = append(row, fmt.Sprintf("%.1f (%.1f)", v.Median, s.PluginCPU[p+" "+verb].Median))
 				} else {

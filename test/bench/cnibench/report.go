@@ -54,7 +54,7 @@ func (b *bench) results() *Results {
 	r := &Results{
 		Time:      time.Now().UTC().Format(time.RFC3339),
 		Machine:   machine(),
-		Chain:     "bridge(host-local, isGateway, ipMasq) -> bandwidth(ingress+egress via capability) -> portmap(2 portMappings via capability)",
+		Chain:     "bridge(host-local, isGateway, ipMasq) -> bandwidth(ingress+egress via capability) -> portmap(2 portMappings via capability); the flatnet set: the same as one plugin of the flatnet type",
 		Subnet:    b.subnet.String(),
 		Pods:      b.o.pods,
 		Warmup:    b.o.warmup,
@@ -86,16 +86,36 @@ func (b *bench) results() *Results {
 		s.exec.mu.Unlock()
 		r.Sets = append(r.Sets, sr)
 	}
-	ref, ours := r.set("ref"), r.set("ours")
-	if ref != nil && ours != nil {
-		r.Ratio = map[string]*float64{
-			"add":          finite(Ratio(ours.Add.Median, ref.Add.Median), ours.Add.N, ref.Add.N),
-			"del":          finite(Ratio(ours.Del.Median, ref.Del.Median), ours.Del.N, ref.Del.N),
-			"add_plus_del": finite(Ratio(ours.Total.Median, ref.Total.Median), ours.Total.N, ref.Total.N),
+	// Ratios to the reference: "add" etc. for ours (the classic
+	// conflist), "flatnet_add" etc. for the flatnet type.
+	if ref := r.set("ref"); ref != nil {
+		for _, name := range []string{"ours", "flatnet"} {
+			s := r.set(name)
+			if s == nil {
+				continue
+			}
+			if r.Ratio == nil {
+				r.Ratio = map[string]*float64{}
+			}
+			p := ratioPrefix(name)
+			r.Ratio[p+"add"] = finite(Ratio(s.Add.Median, ref.Add.Median), s.Add.N, ref.Add.N)
+			r.Ratio[p+"del"] = finite(Ratio(s.Del.Median, ref.Del.Median), s.Del.N, ref.Del.N)
+			r.Ratio[p+"add_plus_del"] = finite(Ratio(s.Total.Median, ref.Total.Median), s.Total.N, ref.Total.N)
 		}
 	}
 	return r
 }
+
+// ratioPrefix is the prefix of a set's keys in Results.Ratio.
+func ratioPrefix(set string) string {
+	if set == "ours" {
+		return ""
+	}
+	return set + "_"
+}
+
+// ratioSets are the sets compared with the reference, in report order.
+var ratioSets = []string{"ours", "flatnet"}
 
 func finite(v float64, n ...int) *float64 {
 	for _, x := range n {
@@ -166,10 +186,13 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 		}
 	}
 	tw.Flush()
-	if r.Ratio != nil {
-		fmt.Fprint(w, "\nratio ours/ref (median):")
+	for _, set := range ratioSets {
+		if _, ok := r.Ratio[ratioPrefix(set)+"add"]; !ok {
+			continue
+		}
+		fmt.Fprintf(w, "\nratio %s/ref (median):", set)
 		for _, k := range []string{"add", "del", "add_plus_del"} {
-			if v := r.Ratio[k]; v != nil {
+			if v := r.Ratio[ratioPrefix(set)+k]; v != nil {
 				speed := fmt.Sprintf("%.1fx faster", 1 / *v)
 				if *v > 1 {
 					speed = fmt.Sprintf("%.1fx slower", *v)
@@ -185,11 +208,11 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 	// Per-plugin process times from the timed pods.
 	fmt.Fprintln(w, "\nper plugin process, median ms over the measured pods: wall (CPU user+sys incl. its children); libcni = op time outside plugin processes:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\tverb\tbridge (+host-local)\tbandwidth\tportmap\tlibcni\t")
+	fmt.Fprintln(tw, "set\tverb\tbridge (+host-local)\tbandwidth\tportmap\tflatnet (all four)\tlibcni\t")
 	for _, s := range r.Sets {
 		for _, verb := range []string{"ADD", "DEL"} {
 			row := []string{s.Name, verb}
-			for _, p := range []string{"bridge", "bandwidth", "portmap"} {
+			for _, p := range []string{"bridge", "bandwidth", "portmap", "flatnet"} {
 				if v, ok := s.Plugins[p+" "+verb]; ok && v.N > 0 {
 					row = append(row, fmt.Sprintf("%s (%s)", ms(v.Median), ms(s.PluginCPU[p+" "+verb].Median)))
 				} else {
