@@ -280,6 +280,32 @@ func procStats(pid int) (st procStat, err error) {
 
 type procStat struct{ cpu, rssMiB, peakMiB float64 }
 
+// settledStats is procStats once pid has no child left (at most 5 s on),
+// so that the CPU of a child that did the work just measured, and has
+// exited, is in it; the note says when a child was still running.
+func settledStats(pid int) (procStat, string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for hasChildren(pid) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	st, _ := procStats(pid)
+	if hasChildren(pid) {
+		return st, "a child process was still running 5 s on; its CPU is not in the figure"
+	}
+	return st, ""
+}
+
+// hasChildren reports whether pid has a child process (any thread's).
+func hasChildren(pid int) bool {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // poll calls cond until it returns true, an error, or ctx ends.
 func poll(ctx context.Context, every time.Duration, cond func() (bool, error)) error {
 	for {

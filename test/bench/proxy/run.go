@@ -369,7 +369,10 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 		}
 		return err
 	}
-	st0, _ := procStats(p.pid())
+	// The rules are in the kernel as soon as the committing process has
+	// sent them, but kube-proxy's nft or iptables-restore counts in its
+	// CPU only once reaped: wait for that.
+	st0, note := settledStats(p.pid())
 	cpu := st0.cpu
 	// Reachable: the first and the last Service answer from one of their
 	// endpoints, through the client namespace.
@@ -378,7 +381,7 @@ func (r *runner) measure(p *proxy, n int, baseline bool) (err error) {
 	}
 	reached := time.Now()
 	rec("cold_start_s", reached.Sub(p.started).Seconds(), fmt.Sprintf("programmed at %.3fs", at.Sub(p.started).Seconds()))
-	rec("cold_start_cpu_s", cpu, "")
+	rec("cold_start_cpu_s", cpu, note)
 	time.Sleep(2 * time.Second) // the first sync's metrics written; the proxy idle
 	st, _ := procStats(p.pid())
 	rss := st.rssMiB
@@ -694,7 +697,7 @@ func (r *runner) burstChanges(p *proxy, n int) error {
 		}
 		at = time.Now()
 	}
-	st1, _ := procStats(p.pid())
+	st1, _ := settledStats(p.pid())
 	cpu1 := st1.cpu
 	// Kernel modes: the first and the last changed answer from their new endpoint.
 	if err := r.reach(p, []int{idx[0], idx[k-1]}, []string{ips[0], ips[k-1]}, 60); err != nil {
