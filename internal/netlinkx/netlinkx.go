@@ -5,6 +5,9 @@
 // ErrDumpInterrupted with partial data. The fix is to retry the dump, which
 // we do here, in one place (as containernetworking/plugins' netlinksafe and
 // kube-router's nlretry do). Use these instead of netlink.*List.
+//
+// It is also the one package that speaks ctnetlink (conntrack) itself:
+// kernel-filtered dumps and batched deletes (conntrack_ports.go).
 package netlinkx
 
 import (
