@@ -220,27 +220,33 @@ func (r *Runner) ListCounters(ctx context.Context) ([]*knftables.Counter, error)
 
 func parseElement(raw json.RawMessage, isMap bool) (*knftables.Element, error) {
 	e := &knftables.Element{}
-	if !isMap {
-		k, err := keyFields(raw)
+	key := raw
+	if isMap {
+		var pair []json.RawMessage
+		if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
+			return nil, fmt.Errorf("unexpected map element %s", raw)
+		}
+		key = pair[0]
+		v, err := keyFields(pair[1])
 		if err != nil {
 			return nil, err
 		}
-		e.Key = k
-		return e, nil
+		// A concatenated value is one string, as knftables writes it.
+		e.Value = []string{strings.Join(v, " . ")}
 	}
-	var pair []json.RawMessage
-	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
-		return nil, fmt.Errorf("unexpected map element %s", raw)
-	}
-	k, err := exprString(pair[0])
+	k, err := keyFields(key)
 	if err != nil {
 		return nil, err
 	}
-	v, err := exprString(pair[1])
-	if err != nil {
-		return nil, err
+	e.Key = k
+	var c struct {
+		Elem *struct {
+			Comment *string `json:"comment"`
+		} `json:"elem"`
 	}
-	e.Key, e.Value = []string{k}, []string{v}
+	if json.Unmarshal(key, &c) == nil && c.Elem != nil {
+		e.Comment = c.Elem.Comment
+	}
 	return e, nil
 }
 

@@ -61,7 +61,7 @@ func TestRunnerLists(t *testing.T) {
 	must(t, err)
 	want := []*knftables.Element{
 		{Map: "masq4", Key: []string{"10.0.0.5"}, Value: []string{"goto a1"}},
-		{Map: "masq4", Key: []string{"10.0.0.6"}, Value: []string{"jump a2"}},
+		{Map: "masq4", Key: []string{"10.0.0.6"}, Value: []string{"jump a2"}, Comment: knftables.PtrTo("x")},
 	}
 	if d := cmp.Diff(want, elems); d != "" {
 		t.Errorf("ListElements(masq4) (-want +got):\n%s", d)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -31,6 +32,7 @@ const (
 	nftaTableUserdata = 6
 	nftaChainUserdata = 12
 	nftaSetElemKeyEnd = 10
+	nftaBitwiseOp     = 6
 
 	udataCommentType = 0 // table, chain, rule and element comments
 	udataSetComment  = 7
@@ -68,19 +70,29 @@ type compiler struct {
 	// runner's cache follows the kernel once the batch is committed.
 	created map[string]*setInfo
 	deleted map[string]bool
+	// binops are the bitwise expressions of binary operations (binop).
+	binops map[expr.Any]bool
 }
 
 type knftFamily struct {
-	name  string // "ip" / "ip6"
+	name  string // "ip", "ip6", "inet", "bridge"
 	proto byte   // NFPROTO_*
-	addr  dtype
-	desc  uint32 // nft's protocol id of the network header (set userdata)
+	// addr and desc are the network header's address type and nft's
+	// protocol id of it (set userdata); zero for inet and bridge, whose
+	// rules name the header per match ("ip saddr", "ip6 daddr").
+	addr dtype
+	desc uint32
 }
 
 var families = map[string]knftFamily{
-	"ip":  {"ip", unix.NFPROTO_IPV4, tIPv4, 12},
-	"ip6": {"ip6", unix.NFPROTO_IPV6, tIPv6, 13},
+	"ip":     {"ip", unix.NFPROTO_IPV4, tIPv4, 12},
+	"ip6":    {"ip6", unix.NFPROTO_IPV6, tIPv6, 13},
+	"inet":   {name: "inet", proto: unix.NFPROTO_INET},
+	"bridge": {name: "bridge", proto: unix.NFPROTO_BRIDGE},
 }
+
+// l3 reports whether the table family is one network protocol (ip, ip6).
+func (f knftFamily) l3() bool { return f.addr.len != 0 }
 
 func newCompiler(family, table string, lookup setLookup) (*compiler, error) {
 	f, ok := families[family]
@@ -184,7 +196,10 @@ func (c *compiler) tableCmd(cmd *command) error {
 			}
 			attrs = append(attrs, netlink.Attribute{Type: nftaTableUserdata, Data: ud})
 		}
-		return c.add(unix.NFT_MSG_NEWTABLE, createFlags(cmd.verb), cmd, attrs...)
+		// nft sends "add table" without NLM_F_CREATE (the kernel
+		// creates a missing table either way).
+		flags := createFlags(cmd.verb) &^ netlink.Create
+		return c.add(unix.NFT_MSG_NEWTABLE, flags, cmd, attrs...)
 	case "delete":
 		return c.add(unix.NFT_MSG_DELTABLE, 0, cmd, name)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,7 +25,14 @@ var (
 	saddr4 = &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
 	saddr6 = &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}
 	tcp    = []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Register: 1, Data: []byte{6}}}
+	dport  = &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
 )
+
+// nfproto is the "meta nfproto" match nft puts before a network header
+// match in an inet table.
+func nfproto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Register: 1, Data: []byte{p}}}
+}
 
 func testSets() map[string]*setInfo {
 	return map[string]*setInfo{
@@ -33,6 +42,8 @@ func testSets() map[string]*setInfo {
 		"aff-X":               {key: concat{tIPv4}},
 		"aff-6":               {key: concat{tIPv6}},
 		"hairpin-connections": {key: concat{tIPv4, tIPv4, tProto, tService}},
+		"masq4":               {key: concat{tIPv4}, verdict: true},
+		"ports":               {key: concat{tIfname}, verdict: true},
 	}
 }
 
@@ -147,6 +158,40 @@ func TestCompileRules(t *testing.T) {
 			&expr.Verdict{Kind: expr.VerdictJump, Chain: "mark-for-masquerade"}}, 0},
 		{"ip", "ip saddr != { 1.2.3.0/24 , 5.6.0.0/16 } drop", []expr.Any{saddr4,
 			&expr.Lookup{SourceRegister: 1, SetName: "__set%d", SetID: 1, Invert: true}, &expr.Verdict{Kind: expr.VerdictDrop}}, 2},
+		// inet: the network and transport protocol dependencies nft
+		// inserts, once per rule.
+		{"inet", "ip saddr vmap @masq4", append(nfproto(2), saddr4,
+			&expr.Lookup{SourceRegister: 1, SetName: "masq4", IsDestRegSet: true}), 0},
+		{"inet", "meta nfproto ipv4 ip saddr 1.2.3.4 ip daddr 5.6.7.8 accept", append(nfproto(2), saddr4,
+			&expr.Cmp{Register: 1, Data: []byte{1, 2, 3, 4}}, daddr4, &expr.Cmp{Register: 1, Data: []byte{5, 6, 7, 8}},
+			&expr.Verdict{Kind: expr.VerdictAccept}), 0},
+		{"inet", "meta l4proto tcp tcp dport 80 accept", append(tcp[:2:2], dport, &expr.Cmp{Register: 1, Data: []byte{0, 80}},
+			&expr.Verdict{Kind: expr.VerdictAccept}), 0},
+		{"inet", "ip6 saddr fd00::/64 udp dport 53 meta mark set meta mark | 0x2000", append(nfproto(10),
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 8},
+			&expr.Cmp{Register: 1, Data: []byte{0xfd, 0, 0, 0, 0, 0, 0, 0}},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Register: 1, Data: []byte{17}},
+			dport, &expr.Cmp{Register: 1, Data: []byte{0, 53}},
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(0xffffdfff), Xor: le32(0x2000)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1}), 0},
+		{"inet", "meta nfproto ipv4 sctp dport 8080 dnat ip to 10.0.0.5:80", append(nfproto(2),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Register: 1, Data: []byte{132}},
+			dport, &expr.Cmp{Register: 1, Data: []byte{0x1f, 0x90}},
+			&expr.Immediate{Register: 1, Data: []byte{10, 0, 0, 5}},
+			&expr.Immediate{Register: 2, Data: []byte{0, 80}},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true}), 0},
+		{"inet", "meta mark & 0x2000 == 0x2000 masquerade", []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(0x2000), Xor: le32(0)},
+			&expr.Cmp{Register: 1, Data: le32(0x2000)}, &expr.Masq{}}, 0},
+		{"inet", "ip saddr { 10.1.0.0/24, 127.0.0.1 } jump x", append(nfproto(2), saddr4,
+			&expr.Lookup{SourceRegister: 1, SetName: "__set%d", SetID: 1}, &expr.Verdict{Kind: expr.VerdictJump, Chain: "x"}), 2},
+		{"bridge", "iifname vmap @ports", []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Lookup{SourceRegister: 1, SetName: "ports", IsDestRegSet: true}}, 0},
+		{"bridge", "ether saddr 0a:58:0a:01:00:05 return", []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 6, Len: 6},
+			&expr.Cmp{Register: 1, Data: []byte{0x0a, 0x58, 0x0a, 1, 0, 5}}, &expr.Verdict{Kind: expr.VerdictReturn}}, 0},
 	} {
 		t.Run(tc.family+" "+tc.rule, func(t *testing.T) {
 			got, c, err := compileRule(t, tc.family, tc.rule)
@@ -199,7 +244,7 @@ func countElems(t *testing.T, b []byte) int {
 
 func TestUnsupported(t *testing.T) {
 	for _, rule := range []string{
-		"tcp dport 80 accept",
+		"tcp flags syn accept",
 		"log prefix x",
 		"ip saddr { 1.2.3.4 , 5.6.7.8 } accept",
 		"ip6 saddr ::1 accept", // another family's match
@@ -208,6 +253,24 @@ func TestUnsupported(t *testing.T) {
 	} {
 		if _, _, err := compileRule(t, "ip", rule); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%q: %v, want ErrUnsupported", rule, err)
+		}
+	}
+	for _, tc := range []struct{ family, rule string }{
+		{"inet", "dnat to 10.0.0.1"},                             // inet needs the family
+		{"inet", "tcp dport 80 dnat ip to 10.0.0.1:80"},          // nft would insert no nfproto here
+		{"inet", "ip saddr 1.2.3.4 dnat ip6 to [fd00::1]:80"},    // the other family
+		{"inet", "ip saddr 1.2.3.4 ip6 daddr ::1 accept"},        // two network protocols
+		{"inet", "tcp dport 80 udp dport 53 accept"},             // two transport protocols
+		{"inet", "reject"},                                       // icmpx
+		{"inet", "iifname \"eth0\" accept"},                      // names compared directly
+		{"inet", "ip saddr { 1.2.3.4, 5.6.7.8 } accept"},         // a plain set
+		{"inet", "ether saddr 0a:58:0a:01:00:05 drop"},           // needs a link type dependency
+		{"bridge", "ip saddr 1.2.3.4 drop"},                      // needs an ether type dependency
+		{"ip", "meta nfproto ipv4 accept"},                       // only in inet
+		{"bridge", "ether saddr 0a:58:0a:01:00:05 . iifname @x"}, // no such set
+	} {
+		if _, _, err := compileRule(t, tc.family, tc.rule); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s %q: %v, want ErrUnsupported", tc.family, tc.rule, err)
 		}
 	}
 	for _, line := range []string{
@@ -233,8 +296,8 @@ func TestUnsupported(t *testing.T) {
 			t.Errorf("%q: %v, want ErrUnsupported", line, err)
 		}
 	}
-	if _, err := compileText("inet", "t", "add table inet t", nil); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("inet family: %v, want ErrUnsupported", err)
+	if _, err := compileText("netdev", "t", "add table netdev t", nil); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("netdev family: %v, want ErrUnsupported", err)
 	}
 }
 
@@ -375,4 +438,75 @@ func withoutElemSetID(t *testing.T, msgs []string) []string {
 		out = append(out, fmt.Sprintf("%s: %x", head, kept))
 	}
 	return out
+}
+
+// TestCNITablesAsNFT: the CNI plugins' tables (bridge's macspoofchk,
+// ipMasq, portmap: inet and bridge families, their base chains, maps,
+// elements and every statement they write; "masks": the bitwise of flags,
+// binary operations and prefixes, fib, and a rule deleted by handle)
+// compile to the very messages
+// nft 1.0.6 sends for the same text. testdata/NAME.nft is the text;
+// NAME.msgs was recorded in a scratch netns with
+//
+//	unshare -n strace -f -e trace=sendmsg -e write=all -o OUT nft -f NAME.nft
+//
+// and split into messages (type, header flags, attributes in hex) as
+// TestEndpointMapsAsNFT's are.
+func TestCNITablesAsNFT(t *testing.T) {
+	for _, name := range []string{"spoofchk", "ipmasq", "portmap", "masks"} {
+		t.Run(name, func(t *testing.T) {
+			text, err := os.ReadFile(filepath.Join("testdata", name+".nft"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(filepath.Join("testdata", name+".msgs"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := parseLine(string(text[:strings.IndexByte(string(text), '\n')]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := compileText(first.family, first.table, string(text), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range c.msgs {
+				got = append(got, fmt.Sprintf("type %d flags %#x: %x", m.typ, uint16(m.flags), m.data))
+			}
+			if d := cmp.Diff(strings.Split(strings.TrimSpace(string(want)), "\n"), got); d != "" {
+				t.Errorf("messages differ from nft's (-nft +ours):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestDecode: element values read back as nft spells them (what
+// ListElements returns), for every type the CNI tables' sets use.
+func TestDecode(t *testing.T) {
+	for _, tc := range []struct {
+		t    concat
+		in   string
+		want string
+	}{
+		{concat{tIPv4}, "10.1.0.5", "10.1.0.5"},
+		{concat{tIPv6}, "fd00:1::5", "fd00:1::5"},
+		{concat{tIfname}, `"veth1234"`, "veth1234"},
+		{concat{tEther}, "0a:58:0a:01:00:05", "0a:58:0a:01:00:05"},
+		{concat{tIPv4, tProto, tService}, "10.0.0.1 . tcp . 80", "10.0.0.1 . tcp . 80"},
+		{concat{tInteger}, "7", "7"},
+	} {
+		b, err := tc.t.encode(strings.Split(tc.in, " . "))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.in, err)
+		}
+		got, err := tc.t.decode(b)
+		if err != nil || strings.Join(got, " . ") != tc.want {
+			t.Errorf("decode(encode(%s)) = %q, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := (concat{tIfname}).encode([]string{`"eth*"`}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("wildcard ifname: %v, want ErrUnsupported", err)
+	}
 }

@@ -105,6 +105,12 @@ type reply struct {
 
 // commit sends msgs as one batch and returns the kernel's refusals.
 func (c *conn) commit(family byte, msgs []msg) (first uint32, errs []opError, err error) {
+	return c.send1(family, msgs, true)
+}
+
+// send1 sends msgs as one batch; without its end message (end false) the
+// kernel checks the batch and aborts it, as for `nft --check`.
+func (c *conn) send1(family byte, msgs []msg, end bool) (first uint32, errs []opError, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	size := 0
@@ -119,8 +125,10 @@ func (c *conn) commit(family byte, msgs []msg) (first uint32, errs []opError, er
 		c.seq++
 		b = appendMsg(b, nfnlSubsys|m.typ, m.flags, c.seq, family, 0, m.data)
 	}
-	c.seq++
-	b = appendMsg(b, unix.NFNL_MSG_BATCH_END, netlink.Request, c.seq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
+	if end {
+		c.seq++
+		b = appendMsg(b, unix.NFNL_MSG_BATCH_END, netlink.Request, c.seq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
+	}
 	// The whole batch goes in one datagram; the kernel refuses one larger
 	// than the send buffer.
 	if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, len(b)+4096); err != nil {
@@ -212,6 +220,10 @@ func (c *conn) request(typ uint16, flags netlink.HeaderFlags, family byte, data 
 }
 
 var errDumpInterrupted = errors.New("netlink dump interrupted")
+
+// Unwrap lets errors.Is(err, syscall.ENOENT) see the errno, so
+// nft.IsNotFound and nft.IsExists classify a refusal however it is wrapped.
+func (e *opError) Unwrap() error { return e.errno }
 
 func (e *opError) Error() string {
 	if e.msg != "" {

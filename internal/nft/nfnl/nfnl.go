@@ -44,12 +44,20 @@ type Options struct {
 	// caller's own (the socket is opened in it once and kept).
 	NetNS string
 	// Fallback runs a transaction the compiler does not cover (usually
-	// an nft.Runner's Run); nil makes such a transaction fail.
+	// an nft.Runner's Run, see ExecFallback); nil makes such a
+	// transaction fail.
 	Fallback func(ctx context.Context, tx *knftables.Transaction) error
+	// Classify, when set, replaces every failure the kernel reports (an
+	// *nft.Error carrying the errno, a socket that cannot be opened
+	// included), as nft.Runner's Classify does: CNI plugins give
+	// "not supported" its error code.
+	Classify func(*nft.Error) error
 }
 
-// Runner programs family/table over netlink. It implements what the
-// proxy's nftables backend needs: NewTransaction, Run and ListAll.
+// Runner programs family/table over netlink. It implements
+// knftables.Interface (what the proxy's nftables backend needs:
+// NewTransaction, Run and ListAll; and the reads the CNI plugins use,
+// read.go) and nft.Interface.
 type Runner struct {
 	family knftables.Family
 	table  string
@@ -88,7 +96,12 @@ func (r *Runner) dial() (*conn, error) {
 	if r.conn == nil {
 		c, err := dial(r.opts.NetNS)
 		if err != nil {
-			return nil, fmt.Errorf("opening nftables netlink socket: %w", err)
+			e := &nft.Error{Msg: fmt.Sprintf("opening an nftables netlink socket: %v", err)}
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				e.Errno = errno
+			}
+			return nil, r.classify(e)
 		}
 		r.conn = c
 	}
@@ -156,7 +169,7 @@ func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
 	}
 	if len(errs) > 0 {
 		r.sets = map[string]*setInfo{}
-		return batchError(c.msgs, first, errs)
+		return r.classify(batchError(c.msgs, first, errs))
 	}
 	for name := range c.deleted {
 		delete(r.sets, name)
@@ -172,8 +185,16 @@ func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return nil
 }
 
+// classify applies Options.Classify.
+func (r *Runner) classify(e *nft.Error) error {
+	if r.opts.Classify != nil {
+		return r.opts.Classify(e)
+	}
+	return e
+}
+
 // batchError names the first refused command.
-func batchError(msgs []msg, first uint32, errs []opError) error {
+func batchError(msgs []msg, first uint32, errs []opError) *nft.Error {
 	e := errs[0]
 	cmd := "batch"
 	if i := int(e.seq) - int(first); i >= 0 && i < len(msgs) {
@@ -217,7 +238,7 @@ func (r *Runner) lookupSet(name string) (*setInfo, error) {
 func (r *Runner) wrapErr(err error) error {
 	var oe *opError
 	if errors.As(err, &oe) {
-		return &nft.Error{Msg: fmt.Sprintf("nftables over netlink: %v", oe), Errno: oe.errno}
+		return r.classify(&nft.Error{Msg: fmt.Sprintf("nftables over netlink: %v", oe), Errno: oe.errno})
 	}
 	return err
 }
@@ -339,6 +360,12 @@ func (r *Runner) ListAll(ctx context.Context) (map[string][]string, error) {
 // dump lists objects of the table, retrying an interrupted dump.
 func (r *Runner) dump(conn *conn, typ uint16, tableAttr uint16) ([]reply, error) {
 	data, _ := netlink.MarshalAttributes([]netlink.Attribute{{Type: tableAttr, Data: str(r.table)}})
+	return r.dumpWith(conn, typ, data)
+}
+
+// dumpWith sends a dump request with the attributes data, retrying an
+// interrupted dump.
+func (r *Runner) dumpWith(conn *conn, typ uint16, data []byte) ([]reply, error) {
 	for attempt := 0; ; attempt++ {
 		replies, _, err := conn.request(typ, netlink.Dump, r.nfproto(), data)
 		if errors.Is(err, errDumpInterrupted) && attempt < 10 {
@@ -379,4 +406,20 @@ func setFlags(b []byte) uint32 {
 		}
 	}
 	return 0
+}
+
+// ExecFallback returns an Options.Fallback that runs a transaction with
+// the nft binary (nft.Runner, its Classify set to classify), found in
+// PATH or at paths only when a transaction first falls back: a Runner
+// needs no nft installed for what it compiles itself. nft runs in the
+// caller's network namespace (for a Runner without Options.NetNS).
+func ExecFallback(family knftables.Family, table string, classify func(*nft.Error) error, paths ...string) func(context.Context, *knftables.Transaction) error {
+	return func(ctx context.Context, tx *knftables.Transaction) error {
+		r, err := nft.New(family, table, paths...)
+		if err != nil {
+			return fmt.Errorf("this nftables transaction needs the nft binary (the netlink compiler does not cover it): %w", err)
+		}
+		r.Classify = classify
+		return r.Run(ctx, tx)
+	}
 }

@@ -77,7 +77,16 @@ func parseLine(line string) (command, error) {
 	c.name = name
 	switch c.typ {
 	case "rule":
-		if c.verb == "flush" || c.verb == "delete" || strings.HasPrefix(rest, "index ") || strings.HasPrefix(rest, "handle ") {
+		if c.verb == "delete" {
+			// "delete rule FAMILY TABLE CHAIN handle N"
+			h, ok := strings.CutPrefix(rest, "handle ")
+			if _, err := strconv.ParseUint(h, 10, 64); !ok || err != nil {
+				return c, unsupported("command %q", line)
+			}
+			c.body = h
+			return c, nil
+		}
+		if c.verb == "flush" || strings.HasPrefix(rest, "index ") || strings.HasPrefix(rest, "handle ") {
 			return c, unsupported("command %q", line)
 		}
 		c.body = rest

@@ -39,6 +39,38 @@ func (n execNFT) ListAll(ctx context.Context) (out map[string][]string, err erro
 	return out, err
 }
 
+func (n execNFT) ListTable(ctx context.Context) (out *nft.Table, err error) {
+	err = netns.Do(n.ns, func() error {
+		out, err = n.Runner.ListTable(ctx)
+		return err
+	})
+	return out, err
+}
+
+func (n execNFT) List(ctx context.Context, typ string) (out []string, err error) {
+	err = netns.Do(n.ns, func() error {
+		out, err = n.Runner.List(ctx, typ)
+		return err
+	})
+	return out, err
+}
+
+func (n execNFT) ListRules(ctx context.Context, chain string) (out []*knftables.Rule, err error) {
+	err = netns.Do(n.ns, func() error {
+		out, err = n.Runner.ListRules(ctx, chain)
+		return err
+	})
+	return out, err
+}
+
+func (n execNFT) ListElements(ctx context.Context, typ, name string) (out []*knftables.Element, err error) {
+	err = netns.Do(n.ns, func() error {
+		out, err = n.Runner.ListElements(ctx, typ, name)
+		return err
+	})
+	return out, err
+}
+
 func requireNFT(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
@@ -353,5 +385,138 @@ func TestRootEndpointMaps(t *testing.T) {
 				p.requireSame(t, fmt.Sprintf("step %d", i))
 			}
 		})
+	}
+}
+
+// TestRootReads: what the CNI plugins read (ListTable, ListRules,
+// ListElements, List) is the same from the netlink runner as from nft's
+// JSON, for tables of every family the plugins use; Check refuses what
+// Run would and changes nothing; Probe answers.
+func TestRootReads(t *testing.T) {
+	requireNFT(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		fam   knftables.Family
+		build func(tx *knftables.Transaction)
+		maps  []string
+	}{{
+		fam: knftables.InetFamily, maps: []string{"m4", "m6", "svc"},
+		build: func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Table{Comment: knftables.PtrTo("t")})
+			tx.Add(&knftables.Map{Name: "m4", Type: "ipv4_addr : verdict"})
+			tx.Add(&knftables.Map{Name: "m6", Type: "ipv6_addr : verdict"})
+			tx.Add(&knftables.Map{Name: "svc", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"})
+			tx.Add(&knftables.Chain{Name: "post", Type: knftables.PtrTo(knftables.NATType), Hook: knftables.PtrTo(knftables.PostroutingHook),
+				Priority: knftables.PtrTo(knftables.SNATPriority)})
+			tx.Add(&knftables.Chain{Name: "a", Comment: knftables.PtrTo("net: x")})
+			tx.Add(&knftables.Chain{Name: "empty"})
+			tx.Add(&knftables.Rule{Chain: "post", Rule: "ip saddr vmap @m4"})
+			tx.Add(&knftables.Rule{Chain: "post", Rule: "ip6 saddr vmap @m6", Comment: knftables.PtrTo("six")})
+			tx.Add(&knftables.Rule{Chain: "a", Rule: "ip saddr 10.1.0.5 ip daddr != 10.1.0.0/24 masquerade", Comment: knftables.PtrTo("10.1.0.5; net: x")})
+			tx.Add(&knftables.Element{Map: "m4", Key: []string{"10.1.0.5"}, Value: []string{"goto a"}})
+			tx.Add(&knftables.Element{Map: "m4", Key: []string{"10.1.0.6"}, Value: []string{"jump a"}, Comment: knftables.PtrTo("c")})
+			tx.Add(&knftables.Element{Map: "m6", Key: []string{"fd00:1::5"}, Value: []string{"goto a"}})
+			tx.Add(&knftables.Element{Map: "svc", Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.5 . 8080"}})
+		},
+	}, {
+		fam: knftables.BridgeFamily, maps: []string{"ports"},
+		build: func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Table{})
+			tx.Add(&knftables.Map{Name: "ports", Type: "ifname : verdict"})
+			tx.Add(&knftables.Chain{Name: "pre", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.PreroutingHook),
+				Priority: knftables.PtrTo(knftables.BaseChainPriority("-300"))})
+			tx.Add(&knftables.Chain{Name: "s"})
+			tx.Add(&knftables.Rule{Chain: "pre", Rule: "iifname vmap @ports"})
+			tx.Add(&knftables.Rule{Chain: "s", Rule: "ether saddr 0a:58:0a:01:00:05 return", Comment: knftables.PtrTo("mac 0a:58:0a:01:00:05")})
+			tx.Add(&knftables.Rule{Chain: "s", Rule: "drop"})
+			tx.Add(&knftables.Element{Map: "ports", Key: []string{`"veth1234"`}, Value: []string{"goto s"}})
+			tx.Add(&knftables.Element{Map: "ports", Key: []string{`"v"`}, Value: []string{"goto s"}})
+		},
+	}} {
+		t.Run(string(tc.fam), func(t *testing.T) {
+			p := newPair(t, tc.fam)
+			// Before the table exists: the same "nothing" from both.
+			compareReads(t, p, tc.maps)
+			for _, r := range []nftables.NFT{p.exec, p.nl} {
+				tx := r.NewTransaction()
+				tc.build(tx)
+				if err := r.Run(ctx, tx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.requireSame(t, "built")
+			compareReads(t, p, tc.maps)
+
+			// Check: a good transaction passes and changes nothing; a bad
+			// one fails as Run would.
+			before := list(t, p.nsNL, p.fam, p.table)
+			good := p.nl.NewTransaction()
+			good.Add(&knftables.Chain{Name: "new"})
+			good.Add(&knftables.Rule{Chain: "new", Rule: "drop"})
+			if err := p.nl.Check(ctx, good); err != nil {
+				t.Errorf("Check of a valid transaction: %v", err)
+			}
+			bad := p.nl.NewTransaction()
+			bad.Add(&knftables.Chain{Name: "new"})
+			bad.Delete(&knftables.Chain{Name: "absent"})
+			if err := p.nl.Check(ctx, bad); !nft.IsNotFound(err) {
+				t.Errorf("Check deleting a missing chain: %v, want not found", err)
+			}
+			if after := list(t, p.nsNL, p.fam, p.table); after != before {
+				t.Errorf("Check changed the table:\n%s", cmp.Diff(before, after))
+			}
+			if err := p.nl.Probe(ctx); err != nil {
+				t.Errorf("Probe: %v", err)
+			}
+		})
+	}
+}
+
+// compareReads requires the same answers from nft and from netlink.
+func compareReads(t *testing.T, p *pair, maps []string) {
+	t.Helper()
+	ctx := context.Background()
+	ta, errA := p.exec.ListTable(ctx)
+	tb, errB := p.nl.ListTable(ctx)
+	if errA != nil || errB != nil {
+		t.Fatalf("ListTable: nft %v, netlink %v", errA, errB)
+	}
+	if d := cmp.Diff(ta, tb); d != "" {
+		t.Errorf("ListTable differs (-nft +netlink):\n%s", d)
+	}
+	chains := []string{"", "absent"}
+	if ta != nil {
+		chains = append(chains, ta.Chains...)
+	}
+	for _, c := range chains {
+		ra, errA := p.exec.ListRules(ctx, c)
+		rb, errB := p.nl.ListRules(ctx, c)
+		if nft.IsNotFound(errA) != nft.IsNotFound(errB) || (errA == nil) != (errB == nil) {
+			t.Errorf("ListRules(%q): nft %v, netlink %v", c, errA, errB)
+		}
+		if d := cmp.Diff(ra, rb, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("ListRules(%q) differs (-nft +netlink):\n%s", c, d)
+		}
+	}
+	for _, m := range append(maps, "absent") {
+		for _, typ := range []string{"map", "set"} {
+			ea, errA := p.exec.ListElements(ctx, typ, m)
+			eb, errB := p.nl.ListElements(ctx, typ, m)
+			if nft.IsNotFound(errA) != nft.IsNotFound(errB) || (errA == nil) != (errB == nil) {
+				t.Errorf("ListElements(%s %s): nft %v, netlink %v", typ, m, errA, errB)
+			}
+			sortElems := cmpopts.SortSlices(func(a, b *knftables.Element) bool { return strings.Join(a.Key, ".") < strings.Join(b.Key, ".") })
+			if d := cmp.Diff(ea, eb, cmpopts.EquateEmpty(), sortElems); d != "" {
+				t.Errorf("ListElements(%s %s) differs (-nft +netlink):\n%s", typ, m, d)
+			}
+		}
+	}
+	la, errA := p.exec.List(ctx, "chains")
+	lb, errB := p.nl.List(ctx, "chains")
+	if errA != nil || errB != nil {
+		t.Fatalf("List: nft %v, netlink %v", errA, errB)
+	}
+	if d := cmp.Diff(la, lb, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("List(chains) differs (-nft +netlink):\n%s", d)
 	}
 }

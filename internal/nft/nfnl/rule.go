@@ -9,7 +9,14 @@ package nfnl
 //	dnat to ADDR[:PORT], dnat ip addr . port to numgen random mod N map { i : ADDR . PORT , ... } | @m
 //
 // where SELECTOR is ip|ip6 saddr|daddr, meta l4proto, th sport|dport,
-// numgen random mod N [offset K]. Registers are assigned as nft assigns them: a
+// numgen random mod N [offset K]; and, for the CNI plugins' inet and bridge
+// tables, meta nfproto ipv4|ipv6, tcp|udp|sctp sport|dport, iifname|oifname
+// (against a set or map), ether saddr|daddr (bridge), meta mark & V == V,
+// meta mark set meta mark | V, dnat ip|ip6 to ADDR[:PORT], and
+// { PREFIX|ADDR , ... } with at least one prefix. In an inet table "ip
+// saddr" depends on "meta nfproto ipv4" and "tcp dport" on "meta l4proto
+// tcp": nft inserts those matches unless the rule made them already, and
+// so do we. Registers are assigned as nft assigns them: a
 // concatenation's fields in consecutive 32-bit registers, each named by its
 // 128-bit register (1-4) when it starts one, else by its 32-bit one (8-23);
 // so "ip daddr . meta l4proto . th dport" loads into 1, 9 and 10.
@@ -53,6 +60,47 @@ type ruleCompiler struct {
 	toks  []string
 	i     int
 	exprs []expr.Any
+	// nfproto and l4proto are what the rule has matched so far (0: not
+	// yet), so that a dependency is inserted once, as nft does.
+	nfproto, l4proto byte
+}
+
+// needNfproto inserts "meta nfproto P" before a network header match in
+// an inet table, unless the rule already holds it.
+func (r *ruleCompiler) needNfproto(kw string) error {
+	want := families[kw]
+	switch fam := r.c.family; {
+	case fam.l3():
+		if kw != fam.name {
+			return unsupported("%s match in a %s table", kw, fam.name)
+		}
+		return nil
+	case fam.proto != unix.NFPROTO_INET:
+		return unsupported("%s match in a %s table", kw, fam.name)
+	}
+	if r.nfproto == want.proto {
+		return nil
+	}
+	if r.nfproto != 0 {
+		return unsupported("rule %q matches two network protocols", r.cmd.body)
+	}
+	r.emit(&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{want.proto}})
+	r.nfproto = want.proto
+	return nil
+}
+
+// needL4proto inserts "meta l4proto P" before a transport header match,
+// unless the rule already holds it.
+func (r *ruleCompiler) needL4proto(p byte) error {
+	if r.l4proto == p {
+		return nil
+	}
+	if r.l4proto != 0 {
+		return unsupported("rule %q matches two transport protocols", r.cmd.body)
+	}
+	r.emit(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}})
+	r.l4proto = p
+	return nil
 }
 
 func (r *ruleCompiler) peek() string {
@@ -78,6 +126,13 @@ func (r *ruleCompiler) bad() error {
 }
 
 func (c *compiler) ruleCmd(cmd *command) error {
+	if cmd.verb == "delete" {
+		h, _ := strconv.ParseUint(cmd.body, 10, 64)
+		return c.add(unix.NFT_MSG_DELRULE, 0, cmd,
+			netlink.Attribute{Type: unix.NFTA_RULE_TABLE, Data: str(c.table)},
+			netlink.Attribute{Type: unix.NFTA_RULE_CHAIN, Data: str(cmd.name)},
+			netlink.Attribute{Type: unix.NFTA_RULE_HANDLE, Data: be64(h)})
+	}
 	if cmd.verb != "add" {
 		return unsupported("%s rule", cmd.verb)
 	}
@@ -87,7 +142,7 @@ func (c *compiler) ruleCmd(cmd *command) error {
 	}
 	list := make([]netlink.Attribute, 0, len(exprs))
 	for _, e := range exprs {
-		b, err := expr.Marshal(c.family.proto, e)
+		b, err := marshalExpr(c.family.proto, e, c.binops[e])
 		if err != nil {
 			return err
 		}
@@ -110,6 +165,78 @@ func (c *compiler) ruleCmd(cmd *command) error {
 		attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_RULE_USERDATA, Data: ud})
 	}
 	return c.add(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, cmd, attrs...)
+}
+
+// binop records b as the bitwise of a binary operation ("mark & V",
+// "mark set mark | V"), for which nft names the operation; it does not
+// for the masks of prefixes and flags.
+func (c *compiler) binop(b *expr.Bitwise) *expr.Bitwise {
+	if c.binops == nil {
+		c.binops = map[expr.Any]bool{}
+	}
+	c.binops[b] = true
+	return b
+}
+
+// marshalExpr encodes e as nft does. google/nftables orders the
+// attributes of bitwise and fib otherwise than libnftnl and never names
+// bitwise's operation (boolean, the kernel's default), which nft does for
+// a binary operation (withOp): equivalent, but these two are written here
+// so the bytes are nft's own.
+func marshalExpr(fam byte, e expr.Any, withOp bool) ([]byte, error) {
+	var name string
+	var attrs []netlink.Attribute
+	switch e := e.(type) {
+	case *expr.Bitwise:
+		if e.Len == 0 || len(e.Mask) != int(e.Len) || len(e.Xor) != int(e.Len) {
+			return expr.Marshal(fam, e)
+		}
+		name = "bitwise"
+		attrs = []netlink.Attribute{
+			{Type: unix.NFTA_BITWISE_SREG, Data: be32(e.SourceRegister)},
+			{Type: unix.NFTA_BITWISE_DREG, Data: be32(e.DestRegister)},
+		}
+		if withOp {
+			attrs = append(attrs, netlink.Attribute{Type: nftaBitwiseOp, Data: be32(0)}) // NFT_BITWISE_BOOL
+		}
+		attrs = append(attrs,
+			netlink.Attribute{Type: unix.NFTA_BITWISE_LEN, Data: be32(e.Len)},
+			netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_BITWISE_MASK, Data: dataValue(e.Mask)},
+			netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_BITWISE_XOR, Data: dataValue(e.Xor)})
+	case *expr.Fib:
+		var flags, result uint32
+		for _, f := range []struct {
+			on  bool
+			bit uint32
+		}{{e.FlagSADDR, unix.NFTA_FIB_F_SADDR}, {e.FlagDADDR, unix.NFTA_FIB_F_DADDR}, {e.FlagMARK, unix.NFTA_FIB_F_MARK},
+			{e.FlagIIF, unix.NFTA_FIB_F_IIF}, {e.FlagOIF, unix.NFTA_FIB_F_OIF}, {e.FlagPRESENT, unix.NFTA_FIB_F_PRESENT}} {
+			if f.on {
+				flags |= f.bit
+			}
+		}
+		switch {
+		case e.ResultADDRTYPE && !e.ResultOIF && !e.ResultOIFNAME:
+			result = unix.NFT_FIB_RESULT_ADDRTYPE
+		default:
+			return expr.Marshal(fam, e)
+		}
+		name = "fib"
+		attrs = []netlink.Attribute{
+			{Type: unix.NFTA_FIB_FLAGS, Data: be32(flags)},
+			{Type: unix.NFTA_FIB_RESULT, Data: be32(result)},
+			{Type: unix.NFTA_FIB_DREG, Data: be32(e.Register)},
+		}
+	default:
+		return expr.Marshal(fam, e)
+	}
+	data, err := netlink.MarshalAttributes(attrs)
+	if err != nil {
+		return nil, err
+	}
+	return netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_EXPR_NAME, Data: str(name)},
+		{Type: unix.NLA_F_NESTED | unix.NFTA_EXPR_DATA, Data: data},
+	})
 }
 
 // ruleExprs compiles a rule's text (adding the messages of its anonymous
@@ -225,9 +352,10 @@ func (r *ruleCompiler) field() (field, error) {
 	fam := r.c.family
 	switch t := r.next(); t {
 	case "ip", "ip6":
-		if t != fam.name {
-			return field{}, unsupported("%s match in a %s table", t, fam.name)
+		if err := r.needNfproto(t); err != nil {
+			return field{}, err
 		}
+		fam := families[t]
 		n := uint32(fam.addr.len)
 		var off, tmpl uint32
 		switch w := r.next(); {
@@ -243,6 +371,28 @@ func (r *ruleCompiler) field() (field, error) {
 			return field{}, r.bad()
 		}
 		return payloadField(fam.addr, payload(expr.PayloadBaseNetworkHeader, off, n), fam.desc, tmpl), nil
+	case "tcp", "udp", "sctp":
+		off := map[string]uint32{"sport": 0, "dport": 2}
+		o, ok := off[r.next()]
+		if !ok {
+			return field{}, r.bad()
+		}
+		if err := r.needL4proto(protoNums[t]); err != nil {
+			return field{}, err
+		}
+		return payloadField(tService, payload(expr.PayloadBaseTransportHeader, o, 2), 0, 0), nil
+	case "iifname", "oifname":
+		return ifnameField(t), nil
+	case "ether":
+		if fam.proto != unix.NFPROTO_BRIDGE {
+			return field{}, unsupported("ether match in a %s table", fam.name)
+		}
+		off := map[string]uint32{"daddr": 0, "saddr": 6}
+		o, ok := off[r.next()]
+		if !ok {
+			return field{}, r.bad()
+		}
+		return payloadField(tEther, payload(expr.PayloadBaseLLHeader, o, 6), 0, 0), nil
 	case "th":
 		off := map[string]uint32{"sport": 0, "dport": 2}
 		w := r.next()
@@ -257,6 +407,14 @@ func (r *ruleCompiler) field() (field, error) {
 			return field{t: tProto, load: func(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg} }}, nil
 		case "mark":
 			return markField(), nil
+		case "nfproto":
+			if fam.proto != unix.NFPROTO_INET {
+				return field{}, unsupported("meta nfproto in a %s table", fam.name)
+			}
+			return field{t: tNfproto, load: func(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg} }}, nil
+		case "iifname", "oifname":
+			r.i--
+			return ifnameField(r.next()), nil
 		}
 		return field{}, r.bad()
 	case "mark":
@@ -309,6 +467,14 @@ func (r *ruleCompiler) field() (field, error) {
 	return field{}, r.bad()
 }
 
+func ifnameField(kw string) field {
+	key := expr.MetaKeyIIFNAME
+	if kw == "oifname" {
+		key = expr.MetaKeyOIFNAME
+	}
+	return field{t: tIfname, load: func(reg uint32) expr.Any { return &expr.Meta{Key: key, Register: reg} }}
+}
+
 func markField() field {
 	return field{t: tMark, load: func(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg} }}
 }
@@ -353,8 +519,8 @@ func (r *ruleCompiler) match() error {
 		return r.bad()
 	}
 	f := fs[0]
-	if f.t == tMark && r.peek() == "and" {
-		// mark and V != 0
+	if f.t == tMark && (r.peek() == "and" || r.peek() == "&") {
+		// mark and V != 0, meta mark & V == V
 		r.next()
 		mask, err := tMark.encode(r.next())
 		if err != nil {
@@ -366,7 +532,7 @@ func (r *ruleCompiler) match() error {
 			return r.bad()
 		}
 		r.load(fs)
-		r.emit(&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)})
+		r.emit(r.c.binop(&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)}))
 		r.emit(&expr.Cmp{Op: cmpOp(op == "!="), Register: 1, Data: v})
 		return nil
 	}
@@ -380,7 +546,7 @@ func (r *ruleCompiler) match() error {
 		r.load(fs)
 		return r.lookupNamed(r.next()[1:], neq, false)
 	case t == "{":
-		if f.payload == nil || f.t.id != r.c.family.addr.id {
+		if f.payload == nil || !isAddr(f.t) {
 			return unsupported("anonymous set of %s in %q", f.t.name, r.cmd.body)
 		}
 		r.load(fs)
@@ -389,6 +555,10 @@ func (r *ruleCompiler) match() error {
 		return r.bad()
 	}
 	v := r.next()
+	if f.t == tIfname {
+		// nft compares names of any length, with wildcards: not ours.
+		return unsupported("interface name match %q", r.cmd.body)
+	}
 	if f.bits {
 		if neq {
 			return r.bad()
@@ -402,7 +572,7 @@ func (r *ruleCompiler) match() error {
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})
 		return nil
 	}
-	if f.payload != nil && f.t.id == r.c.family.addr.id && strings.Contains(v, "/") {
+	if f.payload != nil && isAddr(f.t) && strings.Contains(v, "/") {
 		return r.prefixCmp(f, v, neq)
 	}
 	b, err := f.t.encode(v)
@@ -411,8 +581,18 @@ func (r *ruleCompiler) match() error {
 	}
 	r.load(fs)
 	r.emit(&expr.Cmp{Op: cmpOp(neq), Register: 1, Data: b})
+	if !neq {
+		switch {
+		case f.t == tNfproto:
+			r.nfproto = b[0]
+		case f.t == tProto && r.l4proto == 0:
+			r.l4proto = b[0]
+		}
+	}
 	return nil
 }
+
+func isAddr(t dtype) bool { return t == tIPv4 || t == tIPv6 }
 
 func cmpOp(neq bool) expr.CmpOp {
 	if neq {
@@ -427,7 +607,7 @@ func cmpOp(neq bool) expr.CmpOp {
 // nodePortAddresses ["0.0.0.0/0"] renders one).
 func (r *ruleCompiler) prefixCmp(f field, v string, neq bool) error {
 	p, err := netip.ParsePrefix(v)
-	if err != nil || p.Addr().Is4() != (f.t.id == tIPv4.id) {
+	if err != nil || p.Addr().Is4() != (f.t == tIPv4) {
 		return unsupported("prefix %q", v)
 	}
 	p = p.Masked()
@@ -483,6 +663,13 @@ func (r *ruleCompiler) setItems() ([][]string, error) {
 				return items, nil
 			}
 		default:
+			// "{ a, b }": knftables writes what it is given, and
+			// nft reads "a," as "a ,".
+			if v, ok := strings.CutSuffix(t, ","); ok && v != "" {
+				items = append(items, append(cur, v))
+				cur = nil
+				continue
+			}
 			cur = append(cur, t)
 		}
 	}
@@ -537,19 +724,29 @@ func (r *ruleCompiler) prefixSet(f field, invert bool) error {
 	}
 	type rng struct{ lo, end netip.Addr } // end: first address after; invalid at the top
 	var rs []rng
+	prefixes := 0
 	for _, it := range items {
 		if len(it) != 1 {
 			return r.bad()
 		}
 		p, err := netip.ParsePrefix(it[0])
-		if err != nil {
-			return unsupported("set element %q (only prefixes)", it[0])
+		if err == nil {
+			prefixes++
+		} else if a, aerr := netip.ParseAddr(it[0]); aerr == nil {
+			// An address among prefixes is a one-address range.
+			p = netip.PrefixFrom(a, a.BitLen())
+		} else {
+			return unsupported("set element %q (only prefixes and addresses)", it[0])
 		}
-		if p.Addr().Is4() != (f.t.id == tIPv4.id) {
+		if p.Addr().Is4() != (f.t == tIPv4) {
 			return unsupported("set element %q", it[0])
 		}
 		p = p.Masked()
 		rs = append(rs, rng{p.Addr(), afterPrefix(p)})
+	}
+	if prefixes == 0 {
+		// nft makes a set of addresses alone a plain (not interval) set.
+		return unsupported("set of addresses without a prefix in %q", r.cmd.body)
 	}
 	sortRanges := func(a, b rng) int { return a.lo.Compare(b.lo) }
 	slices.SortFunc(rs, sortRanges)
@@ -653,6 +850,9 @@ func (r *ruleCompiler) anonMap(key concat, data concat, dreg uint32) error {
 
 func (r *ruleCompiler) reject() error {
 	r.next()
+	if !r.c.family.l3() {
+		return unsupported("reject in a %s table", r.c.family.name)
+	}
 	v6 := r.c.family.proto == unix.NFPROTO_IPV6
 	code := uint8(3) // port-unreachable
 	if v6 {
@@ -691,7 +891,7 @@ func (r *ruleCompiler) reject() error {
 	return r.bad()
 }
 
-// markSet: "mark set mark or|xor|and V" or "mark set V".
+// markSet: "mark set mark or|xor|and V" (or | ^ &) or "mark set V".
 func (r *ruleCompiler) markSet() error {
 	r.next() // mark
 	r.next() // set
@@ -709,18 +909,18 @@ func (r *ruleCompiler) markSet() error {
 		n := binary.NativeEndian.Uint32(v)
 		var mask, xor uint32
 		switch op {
-		case "or":
+		case "or", "|":
 			mask, xor = ^n, n
-		case "xor":
+		case "xor", "^":
 			mask, xor = 0xffffffff, n
-		case "and":
+		case "and", "&":
 			mask, xor = n, 0
 		default:
 			return r.bad()
 		}
 		r.emit(&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-				Mask: binary.NativeEndian.AppendUint32(nil, mask), Xor: binary.NativeEndian.AppendUint32(nil, xor)})
+			r.c.binop(&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, mask), Xor: binary.NativeEndian.AppendUint32(nil, xor)}))
 	} else {
 		v, err := tMark.encode(r.next())
 		if err != nil {
@@ -765,12 +965,26 @@ func (r *ruleCompiler) dynset() error {
 	return nil
 }
 
-// dnat: "dnat to ADDR[:PORT]" or
+// dnat: "dnat [ip|ip6] to ADDR[:PORT]" or
 // "dnat ip addr . port to SELECTOR map { i : ADDR . PORT , ... }" or
-// "dnat ip addr . port to SELECTOR map @m".
+// "dnat ip addr . port to SELECTOR map @m" (these two in ip and ip6 tables).
 func (r *ruleCompiler) dnat() error {
 	r.next()
 	fam := r.c.family
+	if kw := r.peek(); (kw == "ip" || kw == "ip6") && r.i+1 < len(r.toks) && r.toks[r.i+1] == "to" {
+		// The family named, as an inet table needs it: the rule must
+		// have matched it already (nft would insert nothing here).
+		r.next()
+		switch {
+		case fam.l3() && kw != fam.name:
+			return unsupported("dnat %s in a %s table", kw, fam.name)
+		case !fam.l3() && (fam.proto != unix.NFPROTO_INET || r.nfproto != families[kw].proto):
+			return unsupported("dnat %s in a %s table without a match on meta nfproto or %s", kw, fam.name, kw)
+		}
+		fam = families[kw]
+	} else if !fam.l3() {
+		return unsupported("dnat without ip or ip6 in a %s table", fam.name)
+	}
 	nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam.proto), RegAddrMin: 1}
 	if r.peek() == "to" {
 		r.next()

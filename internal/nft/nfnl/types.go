@@ -7,9 +7,12 @@ package nfnl
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // dtype is one nft data type.
@@ -31,6 +34,10 @@ var (
 	tCtState  = dtype{"ct_state", 26, 4, true}
 	tCtStatus = dtype{"ct_status", 28, 4, true}
 	tFibType  = dtype{"fib_addrtype", 40, 4, true} // nft's id for "type" of fib: unused in sets
+	tNfproto  = dtype{"nf_proto", 2, 1, true}
+	tEther    = dtype{"ether_addr", 9, 6, false}
+	// tIfname is an interface name, NUL-padded to IFNAMSIZ.
+	tIfname = dtype{"ifname", 41, 16, true}
 )
 
 // verdictType is NFT_DATA_VERDICT, the data type of a verdict map.
@@ -39,7 +46,7 @@ const verdictType = 0xffffff00
 var typesByName = map[string]dtype{}
 
 func init() {
-	for _, t := range []dtype{tInteger, tIPv4, tIPv6, tProto, tService, tMark} {
+	for _, t := range []dtype{tInteger, tIPv4, tIPv6, tProto, tService, tMark, tIfname, tEther} {
 		typesByName[t.name] = t
 	}
 }
@@ -135,6 +142,31 @@ func (t dtype) encode(v string) ([]byte, error) {
 			return nil, unsupported("inet_service value %q", v)
 		}
 		return binary.BigEndian.AppendUint16(nil, uint16(n)), nil
+	case tIfname:
+		name := v
+		if strings.HasPrefix(v, `"`) {
+			var err error
+			if name, err = strconv.Unquote(v); err != nil {
+				return nil, unsupported("ifname value %q", v)
+			}
+		}
+		// A trailing * is a wildcard; nft matches only its prefix.
+		if name == "" || len(name) >= t.len || strings.ContainsAny(name, "*\x00") {
+			return nil, unsupported("ifname value %q", v)
+		}
+		return append([]byte(name), make([]byte, t.len-len(name))...), nil
+	case tEther:
+		hw, err := net.ParseMAC(v)
+		if err != nil || len(hw) != 6 {
+			return nil, unsupported("ether_addr value %q", v)
+		}
+		return hw, nil
+	case tNfproto:
+		n, ok := map[string]byte{"ipv4": unix.NFPROTO_IPV4, "ipv6": unix.NFPROTO_IPV6}[v]
+		if !ok {
+			return nil, unsupported("nf_proto value %q", v)
+		}
+		return []byte{n}, nil
 	case tInteger, tMark:
 		n, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
@@ -181,3 +213,60 @@ var (
 	ctStatuses = map[string]uint32{"expected": 1, "seen-reply": 2, "assured": 4, "confirmed": 8, "snat": 16, "dnat": 32, "dying": 512}
 	fibTypes   = map[string]uint32{"unspec": 0, "unicast": 1, "local": 2, "broadcast": 3, "anycast": 4, "multicast": 5, "blackhole": 6, "unreachable": 7, "prohibit": 8}
 )
+
+// decode is encode's inverse: b as nft (and knftables) spell a value of
+// type t in a set element. Interface names come back unquoted, as nft's
+// JSON gives them.
+func (t dtype) decode(b []byte) (string, error) {
+	if len(b) != t.len {
+		return "", fmt.Errorf("%d bytes for a %s", len(b), t.name)
+	}
+	switch t {
+	case tIPv4, tIPv6:
+		a, _ := netip.AddrFromSlice(b)
+		return a.String(), nil
+	case tService:
+		return strconv.Itoa(int(binary.BigEndian.Uint16(b))), nil
+	case tProto:
+		for name, n := range protoNums {
+			if n == b[0] {
+				return name, nil
+			}
+		}
+		return strconv.Itoa(int(b[0])), nil
+	case tInteger:
+		return strconv.FormatUint(uint64(binary.NativeEndian.Uint32(b)), 10), nil
+	case tMark:
+		return fmt.Sprintf("%#08x", binary.NativeEndian.Uint32(b)), nil
+	case tIfname:
+		name, _, _ := strings.Cut(string(b), "\x00")
+		return name, nil
+	case tEther:
+		return net.HardwareAddr(b).String(), nil
+	}
+	return "", unsupported("decoding a value of type %s", t.name)
+}
+
+// decode splits an element's bytes into its fields' strings.
+func (c concat) decode(b []byte) ([]string, error) {
+	if len(c) == 1 {
+		s, err := c[0].decode(b)
+		if err != nil {
+			return nil, err
+		}
+		return []string{s}, nil
+	}
+	var out []string
+	for _, t := range c {
+		if len(b) < pad4(t.len) {
+			return nil, fmt.Errorf("short element for %d fields", len(c))
+		}
+		s, err := t.decode(b[:t.len])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+		b = b[pad4(t.len):]
+	}
+	return out, nil
+}
