@@ -39,7 +39,6 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/cni/vethplugin"
 	"github.com/flatnet/flatnet/internal/netns"
-	"github.com/flatnet/flatnet/internal/nft"
 )
 
 // Plugin is bridge as a CNI plugin.
@@ -273,8 +272,8 @@ func cmdDel(args *skel.CmdArgs) error {
 
 func teardownSpoof(ctx context.Context, n *NetConf, args *skel.CmdArgs) error {
 	sc, err := newSpoofChecker()
-	if errors.Is(err, nft.ErrNoNFT) {
-		return nil
+	if ipmasq.IsUnavailable(err) {
+		return nil // no nftables, so no rules of ours
 	}
 	if err != nil {
 		return err
@@ -282,10 +281,27 @@ func teardownSpoof(ctx context.Context, n *NetConf, args *skel.CmdArgs) error {
 	return sc.Teardown(ctx, n.Name, args.ContainerID, args.IfName)
 }
 
+// cmdStatus: code 50 when ADD could not install what the config asks
+// for: masquerade or spoof-check rules (a GETGEN over netlink for
+// nftables, a PATH lookup for iptables: no process either way), or an
+// address (IPAM's own STATUS).
 func cmdStatus(args *skel.CmdArgs) error {
 	n, err := Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
+	}
+	unavailable := func(err error) error {
+		return cnierr.Wrap(cnierr.PluginNotAvailable, err, "bridge is not available")
+	}
+	if n.IPMasq && n.Layer3() {
+		if _, err := ipmasq.Select(n.IPMasqBackend); err != nil {
+			return unavailable(err)
+		}
+	}
+	if n.MacSpoofChk {
+		if err := probeSpoofCheck(); err != nil {
+			return unavailable(err)
+		}
 	}
 	if n.Layer3() {
 		return ipam.Status(context.Background(), args)

@@ -39,12 +39,24 @@ type spoofChecker struct {
 	nft knftables.Interface
 }
 
+// newSpoofChecker programs the table over netlink (ipmasq.NewNFT: code
+// 105 when nf_tables does not answer).
 func newSpoofChecker() (*spoofChecker, error) {
 	r, err := ipmasq.NewNFT(knftables.BridgeFamily, spoofTable)
 	if err != nil {
 		return nil, err
 	}
 	return &spoofChecker{nft: r}, nil
+}
+
+// probeSpoofCheck says whether macspoofchk's table can be programmed:
+// one GETGEN over netlink (STATUS).
+func probeSpoofCheck() error {
+	r, err := ipmasq.NewNFT(knftables.BridgeFamily, spoofTable)
+	if err != nil {
+		return err
+	}
+	return r.Close()
 }
 
 func spoofNetPrefix(network string) string { return "s-" + nft.Hash(10, network) + "-" }

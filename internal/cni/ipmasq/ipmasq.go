@@ -6,11 +6,14 @@
 // is masqueraded, except multicast.
 //
 // Two backends implement Backend: nftables (this file; the default, used
-// when nft is installed) and iptables (iptables.go; for "ipMasqBackend":
-// "iptables", or when only iptables is installed). Select picks one; Start,
-// TeardownIfAny, CheckWith and GCAll are what the plugins call. nftables
-// is driven through internal/nft's runner (no nft probe at construction);
-// NewNFT sets it up for CNI use (code 105 for a missing nft or feature).
+// when nf_tables answers over netlink) and iptables (iptables.go; for
+// "ipMasqBackend": "iptables", or when nf_tables does not answer and
+// iptables is installed). Select picks one; Start, TeardownIfAny,
+// CheckWith and GCAll are what the plugins call. nftables is programmed
+// over netlink from inside the plugin (internal/nft/nfnl: no nft process;
+// the nft binary only for a transaction nfnl does not compile, which none
+// of ours is); NewNFT sets it up for CNI use, with one GETGEN as its probe
+// (code 105 when nf_tables does not answer or lacks a feature).
 //
 // nftables layout: one table, inet flatnet-cni-masq:
 //
@@ -25,8 +28,8 @@
 //	    ip saddr 10.1.0.5 ip daddr != 10.1.0.0/24 masquerade comment "10.1.0.5; net: ..."
 //
 // Why this shape:
-//   - ADD is one `nft -f` transaction that only adds (a chain, its rules,
-//     map elements) and never deletes or reads. nf_tables waits for an RCU
+//   - ADD is one transaction (one netlink batch) that only adds (a
+//     chain, its rules, map elements) and never deletes or reads. nf_tables waits for an RCU
 //     grace period (~10-15 ms) on transactions that delete anything or
 //     abort, so ADD must not flush a non-empty chain or delete a rule.
 //     The base chain is written once, when the first ADD finds the table
@@ -67,6 +70,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/nft/nfnl"
 )
 
 const (
@@ -113,25 +117,49 @@ type Masq struct {
 // tests).
 func New(n knftables.Interface) *Masq { return &Masq{nft: n} }
 
-// NewNFT returns the nft runner for family/table as ipMasq and bridge's
-// macspoofchk use it: code 105 when nft is not installed, or when the
-// kernel refuses a rule as not supported.
-func NewNFT(family knftables.Family, table string) (*nft.Runner, error) {
-	r, err := nft.New(family, table, nft.StandardPaths...)
-	if err != nil {
-		return nil, cnierr.Wrap(cnierr.KernelFeatureMissing, err, "ipMasq and macspoofchk need nftables")
-	}
-	r.Classify = func(e *nft.Error) error {
-		if e.Errno == syscall.EOPNOTSUPP {
-			return cnierr.Wrap(cnierr.KernelFeatureMissing, e, "the kernel lacks an nftables feature (nf_tables, nft_nat, nft_masq?)")
+// NewNFT returns the nftables table family/table as the CNI plugins
+// (ipMasq, bridge's macspoofchk, portmap) use it: programmed over netlink
+// in the caller's network namespace, with the nft binary (looked up only
+// then) for a transaction the netlink compiler does not cover. It probes
+// nf_tables with one GETGEN (no kernel transaction, no process): code 105
+// when nf_tables does not answer; a kernel refusal "not supported" later
+// gets code 105 too (Classify).
+func NewNFT(family knftables.Family, table string) (*nfnl.Runner, error) {
+	r := nfnl.New(family, table, nfnl.Options{
+		Classify: Classify,
+		Fallback: nfnl.ExecFallback(family, table, Classify, nft.StandardPaths...),
+	})
+	if err := r.Probe(context.Background()); err != nil {
+		_ = r.Close()
+		if _, ok := cnierr.Code(err); ok {
+			return nil, err
 		}
-		return e
+		return nil, cnierr.Wrap(cnierr.KernelFeatureMissing, err,
+			"nftables is not available over netlink (is the nf_tables module loaded? modprobe nf_tables)")
 	}
 	return r, nil
 }
 
-// NewDefault returns a Masq that runs the nft binary (code 105 when it is
-// missing).
+// Classify gives the kernel's "not supported" code 105 (a missing module
+// or feature), for nft.Runner and nfnl.Runner alike; other failures stay
+// as reported (so nft.IsNotFound still works).
+func Classify(e *nft.Error) error {
+	switch e.Errno {
+	case syscall.EOPNOTSUPP, syscall.EPROTONOSUPPORT, syscall.EAFNOSUPPORT:
+		return cnierr.Wrap(cnierr.KernelFeatureMissing, e, "the kernel lacks an nftables feature (nf_tables, nft_nat, nft_masq, nft_fib?)")
+	}
+	return e
+}
+
+// IsUnavailable reports whether err is NewNFT's or Select's "nftables (or
+// iptables) is not available": there can be no rules of ours to remove.
+func IsUnavailable(err error) bool {
+	code, ok := cnierr.Code(err)
+	return ok && code == cnierr.KernelFeatureMissing
+}
+
+// NewDefault returns a Masq programmed over netlink (code 105 when
+// nf_tables does not answer).
 func NewDefault() (*Masq, error) {
 	r, err := NewNFT(knftables.InetFamily, Table)
 	if err != nil {
@@ -470,7 +498,7 @@ type Backend interface {
 }
 
 // Select returns the backend for a config's "ipMasqBackend": "nftables",
-// "iptables", or unset: nftables when nft is installed, else iptables.
+// "iptables", or unset: nftables when nf_tables answers, else iptables.
 // (The reference prefers iptables when both exist; nftables is ours
 // because it needs no read before a write and is faster.) Missing tools
 // give code 105.
@@ -495,20 +523,14 @@ func Select(backend *string) (Backend, error) {
 		if ipt.Available(ipt.IPv4) == nil && ipt.Available(ipt.IPv6) == nil {
 			return NewIPTables(ipt.New()), nil
 		}
-		return nil, cnierr.New(cnierr.KernelFeatureMissing,
-			"ipMasq needs nftables or iptables and neither nft nor iptables-save/iptables-restore is installed: install the nftables package (apt-get install nftables)")
+		return nil, cnierr.Wrap(cnierr.KernelFeatureMissing, err,
+			"ipMasq needs nftables or iptables: nf_tables does not answer over netlink and iptables-save/iptables-restore are not installed")
 	}
 	return nil, cnierr.New(cnierr.InvalidConfig, `"ipMasqBackend": unknown backend %q (want "nftables" or "iptables")`, want)
 }
 
-// missingTools reports whether err is Select's "tools not installed".
-func missingTools(err error) bool {
-	code, ok := cnierr.Code(err)
-	return ok && code == cnierr.KernelFeatureMissing
-}
-
-// Start installs a's rules in the background, so that the nft process
-// runs while the caller configures interfaces. wait returns Setup's
+// Start installs a's rules in the background, so that the kernel
+// transactions run while the caller configures interfaces. wait returns Setup's
 // result; undo waits for it and removes whatever was installed (for a
 // failed ADD).
 func Start(ctx context.Context, backend *string, a Attachment, addrs []netip.Prefix) (wait, undo func() error) {
@@ -537,7 +559,7 @@ func Start(ctx context.Context, backend *string, a Attachment, addrs []netip.Pre
 // tools are not installed there can be no rules.
 func TeardownIfAny(ctx context.Context, backend *string, a Attachment, addrs []netip.Prefix) error {
 	b, err := Select(backend)
-	if missingTools(err) {
+	if IsUnavailable(err) {
 		return nil
 	}
 	if err != nil {
@@ -555,9 +577,9 @@ func CheckWith(ctx context.Context, backend *string, a Attachment, addrs []netip
 	return b.Check(ctx, a, addrs)
 }
 
-// GCAll collects network's stale attachments in nftables (when nft is
-// installed) and in iptables (when the config asks for it or nft is
-// missing). required: the config uses ipMasq, so having neither tool is
+// GCAll collects network's stale attachments in nftables (when nf_tables
+// answers) and in iptables (when the config asks for it or nftables is
+// not available). required: the config uses ipMasq, so having neither tool is
 // an error (code 105).
 func GCAll(ctx context.Context, backend *string, required bool, network string, valid []Attachment) error {
 	ran := false

@@ -14,7 +14,6 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/nft"
-	"github.com/flatnet/flatnet/internal/testutil"
 )
 
 // strictFake is knftables' fake plus the two kernel refusals this package
@@ -350,18 +349,12 @@ func wantCode(t *testing.T, err error, code uint, substr string) {
 	}
 }
 
-// TestNewNFTCodes: a kernel refusal "not supported" gets code 105, other
-// nft failures stay as nft reported them (so IsNotFound still works).
-func TestNewNFTCodes(t *testing.T) {
-	r, err := NewNFT(knftables.InetFamily, Table)
-	if err != nil {
-		if code, _ := cnierr.Code(err); code != cnierr.KernelFeatureMissing {
-			t.Fatalf("NewNFT without nft: %v, want code 105", err)
-		}
-		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
-	}
-	wantCode(t, r.Classify(&nft.Error{Msg: "nft -f -: Error: Operation not supported", Errno: syscall.EOPNOTSUPP}), cnierr.KernelFeatureMissing, "lacks an nftables feature")
-	if err := r.Classify(&nft.Error{Msg: "nft -f -: Error: No such file or directory", Errno: syscall.ENOENT}); !nft.IsNotFound(err) {
+// TestClassifyCodes: a kernel refusal "not supported" gets code 105, other
+// failures stay as reported (so IsNotFound still works).
+func TestClassifyCodes(t *testing.T) {
+	wantCode(t, Classify(&nft.Error{Msg: "nftables over netlink: operation not supported", Errno: syscall.EOPNOTSUPP}), cnierr.KernelFeatureMissing, "lacks an nftables feature")
+	wantCode(t, Classify(&nft.Error{Msg: "opening an nftables netlink socket: protocol not supported", Errno: syscall.EPROTONOSUPPORT}), cnierr.KernelFeatureMissing, "lacks an nftables feature")
+	if err := Classify(&nft.Error{Msg: "nft -f -: Error: No such file or directory", Errno: syscall.ENOENT}); !nft.IsNotFound(err) {
 		t.Errorf("ENOENT: %v", err)
 	} else if _, ok := cnierr.Code(err); ok {
 		t.Errorf("ENOENT got a code: %v", err)

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
@@ -75,6 +78,76 @@ func TestRealNFT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRootSameAsNFT runs the same operations through the nft binary (the
+// text path) in one namespace and over netlink (nfnl, the default) in
+// another: `nft list table inet flatnet-cni-masq` must be identical after
+// each, so a node switching between old and new plugin binaries finds
+// the same table either way.
+func TestRootSameAsNFT(t *testing.T) {
+	nsExec, nsNL := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	if _, err := nft.LookPath(nft.StandardPaths...); err != nil {
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
+	}
+	ctx := context.Background()
+	var viaExec, viaNL *Masq
+	must(t, netns.Do(nsExec, func() error {
+		r, err := nft.New(knftables.InetFamily, Table, nft.StandardPaths...)
+		r.Classify = Classify
+		viaExec = New(r)
+		return err
+	}))
+	must(t, netns.Do(nsNL, func() error {
+		var err error
+		viaNL, err = NewDefault()
+		return err
+	}))
+	steps := []struct {
+		name string
+		do   func(m *Masq) error
+	}{
+		{"setup A", func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{"setup A again", func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{"setup C", func(m *Masq) error { return m.Setup(ctx, attC, pfx("10.9.0.5/24")) }},
+		{"check A", func(m *Masq) error { return m.Check(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{"B evicts A", func(m *Masq) error { return m.Setup(ctx, attB, pfx("10.1.0.5/24")) }},
+		{"teardown A", func(m *Masq) error { return m.Teardown(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{"GC mynet", func(m *Masq) error { return m.GC(ctx, "mynet", nil) }},
+		{"teardown C by reading", func(m *Masq) error { return m.Teardown(ctx, attC, nil) }},
+	}
+	list := func(ns string) string {
+		return testutil.RunIn(t, ns, "sh", "-c", "nft list table inet "+Table+" 2>/dev/null || true")
+	}
+	for _, st := range steps {
+		must(t, netns.Do(nsExec, func() error { return st.do(viaExec) }))
+		must(t, netns.Do(nsNL, func() error { return st.do(viaNL) }))
+		a, b := list(nsExec), list(nsNL)
+		if a != b {
+			t.Fatalf("%s: nft list differs (-nft +netlink):\n%s", st.name, cmp.Diff(strings.Split(a, "\n"), strings.Split(b, "\n")))
+		}
+		if !strings.Contains(a, "table inet "+Table) {
+			t.Fatalf("%s: no table:\n%s", st.name, a)
+		}
+		t.Logf("%s: %d lines, identical", st.name, strings.Count(a, "\n"))
+	}
+
+	// A node switching binaries: what one path wrote, the other removes.
+	must(t, netns.Do(nsExec, func() error {
+		nl, err := NewDefault()
+		if err != nil {
+			return err
+		}
+		for _, pair := range [][2]*Masq{{viaExec, nl}, {nl, viaExec}} {
+			must(t, pair[0].Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
+			must(t, pair[1].Check(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
+			must(t, pair[1].Teardown(ctx, attA, nil))
+			if got := list(nsExec); strings.Contains(got, ChainName(attA)) || strings.Contains(got, "10.1.0.5") {
+				t.Errorf("A's rules survived a teardown by the other path:\n%s", got)
+			}
+		}
+		return nil
+	}))
 }
 
 // TestRealIPTables runs the iptables backend against iptables-save and

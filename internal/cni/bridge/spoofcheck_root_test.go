@@ -1,0 +1,108 @@
+package bridge
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/testutil"
+)
+
+// TestRootSpoofSameAsNFT runs the same macspoofchk operations through the
+// nft binary (the text path) in one namespace and over netlink (the
+// default) in another: `nft list table bridge flatnet-cni-spoofchk` must
+// be identical after each; then each path removes what the other wrote.
+func TestRootSpoofSameAsNFT(t *testing.T) {
+	nsExec, nsNL := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	if _, err := nft.LookPath(nft.StandardPaths...); err != nil {
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
+	}
+	ctx := context.Background()
+	var viaExec, viaNL *spoofChecker
+	if err := netns.Do(nsExec, func() error {
+		r, err := nft.New(knftables.BridgeFamily, spoofTable, nft.StandardPaths...)
+		r.Classify = ipmasq.Classify
+		viaExec = &spoofChecker{nft: r}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Do(nsNL, func() error {
+		var err error
+		viaNL, err = newSpoofChecker()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	macA, _ := net.ParseMAC("0a:58:0a:01:00:05")
+	macB, _ := net.ParseMAC("0a:58:0a:01:00:06")
+	steps := []struct {
+		name string
+		do   func(s *spoofChecker) error
+	}{
+		{"setup a", func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
+		{"setup a again", func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
+		{"setup b", func(s *spoofChecker) error { return s.Setup(ctx, "net", "b", "eth0", "vethB", macB) }},
+		{"setup c on other", func(s *spoofChecker) error { return s.Setup(ctx, "other", "c", "eth0", "vethC", macB) }},
+		{"check a", func(s *spoofChecker) error { return s.Check(ctx, "net", "a", "eth0", "vethA", macA) }},
+		{"d takes vethA", func(s *spoofChecker) error { return s.Setup(ctx, "net", "d", "eth0", "vethA", macB) }},
+		{"teardown a", func(s *spoofChecker) error { return s.Teardown(ctx, "net", "a", "eth0") }},
+		{"GC net keeping b", func(s *spoofChecker) error {
+			return s.GC(ctx, "net", map[[2]string]bool{{"b", "eth0"}: true})
+		}},
+		{"teardown b", func(s *spoofChecker) error { return s.Teardown(ctx, "net", "b", "eth0") }},
+	}
+	list := func(ns string) string {
+		return testutil.RunIn(t, ns, "sh", "-c", "nft list table bridge "+spoofTable+" 2>/dev/null || true")
+	}
+	for _, st := range steps {
+		for _, side := range []struct {
+			ns string
+			s  *spoofChecker
+		}{{nsExec, viaExec}, {nsNL, viaNL}} {
+			if err := netns.Do(side.ns, func() error { return st.do(side.s) }); err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+		}
+		a, b := list(nsExec), list(nsNL)
+		if a != b {
+			t.Fatalf("%s: nft list differs (-nft +netlink):\n%s", st.name, cmp.Diff(strings.Split(a, "\n"), strings.Split(b, "\n")))
+		}
+		if !strings.Contains(a, "table bridge "+spoofTable) {
+			t.Fatalf("%s: no table:\n%s", st.name, a)
+		}
+		t.Logf("%s: %d lines, identical", st.name, strings.Count(a, "\n"))
+	}
+
+	// A node switching binaries: what one path wrote, the other removes.
+	if err := netns.Do(nsExec, func() error {
+		nl, err := newSpoofChecker()
+		if err != nil {
+			return err
+		}
+		for _, pair := range [][2]*spoofChecker{{viaExec, nl}, {nl, viaExec}} {
+			if err := pair[0].Setup(ctx, "net", "e", "eth0", "vethE", macA); err != nil {
+				return err
+			}
+			if err := pair[1].Check(ctx, "net", "e", "eth0", "vethE", macA); err != nil {
+				return err
+			}
+			if err := pair[1].Teardown(ctx, "net", "e", "eth0"); err != nil {
+				return err
+			}
+			if got := list(nsExec); strings.Contains(got, spoofChain("net", "e", "eth0")) || strings.Contains(got, "vethE") {
+				t.Errorf("e's rules survived a teardown by the other path:\n%s", got)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
