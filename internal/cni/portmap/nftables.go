@@ -16,7 +16,8 @@ package portmap
 // starts with the same ID. ADD writes the shared skeleton in a form that is
 // idempotent without reading the table (base chains are flushed and
 // refilled) and creates the attachment's chain, so a new attachment costs
-// one nft run. DEL and GC find an attachment's chain and jumps from one
+// one transaction (one netlink batch, see internal/nft/nfnl; one nft run on
+// the text path). DEL and GC find an attachment's chain and jumps from one
 // listing of the table and remove them in one transaction; DEL leaves the
 // skeleton (see removeTx). Masquerade uses a packet mark, as the iptables
 // backend does, so that postrouting needs no per-attachment rules. The mark
@@ -212,7 +213,7 @@ func skeletonTx(tx *knftables.Transaction, p *Plan) {
 	}
 }
 
-// add implements backend. A new attachment costs one nft run and no read:
+// add implements backend. A new attachment costs one transaction and no read:
 // `create chain` fails if the attachment's chain exists (ADD repeated, or
 // the mappings changed), and only then is the table read to replace the
 // attachment's jumps.

@@ -1,6 +1,7 @@
 // Package portmap is the portmap CNI plugin: it forwards host ports to a
-// container (the portMappings capability) with nftables, or with iptables
-// when asked to or when nft is not installed. It reads the reference
+// container (the portMappings capability) with nftables (programmed over
+// netlink in process, internal/nft/nfnl), or with iptables when asked to
+// or when nf_tables does not answer. It reads the reference
 // plugin's configuration (plugins/meta/portmap): snat, markMasqBit,
 // externalSetMarkChain, masqAll, conditionsV4/V6, backend.
 //
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/ipmasq"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/nft"
@@ -48,10 +50,10 @@ type backend interface {
 
 // env is everything the verbs touch outside the process.
 type env struct {
-	// newNFT returns the nftables table, or an error wrapping nft.ErrNoNFT
-	// when nft is not installed.
+	// newNFT returns the nftables table, or an error (code 105) when
+	// nf_tables does not answer.
 	newNFT func() (nft.Interface, error)
-	// probeNFT checks that nftables works (STATUS).
+	// probeNFT checks that nftables works (STATUS): no process.
 	probeNFT func(ctx context.Context) error
 	ipt      ipt.Interface
 	// iptAvailable says whether the binaries for a family are installed.
@@ -67,13 +69,21 @@ type env struct {
 
 func realEnv() *env {
 	return &env{
-		newNFT: func() (nft.Interface, error) { return nft.New(knftables.InetFamily, nftTable) },
+		newNFT: func() (nft.Interface, error) {
+			r, err := ipmasq.NewNFT(knftables.InetFamily, nftTable)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		},
+		// One GETGEN over netlink (NewNFT's probe), where nft.Runner's
+		// Probe ran `nft --version` and `nft --check`.
 		probeNFT: func(ctx context.Context) error {
-			r, err := nft.New(knftables.InetFamily, nftTable)
+			r, err := ipmasq.NewNFT(knftables.InetFamily, nftTable)
 			if err != nil {
 				return err
 			}
-			return r.Probe(ctx)
+			return r.Close()
 		},
 		ipt:           ipt.New(),
 		iptAvailable:  ipt.Available,
@@ -113,7 +123,7 @@ func (e *env) iptBackend() (*iptBackend, error) {
 }
 
 // backend picks the backend for cfg: the one asked for, else nftables,
-// else (nft not installed) iptables. Missing tools have code 105.
+// else (nf_tables does not answer) iptables. Missing tools have code 105.
 func (e *env) backend(cfg *Config, verbose bool) (backend, error) {
 	missing := func(err error, what string) error {
 		return cnierr.Wrap(cnierr.KernelFeatureMissing, err, "portmap: the %s backend is not available", what)
