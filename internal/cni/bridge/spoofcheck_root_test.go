@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/nft/nfnl/nfnltest"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -43,43 +43,20 @@ func TestRootSpoofSameAsNFT(t *testing.T) {
 	}
 	macA, _ := net.ParseMAC("0a:58:0a:01:00:05")
 	macB, _ := net.ParseMAC("0a:58:0a:01:00:06")
-	steps := []struct {
-		name string
-		do   func(s *spoofChecker) error
-	}{
-		{"setup a", func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
-		{"setup a again", func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
-		{"setup b", func(s *spoofChecker) error { return s.Setup(ctx, "net", "b", "eth0", "vethB", macB) }},
-		{"setup c on other", func(s *spoofChecker) error { return s.Setup(ctx, "other", "c", "eth0", "vethC", macB) }},
-		{"check a", func(s *spoofChecker) error { return s.Check(ctx, "net", "a", "eth0", "vethA", macA) }},
-		{"d takes vethA", func(s *spoofChecker) error { return s.Setup(ctx, "net", "d", "eth0", "vethA", macB) }},
-		{"teardown a", func(s *spoofChecker) error { return s.Teardown(ctx, "net", "a", "eth0") }},
-		{"GC net keeping b", func(s *spoofChecker) error {
+	nfnltest.Same(t, knftables.BridgeFamily, spoofTable, nfnltest.Side[*spoofChecker]{NS: nsExec, V: viaExec}, nfnltest.Side[*spoofChecker]{NS: nsNL, V: viaNL}, []nfnltest.Step[*spoofChecker]{
+		{Name: "setup a", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
+		{Name: "setup a again", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
+		{Name: "setup b", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "b", "eth0", "vethB", macB) }},
+		{Name: "setup c on other", Do: func(s *spoofChecker) error { return s.Setup(ctx, "other", "c", "eth0", "vethC", macB) }},
+		{Name: "check a", Do: func(s *spoofChecker) error { return s.Check(ctx, "net", "a", "eth0", "vethA", macA) }},
+		{Name: "d takes vethA", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "d", "eth0", "vethA", macB) }},
+		{Name: "teardown a", Do: func(s *spoofChecker) error { return s.Teardown(ctx, "net", "a", "eth0") }},
+		{Name: "GC net keeping b", Do: func(s *spoofChecker) error {
 			return s.GC(ctx, "net", map[[2]string]bool{{"b", "eth0"}: true})
 		}},
-		{"teardown b", func(s *spoofChecker) error { return s.Teardown(ctx, "net", "b", "eth0") }},
-	}
-	list := func(ns string) string {
-		return testutil.RunIn(t, ns, "sh", "-c", "nft list table bridge "+spoofTable+" 2>/dev/null || true")
-	}
-	for _, st := range steps {
-		for _, side := range []struct {
-			ns string
-			s  *spoofChecker
-		}{{nsExec, viaExec}, {nsNL, viaNL}} {
-			if err := netns.Do(side.ns, func() error { return st.do(side.s) }); err != nil {
-				t.Fatalf("%s: %v", st.name, err)
-			}
-		}
-		a, b := list(nsExec), list(nsNL)
-		if a != b {
-			t.Fatalf("%s: nft list differs (-nft +netlink):\n%s", st.name, cmp.Diff(strings.Split(a, "\n"), strings.Split(b, "\n")))
-		}
-		if !strings.Contains(a, "table bridge "+spoofTable) {
-			t.Fatalf("%s: no table:\n%s", st.name, a)
-		}
-		t.Logf("%s: %d lines, identical", st.name, strings.Count(a, "\n"))
-	}
+		{Name: "teardown b", Do: func(s *spoofChecker) error { return s.Teardown(ctx, "net", "b", "eth0") }},
+	})
+	list := func(ns string) string { return nfnltest.List(t, ns, knftables.BridgeFamily, spoofTable) }
 
 	// A node switching binaries: what one path wrote, the other removes.
 	if err := netns.Do(nsExec, func() error {

@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/ipt"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/nft/nfnl/nfnltest"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -103,36 +103,19 @@ func TestRootSameAsNFT(t *testing.T) {
 		viaNL, err = NewDefault()
 		return err
 	}))
-	steps := []struct {
-		name string
-		do   func(m *Masq) error
-	}{
-		{"setup A", func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
-		{"setup A again", func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
-		{"setup C", func(m *Masq) error { return m.Setup(ctx, attC, pfx("10.9.0.5/24")) }},
-		{"check A", func(m *Masq) error { return m.Check(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
-		{"B evicts A", func(m *Masq) error { return m.Setup(ctx, attB, pfx("10.1.0.5/24")) }},
-		{"teardown A", func(m *Masq) error { return m.Teardown(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
-		{"GC mynet", func(m *Masq) error { return m.GC(ctx, "mynet", nil) }},
-		{"teardown C by reading", func(m *Masq) error { return m.Teardown(ctx, attC, nil) }},
-	}
-	list := func(ns string) string {
-		return testutil.RunIn(t, ns, "sh", "-c", "nft list table inet "+Table+" 2>/dev/null || true")
-	}
-	for _, st := range steps {
-		must(t, netns.Do(nsExec, func() error { return st.do(viaExec) }))
-		must(t, netns.Do(nsNL, func() error { return st.do(viaNL) }))
-		a, b := list(nsExec), list(nsNL)
-		if a != b {
-			t.Fatalf("%s: nft list differs (-nft +netlink):\n%s", st.name, cmp.Diff(strings.Split(a, "\n"), strings.Split(b, "\n")))
-		}
-		if !strings.Contains(a, "table inet "+Table) {
-			t.Fatalf("%s: no table:\n%s", st.name, a)
-		}
-		t.Logf("%s: %d lines, identical", st.name, strings.Count(a, "\n"))
-	}
+	nfnltest.Same(t, knftables.InetFamily, Table, nfnltest.Side[*Masq]{NS: nsExec, V: viaExec}, nfnltest.Side[*Masq]{NS: nsNL, V: viaNL}, []nfnltest.Step[*Masq]{
+		{Name: "setup A", Do: func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{Name: "setup A again", Do: func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{Name: "setup C", Do: func(m *Masq) error { return m.Setup(ctx, attC, pfx("10.9.0.5/24")) }},
+		{Name: "check A", Do: func(m *Masq) error { return m.Check(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{Name: "B evicts A", Do: func(m *Masq) error { return m.Setup(ctx, attB, pfx("10.1.0.5/24")) }},
+		{Name: "teardown A", Do: func(m *Masq) error { return m.Teardown(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
+		{Name: "GC mynet", Do: func(m *Masq) error { return m.GC(ctx, "mynet", nil) }},
+		{Name: "teardown C by reading", Do: func(m *Masq) error { return m.Teardown(ctx, attC, nil) }},
+	})
 
 	// A node switching binaries: what one path wrote, the other removes.
+	list := func(ns string) string { return nfnltest.List(t, ns, knftables.InetFamily, Table) }
 	must(t, netns.Do(nsExec, func() error {
 		nl, err := NewDefault()
 		if err != nil {

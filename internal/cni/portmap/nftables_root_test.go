@@ -2,15 +2,14 @@ package portmap
 
 import (
 	"context"
-	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
+	"github.com/flatnet/flatnet/internal/nft/nfnl/nfnltest"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -46,40 +45,21 @@ func TestRootNFTSameAsNetlink(t *testing.T) {
 	d.ID = attB.ID() // another attachment with C's mappings and a condition nfnl leaves to nft
 	aChanged := planA()
 	aChanged.Families = aChanged.Families[:1] // IPv4 only: the jumps and chain change
-	steps := []struct {
-		name string
-		do   func(b *nftBackend) error
-	}{
-		{"ADD A", func(x *nftBackend) error { return x.add(ctx, a) }},
-		{"ADD B", func(x *nftBackend) error { return x.add(ctx, b) }},
-		{"ADD A again", func(x *nftBackend) error { return x.add(ctx, a) }},
-		{"ADD A changed", func(x *nftBackend) error { return x.add(ctx, aChanged) }},
-		{"ADD C", func(x *nftBackend) error { return x.add(ctx, c) }},
-		{"CHECK C", func(x *nftBackend) error { return x.check(ctx, c) }},
-		{"DEL B", func(x *nftBackend) error { return x.del(ctx, b.ID, false) }},
-		{"ADD D (nft fallback)", func(x *nftBackend) error { return x.add(ctx, d) }},
-		{"DEL D", func(x *nftBackend) error { return x.del(ctx, d.ID, false) }},
-		{"GC net1", func(x *nftBackend) error { return x.gc(ctx, "net1", nil) }},
-		{"DEL C pruning", func(x *nftBackend) error { return x.del(ctx, c.ID, true) }},
-	}
-	list := func(ns string) string {
-		return testutil.RunIn(t, ns, "sh", "-c", "nft list table inet "+nftTable+" 2>/dev/null || true")
-	}
-	for _, st := range steps {
-		for _, side := range []struct {
-			ns string
-			b  *nftBackend
-		}{{nsExec, viaExec}, {nsNL, viaNL}} {
-			if err := netns.Do(side.ns, func() error { return st.do(side.b) }); err != nil {
-				t.Fatalf("%s: %v", st.name, err)
-			}
-		}
-		x, y := list(nsExec), list(nsNL)
-		if x != y {
-			t.Fatalf("%s: nft list differs (-nft +netlink):\n%s", st.name, cmp.Diff(strings.Split(x, "\n"), strings.Split(y, "\n")))
-		}
-		t.Logf("%s: %d lines, identical", st.name, strings.Count(x, "\n"))
-	}
+	nfnltest.Same(t, knftables.InetFamily, nftTable, nfnltest.Side[*nftBackend]{NS: nsExec, V: viaExec}, nfnltest.Side[*nftBackend]{NS: nsNL, V: viaNL}, []nfnltest.Step[*nftBackend]{
+		{Name: "ADD A", Do: func(x *nftBackend) error { return x.add(ctx, a) }},
+		{Name: "ADD B", Do: func(x *nftBackend) error { return x.add(ctx, b) }},
+		{Name: "ADD A again", Do: func(x *nftBackend) error { return x.add(ctx, a) }},
+		{Name: "ADD A changed", Do: func(x *nftBackend) error { return x.add(ctx, aChanged) }},
+		{Name: "ADD C", Do: func(x *nftBackend) error { return x.add(ctx, c) }},
+		{Name: "CHECK C", Do: func(x *nftBackend) error { return x.check(ctx, c) }},
+		{Name: "DEL B", Do: func(x *nftBackend) error { return x.del(ctx, b.ID, false) }},
+		{Name: "ADD D (nft fallback)", Do: func(x *nftBackend) error { return x.add(ctx, d) }},
+		{Name: "DEL D", Do: func(x *nftBackend) error { return x.del(ctx, d.ID, false) }},
+		{Name: "GC net1", Do: func(x *nftBackend) error { return x.gc(ctx, "net1", nil) }},
+		{Name: "DEL C pruning", Do: func(x *nftBackend) error { return x.del(ctx, c.ID, true) }},
+	})
+	list := func(ns string) string { return nfnltest.List(t, ns, knftables.InetFamily, nftTable) }
+
 	if x := list(nsExec); x != "" {
 		t.Fatalf("the last DEL left:\n%s", x)
 	}
