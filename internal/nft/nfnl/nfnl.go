@@ -130,11 +130,8 @@ func compileText(family, table, text string, lookup setLookup) (*compiler, error
 // A refused batch changes nothing and returns an *nft.Error carrying the
 // errno (so nft.IsNotFound and nft.IsExists classify it) and the command.
 func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
-	text, err := nft.Render(tx)
-	if err != nil || tx.NumOperations() == 0 {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	text, err := render(ctx, tx)
+	if err != nil || text == "" {
 		return err
 	}
 	r.mu.Lock()
@@ -183,6 +180,15 @@ func (r *Runner) Run(ctx context.Context, tx *knftables.Transaction) error {
 		r.sets[strings.Clone(name)] = &cp
 	}
 	return nil
+}
+
+// render is tx's text ("" for an empty tx), or why it cannot run.
+func render(ctx context.Context, tx *knftables.Transaction) (string, error) {
+	text, err := nft.Render(tx)
+	if err != nil || tx.NumOperations() == 0 {
+		return "", err
+	}
+	return text, ctx.Err()
 }
 
 // classify applies Options.Classify.

@@ -54,11 +54,8 @@ func (r *Runner) Probe(ctx context.Context) error {
 // reporting what it would refuse. It is as slow as nft's check (an
 // aborted transaction waits for an RCU grace period): not for hot paths.
 func (r *Runner) Check(ctx context.Context, tx *knftables.Transaction) error {
-	text, err := nft.Render(tx)
-	if err != nil || tx.NumOperations() == 0 {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	text, err := render(ctx, tx)
+	if err != nil || text == "" {
 		return err
 	}
 	r.mu.Lock()
