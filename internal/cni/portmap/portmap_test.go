@@ -39,7 +39,8 @@ func newTestEnv() *testEnv {
 	te.env = env{
 		newNFT: func() (nft.Interface, error) {
 			if te.nftMissing {
-				return nil, fmt.Errorf("%w: test", nft.ErrNoNFT)
+				// What ipmasq.NewNFT returns when nf_tables does not answer.
+				return nil, cnierr.New(cnierr.KernelFeatureMissing, "nftables is not available over netlink (test)")
 			}
 			return te.nft, nil
 		},

@@ -19,6 +19,14 @@
 // Set elements must be encoded with their set's key type: Run learns the
 // types from the sets a transaction adds and from ListAll, and asks the
 // kernel (GETSET) for any other.
+//
+// Users: the Service proxy (ip and ip6 tables; NewTransaction, Run,
+// ListAll) and the CNI plugins' tables (inet flatnet-cni-masq, bridge
+// flatnet-cni-spoofchk, inet flatnet-portmap; ipmasq.NewNFT), which also
+// read chains, rules and map elements (read.go) and probe nf_tables for
+// STATUS with one GETGEN. In inet tables the compiler inserts the
+// protocol matches nft inserts ("meta nfproto ipv4" before "ip saddr"),
+// so the kernel holds the same expressions whichever wrote them.
 package nfnl
 
 import (
