@@ -9,6 +9,8 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft/nfnl"
 	"github.com/flatnet/flatnet/internal/proxy"
 	"github.com/flatnet/flatnet/internal/proxy/nftables"
 )
@@ -111,4 +113,32 @@ func benchServices(n int) []*proxy.Service {
 			Ports:     []proxy.ServicePort{{Name: "http", Protocol: proxy.TCP, Port: 80, Endpoints: eps}}}
 	}
 	return out
+}
+
+// BenchmarkProbe times a STATUS probe of nftables in a test namespace:
+// nft.Runner's (`nft --version`, then an `nft --check` transaction, which
+// the kernel aborts) against the netlink runner's (open the socket, one
+// GETGEN), as a CNI plugin process does each one once.
+//
+//	sudo go test -run '^$' -bench Probe ./internal/nft/nfnl/
+func BenchmarkProbe(b *testing.B) {
+	requireNFT(b)
+	ctx := context.Background()
+	p := newPair(b, knftables.InetFamily)
+	b.Run("nft", func(b *testing.B) {
+		for range b.N {
+			if err := netns.Do(p.nsExec, func() error { return p.exec.Runner.Probe(ctx) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("netlink", func(b *testing.B) {
+		for range b.N {
+			r := nfnl.New(knftables.InetFamily, p.table, nfnl.Options{NetNS: p.nsNL})
+			if err := r.Probe(ctx); err != nil {
+				b.Fatal(err)
+			}
+			_ = r.Close()
+		}
+	})
 }
