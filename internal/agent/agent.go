@@ -56,6 +56,7 @@ import (
 	"github.com/flatnet/flatnet/internal/agent/backend"
 	"github.com/flatnet/flatnet/internal/agent/masq"
 	"github.com/flatnet/flatnet/internal/agent/routes"
+	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab/runtime/process"
@@ -75,11 +76,14 @@ type Options struct {
 	VXLANTxChecksumOffload bool
 	MTU                    int
 	CNIConfDir             string
-	CNIBinDir              string
-	CNIDataDir             string
-	CNICacheDir            string
-	Masquerade             bool
-	Resync                 time.Duration
+	// CNIConflist is the conflist's style: subnet.StyleFlatnet (one
+	// plugin) or subnet.StyleClassic (bridge, bandwidth, portmap).
+	CNIConflist string
+	CNIBinDir   string
+	CNIDataDir  string
+	CNICacheDir string
+	Masquerade  bool
+	Resync      time.Duration
 
 	// Proxy runs the Service proxy (internal/proxy) on nftables.
 	Proxy bool
@@ -120,8 +124,9 @@ func NewCommand() *cobra.Command {
 		Short: "Run flatnet's node agent: CNI config, cross-node routes or VXLAN overlay, masquerade (and, in the lab, the pod runtime)",
 		Long: `flatnet agent runs on every node. Once its Node has a spec.podCIDR it writes
 the node's CNI config (<cni-conf-dir>/10-flatnet.conflist: bridge cni0 with
-host-local IPAM over the podCIDR and the pod MTU, bandwidth, portmap),
-programs how pod traffic reaches the other nodes (--backend), masquerades pod
+host-local IPAM over the podCIDR and the pod MTU, bandwidth and portmap, as
+one plugin of type flatnet or, with --cni-conflist classic, as the chain of
+the three; then flatnet-policy with --network-policy), programs how pod traffic reaches the other nodes (--backend), masquerades pod
 traffic that leaves the cluster CIDR, and enables IP forwarding.
 
 Backends (docs/overlay.md):
@@ -156,6 +161,9 @@ registers the Node and runs the pods bound to it.`,
 	fs.BoolVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", true, "transmit checksum offload on the VXLAN device; false works around kernels that corrupt NATed VXLAN packets (flannel#1279) at a large throughput cost")
 	fs.IntVar(&o.MTU, "mtu", 0, "pod MTU written into the CNI config (0: the underlay interface's MTU, minus 50 for vxlan backends)")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the CNI conflist is written")
+	fs.StringVar(&o.CNIConflist, "cni-conflist", subnet.StyleFlatnet, "the CNI conflist's style: "+subnet.StyleFlatnet+
+		" (one plugin of type flatnet doing bridge, host-local, bandwidth and portmap in one process) or "+subnet.StyleClassic+
+		" (the chain bridge, bandwidth, portmap); the same network either way, so pods set up under one are torn down under the other")
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "where the CNI plugins are")
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", "", "host-local's dataDir (default: the plugin's, /var/lib/cni/networks)")
 	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "", "libcni's cache dir (lab runtime)")
@@ -248,6 +256,9 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 	if o.CNIConfDir == "" {
 		errs = append(errs, errors.New("--cni-conf-dir is required"))
 	}
+	if err := subnet.CheckStyle(o.CNIConflist); err != nil {
+		errs = append(errs, err)
+	}
 	if o.LabRuntime {
 		if _, err := netip.ParseAddr(o.NodeIP); err != nil {
 			errs = append(errs, fmt.Errorf("--lab-runtime needs --node-ip: %q: %w", o.NodeIP, err))
@@ -307,6 +318,7 @@ func Run(ctx context.Context, o Options) error {
 		NodeName:     o.NodeName,
 		ClusterCIDRs: cidrs,
 		CNIConfDir:   o.CNIConfDir,
+		CNIConflist:  o.CNIConflist,
 		CNIDataDir:   o.CNIDataDir,
 		PolicySocket: policySocket(o),
 		Backend:      be,
@@ -322,7 +334,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	logger := klog.FromContext(ctx)
-	if missing := missingPlugins(o.CNIBinDir); len(missing) > 0 {
+	if missing := missingPlugins(o.CNIBinDir, subnet.Plugins(o.CNIConflist, r.PolicySocket != "")); len(missing) > 0 {
 		logger.Info("WARNING: CNI plugins the conflist uses are missing; pods will fail to start until they are installed (make install-cni)",
 			"cniBinDir", o.CNIBinDir, "missing", missing)
 	}
@@ -432,7 +444,7 @@ func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, re
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, reg.HasSynced) {
 		return nil // ctx ended
 	}
-	logger.Info("Started", "node", r.NodeName, "clusterCIDRs", r.ClusterCIDRs, "backend", r.Backend.Name(), "masquerade", r.Masquerade)
+	logger.Info("Started", "node", r.NodeName, "clusterCIDRs", r.ClusterCIDRs, "backend", r.Backend.Name(), "cniConflist", style(r.CNIConflist), "masquerade", r.Masquerade)
 
 	const minBackoff, maxBackoff = time.Second, 30 * time.Second
 	backoff := minBackoff
@@ -529,11 +541,10 @@ func backendNodes(nodes []*corev1.Node) []backend.Node {
 	return out
 }
 
-var requiredPlugins = []string{"bridge", "host-local", "bandwidth", "portmap"}
-
-func missingPlugins(binDirs string) []string {
+// missingPlugins are those of plugins in none of binDirs.
+func missingPlugins(binDirs string, plugins []string) []string {
 	var missing []string
-	for _, p := range requiredPlugins {
+	for _, p := range plugins {
 		found := false
 		for _, d := range filepath.SplitList(binDirs) {
 			if st, err := os.Stat(filepath.Join(d, p)); err == nil && !st.IsDir() {

@@ -114,7 +114,7 @@ func (o *Options) usesProxyOnlyFlags() bool {
 // nodeOnlyFlags are the agent's flags that --proxy-only does not use.
 var nodeOnlyFlags = []string{
 	"node-ip", "backend", "vxlan-vni", "vxlan-port", "vxlan-tx-checksum-offload", "mtu",
-	"cni-conf-dir", "cni-bin-dir", "cni-data-dir", "cni-cache-dir", "masquerade", "resync",
+	"cni-conf-dir", "cni-conflist", "cni-bin-dir", "cni-data-dir", "cni-cache-dir", "masquerade", "resync",
 	"lab-runtime", "runtime-state-dir", "netns-prefix", "pod-path",
 	// Cluster DNS runs beside the proxy as a second agent, --dns-only.
 	"dns", "dns-addresses", "dns-port", "dns-listen", "dns-upstreams", "dns-resolv-conf", "dns-ttl",

@@ -24,7 +24,9 @@ type Reconciler struct {
 	NodeName     string
 	ClusterCIDRs []netip.Prefix
 	CNIConfDir   string
-	CNIDataDir   string
+	// CNIConflist is the conflist's style (subnet.Styles; "": flatnet).
+	CNIConflist string
+	CNIDataDir  string
 	// PolicySocket chains the flatnet-policy plugin in the conflist ("": not).
 	PolicySocket string
 	// NodeIP is the node's underlay address (--node-ip); invalid: the
@@ -295,7 +297,7 @@ func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix, mt
 			logger.Info("WARNING: this node's podCIDR is outside --cluster-cidr; traffic between its pods and other nodes' pods will be masqueraded", "podCIDR", p, "clusterCIDRs", r.ClusterCIDRs)
 		}
 	}
-	data, err := subnet.Render(subnet.Config{PodCIDRs: cidrs, DataDir: r.CNIDataDir, MTU: mtu, PolicySocket: r.PolicySocket})
+	data, err := subnet.Render(subnet.Config{Style: r.CNIConflist, PodCIDRs: cidrs, DataDir: r.CNIDataDir, MTU: mtu, PolicySocket: r.PolicySocket})
 	if err != nil {
 		return fmt.Errorf("node %s podCIDRs %v: %w", r.NodeName, cidrs, err)
 	}
@@ -304,7 +306,7 @@ func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix, mt
 		return err
 	}
 	if changed {
-		logger.Info("Wrote CNI config", "path", r.CNIConfDir+"/"+subnet.FileName, "podCIDRs", cidrs, "mtu", mtu)
+		logger.Info("Wrote CNI config", "path", r.CNIConfDir+"/"+subnet.FileName, "style", style(r.CNIConflist), "podCIDRs", cidrs, "mtu", mtu)
 	}
 	if sh, err := subnet.Shadowing(r.CNIConfDir, subnet.FileName); err == nil && !slices.Equal(sh, r.lastShadowing) {
 		r.lastShadowing = sh
@@ -314,4 +316,12 @@ func (r *Reconciler) writeConflist(ctx context.Context, cidrs []netip.Prefix, mt
 		}
 	}
 	return nil
+}
+
+// style is the conflist style a Reconciler writes.
+func style(s string) string {
+	if s == "" {
+		return subnet.StyleFlatnet
+	}
+	return s
 }

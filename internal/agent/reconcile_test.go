@@ -132,7 +132,7 @@ func readConflistMTU(t *testing.T, path string) int {
 	if err := json.Unmarshal(data, &c); err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Plugins) == 0 || c.Plugins[0].Type != "bridge" {
+	if len(c.Plugins) == 0 || (c.Plugins[0].Type != "flatnet" && c.Plugins[0].Type != "bridge") {
 		t.Fatalf("conflist:\n%s", data)
 	}
 	return c.Plugins[0].MTU
@@ -228,8 +228,95 @@ func TestReconcileReportsFailuresButDoesTheRest(t *testing.T) {
 	}
 }
 
+// TestReconcileConflistStyles: the agent writes the flatnet type by
+// default and the classic chain with --cni-conflist classic; an agent
+// restarted with the other style rewrites the file (the same network, so
+// pods of either keep working and are torn down by the other), and
+// switching back restores the first byte for byte.
+func TestReconcileConflistStyles(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeNode(t, "n1")
+	nodes := []*corev1.Node{k8sNode("n1", "10.244.1.0/24", "10.250.0.11")}
+	types := func() []string {
+		b, err := os.ReadFile(f.conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Name    string `json:"name"`
+			Plugins []struct {
+				Type string `json:"type"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		out := []string{c.Name}
+		for _, p := range c.Plugins {
+			out = append(out, p.Type)
+		}
+		return out
+	}
+	restart := func(style, policy string) {
+		r := *f.r
+		r.CNIConflist, r.PolicySocket = style, policy
+		f.r = &r
+		if err := f.r.Reconcile(ctx, nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart("", "")
+	if d := cmp.Diff([]string{"flatnet", "flatnet"}, types()); d != "" {
+		t.Errorf("default conflist (network, types) (-want +got):\n%s", d)
+	}
+	first, _ := os.ReadFile(f.conf)
+	restart(subnet.StyleClassic, "")
+	if d := cmp.Diff([]string{"flatnet", "bridge", "bandwidth", "portmap"}, types()); d != "" {
+		t.Errorf("classic conflist (-want +got):\n%s", d)
+	}
+	restart(subnet.StyleClassic, "/run/p.sock")
+	if d := cmp.Diff([]string{"flatnet", "bridge", "bandwidth", "portmap", "flatnet-policy"}, types()); d != "" {
+		t.Errorf("classic conflist with the policy gate (-want +got):\n%s", d)
+	}
+	restart(subnet.StyleFlatnet, "/run/p.sock")
+	if d := cmp.Diff([]string{"flatnet", "flatnet", "flatnet-policy"}, types()); d != "" {
+		t.Errorf("flatnet conflist with the policy gate (-want +got):\n%s", d)
+	}
+	restart(subnet.StyleFlatnet, "")
+	if again, _ := os.ReadFile(f.conf); string(again) != string(first) {
+		t.Errorf("back to flatnet:\n%s\nwant:\n%s", again, first)
+	}
+}
+
+func TestMissingPlugins(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	for _, p := range []string{filepath.Join(a, "bridge"), filepath.Join(b, "flatnet"), filepath.Join(b, "portmap")} {
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A directory named like a plugin is not one.
+	if err := os.Mkdir(filepath.Join(a, "bandwidth"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dirs := a + string(filepath.ListSeparator) + b
+	for _, tc := range []struct {
+		style  string
+		policy bool
+		want   []string
+	}{
+		{subnet.StyleFlatnet, false, nil},
+		{subnet.StyleFlatnet, true, []string{"flatnet-policy"}},
+		{subnet.StyleClassic, false, []string{"host-local", "bandwidth"}},
+	} {
+		if got := missingPlugins(dirs, subnet.Plugins(tc.style, tc.policy)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s policy %v: missing %v, want %v", tc.style, tc.policy, got, tc.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
-	ok := Options{NodeName: "n", ClusterCIDR: "10.244.0.0/16", Backend: "host-gw", VXLANVNI: 1, VXLANPort: 4789, CNIConfDir: "/x", Resync: 1}
+	ok := Options{NodeName: "n", ClusterCIDR: "10.244.0.0/16", Backend: "host-gw", VXLANVNI: 1, VXLANPort: 4789, CNIConfDir: "/x", CNIConflist: "flatnet", Resync: 1}
 	if _, err := ok.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +336,8 @@ func TestValidate(t *testing.T) {
 		"lab state":     func(o *Options) { o.LabRuntime, o.NodeIP = true, "10.0.0.1" },
 		"resync":        func(o *Options) { o.Resync = 0 },
 		"cni conf":      func(o *Options) { o.CNIConfDir = "" },
+		"cni conflist":  func(o *Options) { o.CNIConflist = "chain" },
+		"conflist none": func(o *Options) { o.CNIConflist = "" },
 		"cidr empty":    func(o *Options) { o.ClusterCIDR = "" },
 		"direct ipv6":   func(o *Options) { o.Backend, o.ClusterCIDR = "vxlan-direct", "fd00:10:244::/56" },
 		"negative mtu":  func(o *Options) { o.MTU = -1 },
@@ -269,6 +358,7 @@ func TestValidate(t *testing.T) {
 		func(o *Options) { o.Backend, o.VXLANVNI, o.VXLANPort, o.MTU = "vxlan", 1<<24-1, 8472, 1400 },
 		func(o *Options) { o.Backend, o.NodeIP = "vxlan-direct", "10.0.0.1" },
 		func(o *Options) { o.MTU = 9000 },
+		func(o *Options) { o.CNIConflist = "classic" },
 		func(o *Options) {
 			o.LabRuntime, o.NodeIP, o.RuntimeStateDir, o.ClusterDomain, o.ClusterDNS = true, "10.0.0.1", "/s", "cluster.local", "10.96.0.10, fd00::a"
 		},

@@ -22,15 +22,21 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // the conf dir as a runtime does, works with the plugins: ADD gives the
 // pod an address of the node's subnet with the node as gateway, CHECK
 // passes, CHECK notices a broken pod, DEL cleans up. The node is a test
-// namespace (cni0 lives there).
+// namespace (cni0 lives there). Both styles.
 func TestRootConflistPassesCheck(t *testing.T) {
 	testutil.RequireRoot(t)
+	for _, style := range Styles {
+		t.Run(style, func(t *testing.T) { testConflistPassesCheck(t, style) })
+	}
+}
+
+func testConflistPassesCheck(t *testing.T, style string) {
 	const podCIDR = "10.253.7.0/24"
 	testutil.RequireFreeRange(t, podCIDR)
 	host, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
 	confDir := filepath.Join(t.TempDir(), "net.d")
 	dataDir := filepath.Join(t.TempDir(), "networks")
-	data, err := Render(Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}, DataDir: dataDir})
+	data, err := Render(Config{Style: style, PodCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}, DataDir: dataDir})
 	if err != nil {
 		t.Fatal(err)
 	}

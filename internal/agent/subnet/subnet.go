@@ -1,7 +1,17 @@
 // Package subnet turns the node's pod subnet into the node's CNI network
-// configuration: a conflist of bridge (with host-local IPAM over the
-// subnet), bandwidth and portmap, written atomically into the CNI conf dir
-// and only when its content changes (runtimes watch the directory).
+// configuration, written atomically into the CNI conf dir and only when its
+// content changes (runtimes watch the directory). The conflist comes in two
+// styles with the same network name, options and on-node state:
+//
+//   - flatnet (the default): one plugin of type flatnet, doing bridge (with
+//     host-local IPAM over the subnet), bandwidth and portmap in one process
+//     (internal/cni/allinone);
+//   - classic: the chain bridge, bandwidth, portmap, one process each.
+//
+// Either way the flatnet-policy plugin is chained last when the policy gate
+// is on. Because the flatnet type runs the classic plugins' own code, on
+// the same host-local files and nftables tables, a pod set up under one
+// style is torn down by the other: a node can switch back and forth.
 package subnet
 
 import (
@@ -25,8 +35,47 @@ const (
 	CNIVersion  = "1.0.0"
 )
 
+// Conflist styles (the agent's --cni-conflist).
+const (
+	StyleFlatnet = "flatnet"
+	StyleClassic = "classic"
+)
+
+// Styles are the conflist styles, the default first.
+var Styles = []string{StyleFlatnet, StyleClassic}
+
+// CheckStyle checks a --cni-conflist value.
+func CheckStyle(v string) error {
+	if !slices.Contains(Styles, v) {
+		return fmt.Errorf("--cni-conflist %q: want %s (one plugin doing bridge, host-local, bandwidth and portmap) or %s (the chain bridge, bandwidth, portmap)",
+			v, StyleFlatnet, StyleClassic)
+	}
+	return nil
+}
+
+// Plugins are the plugin binaries a conflist of style uses (policy: with
+// the flatnet-policy gate), for the agent to check its CNI bin dir.
+func Plugins(style string, policy bool) []string {
+	p := []string{"bridge", "host-local", "bandwidth", "portmap"}
+	if style != StyleClassic {
+		p = []string{allinoneType}
+	}
+	if policy {
+		p = append(p, policyType)
+	}
+	return p
+}
+
+// Plugin types the conflists name.
+const (
+	allinoneType = "flatnet"
+	policyType   = "flatnet-policy"
+)
+
 // Config describes the node network.
 type Config struct {
+	// Style is StyleFlatnet ("" too) or StyleClassic.
+	Style string
 	// PodCIDRs are the node's pod subnets (one per family).
 	PodCIDRs []netip.Prefix
 	// DataDir is host-local's dataDir ("" for its default,
@@ -46,14 +95,17 @@ type conflist struct {
 	Plugins    []any  `json:"plugins"`
 }
 
+// bridge is the bridge plugin's options; with type flatnet and the
+// capabilities of bandwidth and portmap it is the flatnet plugin's.
 type bridge struct {
-	Type        string `json:"type"`
-	Bridge      string `json:"bridge"`
-	IsGateway   bool   `json:"isGateway"`
-	IPMasq      bool   `json:"ipMasq"`
-	HairpinMode bool   `json:"hairpinMode"`
-	MTU         int    `json:"mtu,omitempty"`
-	IPAM        ipam   `json:"ipam"`
+	Type         string          `json:"type"`
+	Bridge       string          `json:"bridge"`
+	IsGateway    bool            `json:"isGateway"`
+	IPMasq       bool            `json:"ipMasq"`
+	HairpinMode  bool            `json:"hairpinMode"`
+	MTU          int             `json:"mtu,omitempty"`
+	IPAM         ipam            `json:"ipam"`
+	Capabilities map[string]bool `json:"capabilities,omitempty"`
 }
 
 type ipam struct {
@@ -77,6 +129,11 @@ type capPlugin struct {
 // masquerades traffic that leaves the cluster CIDR itself (one rule for the
 // node, not one per pod, and pod-to-pod across nodes keeps its source).
 func Render(cfg Config) ([]byte, error) {
+	if cfg.Style != "" {
+		if err := CheckStyle(cfg.Style); err != nil {
+			return nil, err
+		}
+	}
 	if len(cfg.PodCIDRs) == 0 {
 		return nil, errors.New("no pod CIDR")
 	}
@@ -97,17 +154,22 @@ func Render(cfg Config) ([]byte, error) {
 		}
 		ip.Routes = append(ip.Routes, map[string]string{"dst": dst})
 	}
-	c := conflist{
-		CNIVersion: CNIVersion,
-		Name:       NetworkName,
-		Plugins: []any{
-			bridge{Type: "bridge", Bridge: BridgeName, IsGateway: true, IPMasq: false, HairpinMode: true, MTU: cfg.MTU, IPAM: ip},
+	br := bridge{Type: "bridge", Bridge: BridgeName, IsGateway: true, IPMasq: false, HairpinMode: true, MTU: cfg.MTU, IPAM: ip}
+	c := conflist{CNIVersion: CNIVersion, Name: NetworkName}
+	if cfg.Style == StyleClassic {
+		c.Plugins = []any{
+			br,
 			capPlugin{Type: "bandwidth", Capabilities: map[string]bool{"bandwidth": true}},
 			capPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
-		},
+		}
+	} else {
+		// The same options, and the capabilities the chain declares.
+		br.Type = allinoneType
+		br.Capabilities = map[string]bool{"bandwidth": true, "portMappings": true}
+		c.Plugins = []any{br}
 	}
 	if cfg.PolicySocket != "" {
-		c.Plugins = append(c.Plugins, policyGate{Type: "flatnet-policy", Socket: cfg.PolicySocket})
+		c.Plugins = append(c.Plugins, policyGate{Type: policyType, Socket: cfg.PolicySocket})
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {

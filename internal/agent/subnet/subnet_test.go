@@ -1,10 +1,13 @@
 package subnet
 
 import (
+	"encoding/json"
 	"flag"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -31,14 +34,20 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestRenderGolden(t *testing.T) {
+	v4 := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+	dual := []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}
 	for _, tc := range []struct {
 		name  string
 		cfg   Config
 		types []string
 	}{
-		{"ipv4.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, DataDir: "/var/lib/flatnet/lab/x/nodes/n1/cni/networks"}, nil},
-		{"dualstack.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}, MTU: 1450}, nil},
-		{"policy.conflist", Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, PolicySocket: "/run/flatnet/policy.sock"},
+		{"ipv4.conflist", Config{PodCIDRs: v4, DataDir: "/var/lib/flatnet/lab/x/nodes/n1/cni/networks"}, []string{"flatnet"}},
+		{"dualstack.conflist", Config{PodCIDRs: dual, MTU: 1450}, []string{"flatnet"}},
+		{"policy.conflist", Config{PodCIDRs: v4, PolicySocket: "/run/flatnet/policy.sock"}, []string{"flatnet", "flatnet-policy"}},
+		{"classic-ipv4.conflist", Config{Style: StyleClassic, PodCIDRs: v4, DataDir: "/var/lib/flatnet/lab/x/nodes/n1/cni/networks"},
+			[]string{"bridge", "bandwidth", "portmap"}},
+		{"classic-dualstack.conflist", Config{Style: StyleClassic, PodCIDRs: dual, MTU: 1450}, []string{"bridge", "bandwidth", "portmap"}},
+		{"classic-policy.conflist", Config{Style: StyleClassic, PodCIDRs: v4, PolicySocket: "/run/flatnet/policy.sock"},
 			[]string{"bridge", "bandwidth", "portmap", "flatnet-policy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,14 +65,92 @@ func TestRenderGolden(t *testing.T) {
 			for _, p := range cl.Plugins {
 				types = append(types, p.Network.Type)
 			}
-			want := tc.types
-			if want == nil {
-				want = []string{"bridge", "bandwidth", "portmap"}
-			}
-			if d := cmp.Diff(want, types); d != "" || cl.Name != "flatnet" {
+			if d := cmp.Diff(tc.types, types); d != "" || cl.Name != "flatnet" {
 				t.Errorf("plugins %v name %s", types, cl.Name)
 			}
+			hasPolicy := tc.cfg.PolicySocket != ""
+			if d := cmp.Diff(Plugins(tc.cfg.Style, hasPolicy), binaries(tc.types)); d != "" {
+				t.Errorf("Plugins(%q, %v) (-got +want):\n%s", tc.cfg.Style, hasPolicy, d)
+			}
 		})
+	}
+}
+
+// binaries are the plugin binaries a conflist of types runs: bridge
+// delegates to host-local.
+func binaries(types []string) []string {
+	var out []string
+	for _, t := range types {
+		out = append(out, t)
+		if t == "bridge" {
+			out = append(out, "host-local")
+		}
+	}
+	return out
+}
+
+// The two styles are one network: the same name and version, and the
+// flatnet plugin carries the chain's options and capabilities, so a pod
+// set up under one is torn down under the other.
+func TestStylesAreOneNetwork(t *testing.T) {
+	for _, policy := range []string{"", "/run/flatnet/policy.sock"} {
+		cfg := Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, DataDir: "/d", MTU: 1450, PolicySocket: policy}
+		var lists [2]map[string]any
+		for i, style := range []string{StyleFlatnet, StyleClassic} {
+			cfg.Style = style
+			b, err := Render(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &lists[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fl, cl := lists[0], lists[1]
+		if fl["name"] != cl["name"] || fl["cniVersion"] != cl["cniVersion"] {
+			t.Errorf("name/version: flatnet %v %v, classic %v %v", fl["name"], fl["cniVersion"], cl["name"], cl["cniVersion"])
+		}
+		fp, cp := fl["plugins"].([]any), cl["plugins"].([]any)
+		// The chain folded into one plugin: bridge's options, every
+		// plugin's capabilities, type flatnet.
+		want := map[string]any{}
+		caps := map[string]any{}
+		for _, p := range cp[:3] {
+			for k, v := range p.(map[string]any) {
+				if k == "capabilities" {
+					maps.Copy(caps, v.(map[string]any))
+					continue
+				}
+				if _, ok := want[k]; !ok {
+					want[k] = v
+				}
+			}
+		}
+		want["type"], want["capabilities"] = "flatnet", caps
+		if d := cmp.Diff(want, fp[0]); d != "" {
+			t.Errorf("flatnet plugin (-chain folded +got):\n%s", d)
+		}
+		// The policy gate, if any, is last in both, unchanged.
+		if d := cmp.Diff(cp[3:], fp[1:]); d != "" {
+			t.Errorf("plugins after the first (-classic +flatnet):\n%s", d)
+		}
+	}
+}
+
+func TestCheckStyle(t *testing.T) {
+	for _, v := range []string{"flatnet", "classic"} {
+		if err := CheckStyle(v); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+	for _, v := range []string{"", "Flatnet", "bridge", "chain"} {
+		err := CheckStyle(v)
+		if err == nil || !strings.Contains(err.Error(), "--cni-conflist") || !strings.Contains(err.Error(), "classic") {
+			t.Errorf("CheckStyle(%q): %v", v, err)
+		}
+	}
+	if _, err := Render(Config{Style: "bogus", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}); err == nil {
+		t.Error("Render with style bogus: no error")
 	}
 }
 
