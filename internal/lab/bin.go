@@ -1,9 +1,12 @@
 package lab
 
-// The lab's bin dir holds copies of flatnet and flatnet-cni (under every
-// CNI plugin name). Copies, not links: a rebuild of ./bin while the lab
-// runs must not change the programs its agents and pods run; a lab picks
-// up a new build at its next `down` and `up`.
+// The lab's bin dir holds a copy of flatnet (the daemons' program, on
+// pods' PATH); its CNI bin dir a copy of flatnet-cni, linked under every
+// CNI plugin name. Two dirs, since the CNI plugin type flatnet would
+// otherwise take the flatnet command's place. Copies, not links to ./bin:
+// a rebuild of ./bin while the lab runs must not change the programs its
+// agents and pods run; a lab picks up a new build at its next `down` and
+// `up`.
 
 import (
 	"fmt"
@@ -34,32 +37,51 @@ func sourceBinaries(cfg UpConfig) (flatnet, cni string, err error) {
 	return flatnet, cni, nil
 }
 
-func binariesPresent(dir string) bool {
-	for _, n := range append([]string{"flatnet", "flatnet-cni"}, cniPluginNames...) {
-		if st, err := os.Stat(filepath.Join(dir, n)); err != nil || st.Mode()&0o111 == 0 {
+// binary is one program of the lab's bin dirs.
+type binary struct {
+	dir, name string
+	copyOf    string // a source file to copy, or
+	linkTo    string // the name of the file in dir to link to
+}
+
+// binaries are the programs of s's bin dirs, flatnet and cni the files
+// to copy.
+func binaries(s *Spec, flatnet, cni string) []binary {
+	bs := []binary{{dir: s.BinDir(), name: "flatnet", copyOf: flatnet}, {dir: s.CNIBinDir(), name: "flatnet-cni", copyOf: cni}}
+	for _, n := range cniPluginNames {
+		bs = append(bs, binary{dir: s.CNIBinDir(), name: n, linkTo: "flatnet-cni"})
+	}
+	return bs
+}
+
+func binariesPresent(s *Spec) bool {
+	for _, b := range binaries(s, "", "") {
+		if st, err := os.Stat(filepath.Join(b.dir, b.name)); err != nil || st.Mode()&0o111 == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// installBinaries copies flatnet and flatnet-cni into dir and links every
-// plugin name to flatnet-cni. Files already there are kept.
-func installBinaries(dir, flatnet, cni string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, c := range []struct{ src, name string }{{flatnet, "flatnet"}, {cni, "flatnet-cni"}} {
-		if err := copyIfMissing(c.src, filepath.Join(dir, c.name)); err != nil {
+// installBinaries copies flatnet into the bin dir and flatnet-cni into
+// the CNI bin dir, and links every plugin name to flatnet-cni there.
+// Files already there are kept.
+func installBinaries(s *Spec, flatnet, cni string) error {
+	for _, b := range binaries(s, flatnet, cni) {
+		if err := os.MkdirAll(b.dir, 0o755); err != nil {
 			return err
 		}
-	}
-	for _, n := range cniPluginNames {
-		p := filepath.Join(dir, n)
+		p := filepath.Join(b.dir, b.name)
+		if b.copyOf != "" {
+			if err := copyIfMissing(b.copyOf, p); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := os.Lstat(p); err == nil {
 			continue
 		}
-		if err := os.Symlink("flatnet-cni", p); err != nil {
+		if err := os.Symlink(b.linkTo, p); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/lab/images"
 )
 
@@ -70,6 +71,8 @@ func newUp(root, name *string) *cobra.Command {
 		" (on a running lab, another backend restarts the agents with it; pods made before keep their MTU)")
 	f.StringVar(&o.ProxyMode, "proxy-mode", "auto", "how the agents serve Services: "+strings.Join(ProxyModes, ", ")+
 		" (on a running lab, another mode restarts the agents with it; each removes the old mode's rules)")
+	f.StringVar(&o.CNIConflist, "cni-conflist", subnet.StyleFlatnet, "the agents' CNI conflist: "+subnet.StyleFlatnet+" (one plugin doing bridge, host-local, bandwidth and portmap) or "+
+		subnet.StyleClassic+" (the chain of the three) (on a running lab, the other style restarts the agents with it; pods made under either are torn down under the other)")
 	f.StringVar(&o.ClusterCIDR, "cluster-cidr", DefaultClusterCIDR, "pod network; each node gets a subnet of it")
 	f.StringVar(&o.ServiceCIDR, "service-cidr", DefaultServiceCIDR, "service cluster IP range")
 	f.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", DefaultNodeMask, "prefix length of each node's pod subnet")

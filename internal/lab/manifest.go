@@ -37,6 +37,7 @@ func manifestSettings(s *Spec, apiHost, apiPort string) map[string]map[string]st
 			"masquerade":          "true",
 			"proxy":               "true",
 			"proxy-mode":          s.AgentProxyMode(),
+			"cni-conflist":        s.AgentCNIConflist(),
 			"dns":                 "true",
 			"network-policy":      "true",
 			"dns-addresses":       NodeLocalDNS + "," + s.KubeDNSIP().String(),

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/flatnet/flatnet/internal/agent/subnet"
 )
 
 // StepKind names one kind of step of `up`, in the order they run.
@@ -72,6 +74,10 @@ type Observed struct {
 	// AgentBackends: node name -> the --backend a running agent was
 	// started with.
 	AgentBackends map[string]string
+	// AgentCNIConflists: node name -> the --cni-conflist a running agent
+	// was started with ("" when none: an agent from before the flag,
+	// which wrote the classic chain).
+	AgentCNIConflists map[string]string
 	// AgentsWithoutProxy: node name -> a running agent was started
 	// without --proxy (a lab from before Services): up restarts it.
 	AgentsWithoutProxy map[string]bool
@@ -110,7 +116,7 @@ func Plan(s *Spec, o Observed) []Step {
 	}
 	steps := []Step{
 		{Kind: StepStateDir, What: s.StateDir, Present: o.StateDir},
-		{Kind: StepBin, What: s.BinDir() + " (flatnet, flatnet-cni as " + strings.Join(cniPluginNames, ", ") + ")", Present: o.Bin},
+		{Kind: StepBin, What: s.BinDir() + " (flatnet), " + s.CNIBinDir() + " (flatnet-cni as " + strings.Join(cniPluginNames, ", ") + ")", Present: o.Bin},
 		{Kind: StepUnderlay, What: underlay, Present: o.Underlay},
 	}
 	if r := s.Router; r != nil {
@@ -178,6 +184,10 @@ func Plan(s *Spec, o Observed) []Step {
 			other = true
 			what += fmt.Sprintf("; proxy mode %s, was %s", s.AgentProxyMode(), orAuto(was))
 		}
+		if was := o.AgentCNIConflists[n.Name]; o.Agents[n.Name] && o.AgentCNIConflists != nil && orClassic(was) != s.AgentCNIConflist() {
+			other = true
+			what += fmt.Sprintf("; CNI conflist %s, was %s", s.AgentCNIConflist(), orClassic(was))
+		}
 		if o.Agents[n.Name] && o.AgentsWithoutProxy[n.Name] {
 			other = true
 			what += "; was without the Service proxy"
@@ -239,7 +249,16 @@ func orNone(s string) string {
 }
 
 // cniPluginNames are the names flatnet-cni answers to.
-var cniPluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet-policy"}
+var cniPluginNames = []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet", "flatnet-policy"}
+
+// orClassic is the conflist style an agent started with --cni-conflist
+// style writes ("": an agent from before the flag, the classic chain).
+func orClassic(style string) string {
+	if style == "" {
+		return subnet.StyleClassic
+	}
+	return style
+}
 
 // orAuto is a --proxy-mode as the agent reads it ("" is auto).
 func orAuto(mode string) string {

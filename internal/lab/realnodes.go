@@ -36,7 +36,7 @@ func containerdNode(s *Spec, n Node, nodeBin, kubeletBin string, tarballs []stri
 		Kubeconfig:     s.KubeletKubeconfig(n),
 		ClientCAFile:   controlplane.PKI{Dir: controlplane.PKIDir(s.StateDir)}.CACert(),
 		CNIConfDir:     s.CNIConfDir(n),
-		CNIBinDir:      s.BinDir(),
+		CNIBinDir:      s.CNIBinDir(),
 		ClusterDNS:     []netip.Addr{s.KubeDNSIP()},
 		ClusterDomain:  "cluster.local",
 		NodeBinDir:     orDir(nodeBin),

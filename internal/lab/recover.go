@@ -40,6 +40,7 @@ type runningLab struct {
 	nodes       int            // the highest node namespace index
 	external    bool           // its namespace exists
 	backend     string         // an agent's --backend
+	cniConflist string         // an agent's --cni-conflist
 	clusterCIDR string         // the controller's or an agent's --cluster-cidr
 	nodeMask    int            // the controller's --node-cidr-mask-size
 	serviceCIDR string         // kube-apiserver's --service-cluster-ip-range
@@ -59,6 +60,7 @@ func (r runningLab) String() string {
 		}
 	}
 	add("backend", r.backend)
+	add("CNI conflist", r.cniConflist)
 	add("cluster CIDR", r.clusterCIDR)
 	add("service CIDR", r.serviceCIDR)
 	add("load-balancer IPs", r.lbPool)
@@ -93,6 +95,7 @@ func recoverSpec(req Request, r runningLab) (*Spec, error) {
 		}
 	}
 	set(&o.Backend, r.backend)
+	set(&o.CNIConflist, r.cniConflist)
 	set(&o.Runtime, r.runtime)
 	set(&o.ClusterCIDR, r.clusterCIDR)
 	set(&o.ServiceCIDR, r.serviceCIDR)
@@ -180,6 +183,7 @@ func (r *runningLab) addDaemon(stateDir string, argv []string) {
 	switch {
 	case len(argv) > 1 && argv[0] == flatnet && argv[1] == "agent":
 		r.backend = cmp.Or(r.backend, flagIn(argv, "--backend"))
+		r.cniConflist = cmp.Or(r.cniConflist, flagIn(argv, "--cni-conflist"))
 		// Only the process runtime's agents are their node's kubelet.
 		if !slices.Contains(argv, "--lab-runtime") {
 			r.runtime = RuntimeContainerd

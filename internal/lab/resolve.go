@@ -110,9 +110,13 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		if req.Changed["backend"] {
 			opts.Backend = o.Backend
 		}
-		// The same for the proxy mode.
+		// The same for the proxy mode and the conflist style (pods made
+		// under one style are torn down under the other).
 		if req.Changed["proxy-mode"] {
 			opts.ProxyMode = o.ProxyMode
+		}
+		if req.Changed["cni-conflist"] {
+			opts.CNIConflist = o.CNIConflist
 		}
 		s, err := NewSpec(opts, recorded.Underlays()...)
 		if err != nil {

@@ -23,6 +23,7 @@
 package lab
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -33,6 +34,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/flatnet/flatnet/internal/agent/subnet"
 )
 
 // Defaults for a new lab.
@@ -70,6 +73,16 @@ func (s *Spec) AgentProxyMode() string {
 		return "auto"
 	}
 	return s.ProxyMode
+}
+
+// AgentCNIConflist is the --cni-conflist the agents run with: the
+// recorded style, or classic for a lab recorded before the flag (its
+// agents wrote the chain).
+func (s *Spec) AgentCNIConflist() string {
+	if s.CNIConflist == "" {
+		return subnet.StyleClassic
+	}
+	return s.CNIConflist
 }
 
 // Backends are the cross-node backends the agent implements.
@@ -119,7 +132,9 @@ type Options struct {
 	Nodes     int
 	Backend   string
 	// ProxyMode is the agents' --proxy-mode ("" is auto).
-	ProxyMode        string
+	ProxyMode string
+	// CNIConflist is the agents' --cni-conflist ("" is flatnet).
+	CNIConflist      string
 	ClusterCIDR      string
 	ServiceCIDR      string
 	NodeCIDRMaskSize int
@@ -139,10 +154,13 @@ type Options struct {
 
 // Spec is a lab as data: every name, address and path it uses.
 type Spec struct {
-	Name             string       `json:"name"`
-	StateDir         string       `json:"stateDir"`
-	Backend          string       `json:"backend"`
-	ProxyMode        string       `json:"proxyMode,omitempty"` // "" or auto: the agent picks
+	Name      string `json:"name"`
+	StateDir  string `json:"stateDir"`
+	Backend   string `json:"backend"`
+	ProxyMode string `json:"proxyMode,omitempty"` // "" or auto: the agent picks
+	// CNIConflist is the agents' conflist style (subnet.Styles); ""
+	// in a lab recorded before it: classic (AgentCNIConflist).
+	CNIConflist      string       `json:"cniConflist,omitempty"`
 	ClusterCIDR      netip.Prefix `json:"clusterCIDR"`
 	ServiceCIDR      netip.Prefix `json:"serviceCIDR"`
 	NodeCIDRMaskSize int          `json:"nodeCIDRMaskSize"`
@@ -379,6 +397,11 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if opts.ProxyMode != "" && !slices.Contains(ProxyModes, opts.ProxyMode) {
 		return nil, fmt.Errorf("--proxy-mode %q: want one of %v", opts.ProxyMode, ProxyModes)
 	}
+	conflist := cmp.Or(opts.CNIConflist, subnet.StyleFlatnet)
+	if !slices.Contains(subnet.Styles, conflist) {
+		return nil, fmt.Errorf("--cni-conflist %q: want %s (one plugin of type flatnet) or %s (the chain bridge, bandwidth, portmap)",
+			opts.CNIConflist, subnet.StyleFlatnet, subnet.StyleClassic)
+	}
 	runtime, err := specRuntime(opts.Runtime)
 	if err != nil {
 		return nil, err
@@ -459,6 +482,7 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		StateDir:         filepath.Join(root, opts.Name),
 		Backend:          opts.Backend,
 		ProxyMode:        opts.ProxyMode,
+		CNIConflist:      conflist,
 		ClusterCIDR:      cluster,
 		ServiceCIDR:      service,
 		NodeCIDRMaskSize: mask,
@@ -564,6 +588,7 @@ func (s *Spec) Options() Options {
 	}
 	return Options{
 		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend, ProxyMode: s.ProxyMode,
+		CNIConflist: s.AgentCNIConflist(),
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
 		LBPool: s.lbPoolOption(), Runtime: s.RuntimeName(), Install: s.InstallName(),
@@ -661,8 +686,13 @@ func (s *Spec) ExternalIPRange() netip.Prefix {
 // SpecFile records the Spec of a lab that up has started.
 func (s *Spec) SpecFile() string { return filepath.Join(s.StateDir, "lab.json") }
 
-// BinDir holds flatnet, and flatnet-cni under every plugin name.
+// BinDir holds flatnet (the daemons' program, and on pods' PATH).
 func (s *Spec) BinDir() string { return filepath.Join(s.StateDir, "bin") }
+
+// CNIBinDir holds flatnet-cni under every plugin name: the nodes' CNI
+// plugin dir. Apart from BinDir, since the plugin type flatnet and the
+// flatnet command share a name.
+func (s *Spec) CNIBinDir() string { return filepath.Join(s.StateDir, "cni-bin") }
 
 // Kubeconfig is the admin kubeconfig the control plane writes.
 func (s *Spec) Kubeconfig() string { return filepath.Join(s.StateDir, "admin.kubeconfig") }

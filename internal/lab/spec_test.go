@@ -6,11 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/flatnet/flatnet/deploy"
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -329,7 +332,7 @@ func TestArgv(t *testing.T) {
 	got := strings.Join(agentArgv(s, s.Nodes[0]), " ")
 	want := "/var/lib/flatnet/lab/flatnet/bin/flatnet agent --kubeconfig /var/lib/flatnet/lab/flatnet/admin.kubeconfig" +
 		" --node-name flatnet-node1 --node-ip 10.250.0.11 --cluster-cidr 10.244.0.0/16 --backend host-gw" +
-		" --cni-conf-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/net.d --cni-bin-dir /var/lib/flatnet/lab/flatnet/bin" +
+		" --cni-conf-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/net.d --cni-conflist flatnet --cni-bin-dir /var/lib/flatnet/lab/flatnet/cni-bin" +
 		" --cni-data-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/networks --cni-cache-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/cache" +
 		" --masquerade=true --lab-runtime --runtime-state-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/runtime" +
 		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy --proxy-mode auto --network-policy --policy-socket /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/policy.sock" +
@@ -835,7 +838,8 @@ func TestRenderManifest(t *testing.T) {
 		}
 	}
 	want := map[string]string{"cluster-cidr": "10.244.0.0/16", "proxy": "true", "dns": "true", "dns-addresses": "169.254.20.10,10.96.0.10",
-		"dns-upstreams": s.External.IP.String(), "kube-apiserver-host": "10.250.0.1", "kube-apiserver-port": "6443", "backend": "host-gw"}
+		"dns-upstreams": s.External.IP.String(), "kube-apiserver-host": "10.250.0.1", "kube-apiserver-port": "6443", "backend": "host-gw",
+		"cni-conflist": "flatnet"}
 	for k, v := range want {
 		if cm.Data[k] != v {
 			t.Errorf("flatnet-config %s = %q, want %q", k, cm.Data[k], v)
@@ -849,5 +853,260 @@ func TestRenderManifest(t *testing.T) {
 	o.Runtime = RuntimeProcess
 	if _, err := NewSpec(o, DefaultUnderlay("flatnet")); err == nil || !strings.Contains(err.Error(), "--runtime containerd") {
 		t.Errorf("manifest on the process runtime: %v", err)
+	}
+}
+
+// The agents' conflist style: flatnet for a new lab, classic on request,
+// kept by a running lab unless asked, and classic for a lab recorded
+// before the flag (its agents wrote the chain).
+func TestCNIConflist(t *testing.T) {
+	p := netip.MustParsePrefix
+	s, err := NewSpec(opts("lab1", 2), p("10.250.9.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CNIConflist != "flatnet" || s.AgentCNIConflist() != "flatnet" || s.Options().CNIConflist != "flatnet" {
+		t.Errorf("new lab: %q %q", s.CNIConflist, s.AgentCNIConflist())
+	}
+	o := opts("lab1", 2)
+	o.CNIConflist = "bridge"
+	if _, err := NewSpec(o, p("10.250.9.0/24")); err == nil || !strings.Contains(err.Error(), `--cni-conflist "bridge"`) || !strings.Contains(err.Error(), "classic") {
+		t.Errorf("bad --cni-conflist: %v", err)
+	}
+	req := func(style string, changed bool) Request {
+		r := Request{Options: opts("lab1", 2), Changed: map[string]bool{"cni-conflist": changed}}
+		r.CNIConflist = style
+		return r
+	}
+	classic, err := resolve(req("classic", true), s, nil, nil)
+	if err != nil || classic.AgentCNIConflist() != "classic" {
+		t.Fatalf("switch to classic: %v %v", classic, err)
+	}
+	if again, err := resolve(req("flatnet", false), classic, nil, nil); err != nil || again.AgentCNIConflist() != "classic" {
+		t.Errorf("up without the flag on a classic lab: %v %v", again, err)
+	}
+	if back, err := resolve(req("flatnet", true), classic, nil, nil); err != nil || back.AgentCNIConflist() != "flatnet" {
+		t.Errorf("back to flatnet: %v %v", back, err)
+	}
+	if _, err := resolve(req("chain", true), classic, nil, nil); err == nil || !strings.Contains(err.Error(), "--cni-conflist") {
+		t.Errorf("bad --cni-conflist on a running lab: %v", err)
+	}
+
+	// A record from before the flag loads, and keeps its agents' chain.
+	old := *s
+	old.CNIConflist = ""
+	old.StateDir = filepath.Join(t.TempDir(), "lab1")
+	if err := saveRecord(&record{Spec: old}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := loadRecord(filepath.Dir(old.StateDir), "lab1")
+	if err != nil {
+		t.Fatalf("a record without cniConflist: %v", err)
+	}
+	if rec.AgentCNIConflist() != "classic" {
+		t.Errorf("old record: agents' conflist %q, want classic", rec.AgentCNIConflist())
+	}
+	kept, err := resolve(req("flatnet", false), &rec.Spec, nil, nil)
+	if err != nil || kept.AgentCNIConflist() != "classic" || kept.CNIConflist != "classic" {
+		t.Errorf("up on an old lab: %v %v", kept, err)
+	}
+	if argv := strings.Join(agentArgv(kept, kept.Nodes[0]), " "); !strings.Contains(argv, " --cni-conflist classic --cni-bin-dir "+kept.CNIBinDir()+" ") {
+		t.Errorf("agent argv: %s", argv)
+	}
+}
+
+// A running agent of the other style is restarted, and the step says
+// so; one from before the flag counts as classic.
+func TestPlanCNIConflist(t *testing.T) {
+	s, err := NewSpec(opts("flatnet", 2), DefaultUnderlay("flatnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := func(styles ...string) Observed {
+		return Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
+			Nodes:             map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
+			Agents:            map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
+			Gateways:          map[string]bool{"flatnet-node1": true, "flatnet-node2": true},
+			AgentCNIConflists: map[string]string{"flatnet-node1": styles[0], "flatnet-node2": styles[1]}}
+	}
+	agents := func(s *Spec, o Observed) string {
+		var out []string
+		for _, st := range Plan(s, o) {
+			if st.Kind == StepAgent {
+				mark := "+"
+				if st.Present {
+					mark = "="
+				} else if st.Restart {
+					mark = "r"
+				}
+				out = append(out, mark+st.What)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	for _, c := range []struct {
+		style  string
+		agents []string
+		want   string
+	}{
+		{"flatnet", []string{"flatnet", "flatnet"}, "=flatnet agent on flatnet-node1 (lab runtime, host-gw)\n=flatnet agent on flatnet-node2 (lab runtime, host-gw)"},
+		{"flatnet", []string{"flatnet", "classic"}, "=flatnet agent on flatnet-node1 (lab runtime, host-gw)\nrflatnet agent on flatnet-node2 (lab runtime, host-gw); CNI conflist flatnet, was classic"},
+		{"flatnet", []string{"", "flatnet"}, "rflatnet agent on flatnet-node1 (lab runtime, host-gw); CNI conflist flatnet, was classic\n=flatnet agent on flatnet-node2 (lab runtime, host-gw)"},
+		{"classic", []string{"flatnet", "flatnet"}, "rflatnet agent on flatnet-node1 (lab runtime, host-gw); CNI conflist classic, was flatnet\nrflatnet agent on flatnet-node2 (lab runtime, host-gw); CNI conflist classic, was flatnet"},
+		{"classic", []string{"", "classic"}, "=flatnet agent on flatnet-node1 (lab runtime, host-gw)\n=flatnet agent on flatnet-node2 (lab runtime, host-gw)"},
+	} {
+		sc := *s
+		sc.CNIConflist = c.style
+		if got := agents(&sc, obs(c.agents...)); got != c.want {
+			t.Errorf("lab %s, agents %q:\n got %s\nwant %s", c.style, c.agents, got, c.want)
+		}
+	}
+}
+
+// The lab's bin dir holds the flatnet command; its CNI bin dir
+// flatnet-cni under every plugin name, flatnet included, and that is the
+// agents' --cni-bin-dir and real nodes' /opt/cni/bin.
+func TestBinDirs(t *testing.T) {
+	s, err := NewSpec(Options{Name: "b", StateRoot: t.TempDir(), Nodes: 1, Backend: "host-gw", ClusterCIDR: DefaultClusterCIDR,
+		ServiceCIDR: DefaultServiceCIDR, NodeCIDRMaskSize: 24}, DefaultUnderlay("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CNIBinDir() == s.BinDir() {
+		t.Fatalf("one bin dir for both: %s", s.BinDir())
+	}
+	src := t.TempDir()
+	flatnet, cni := filepath.Join(src, "flatnet"), filepath.Join(src, "flatnet-cni")
+	for _, f := range []string{flatnet, cni} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\necho "+filepath.Base(f)+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if binariesPresent(s) {
+		t.Fatal("binaries present before install")
+	}
+	if err := installBinaries(s, flatnet, cni); err != nil {
+		t.Fatal(err)
+	}
+	if !binariesPresent(s) {
+		t.Fatal("binaries missing after install")
+	}
+	if err := installBinaries(s, flatnet, cni); err != nil {
+		t.Fatalf("second install: %v", err)
+	}
+	ls := func(dir string) map[string]string {
+		out := map[string]string{}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			if l, err := os.Readlink(p); err == nil {
+				out[e.Name()] = "-> " + l
+			} else if b, err := os.ReadFile(p); err == nil {
+				out[e.Name()] = strings.TrimSpace(strings.TrimPrefix(string(b), "#!/bin/sh\necho "))
+			}
+		}
+		return out
+	}
+	if d := cmp.Diff(map[string]string{"flatnet": "flatnet"}, ls(s.BinDir())); d != "" {
+		t.Errorf("bin dir (-want +got):\n%s", d)
+	}
+	want := map[string]string{"flatnet-cni": "flatnet-cni"}
+	for _, n := range []string{"bridge", "host-local", "loopback", "ptp", "macvlan", "bandwidth", "portmap", "flatnet", "flatnet-policy"} {
+		want[n] = "-> flatnet-cni"
+	}
+	if d := cmp.Diff(want, ls(s.CNIBinDir())); d != "" {
+		t.Errorf("CNI bin dir (-want +got):\n%s", d)
+	}
+	// A lab from before the CNI bin dir (plugins linked in the bin dir)
+	// is missing it.
+	if err := os.RemoveAll(s.CNIBinDir()); err != nil {
+		t.Fatal(err)
+	}
+	if binariesPresent(s) {
+		t.Error("binaries present without the CNI bin dir")
+	}
+	if a := strings.Join(agentArgv(s, s.Nodes[0]), " "); !strings.Contains(a, " --cni-bin-dir "+s.CNIBinDir()+" ") || !strings.Contains(a, " --pod-path "+s.BinDir()+" ") {
+		t.Errorf("agent argv: %s", a)
+	}
+	if n := containerdNode(s, s.Nodes[0], "", "", nil); n.CNIBinDir != s.CNIBinDir() {
+		t.Errorf("real node's CNI bin dir %s, want %s", n.CNIBinDir, s.CNIBinDir())
+	}
+	var plan strings.Builder
+	for _, st := range Plan(s, Observed{}) {
+		if st.Kind == StepBin {
+			plan.WriteString(st.What)
+		}
+	}
+	if !strings.Contains(plan.String(), s.BinDir()+" (flatnet), "+s.CNIBinDir()+" (flatnet-cni as ") || !strings.Contains(plan.String(), ", flatnet, flatnet-policy)") {
+		t.Errorf("binaries step: %s", plan.String())
+	}
+}
+
+// The DaemonSet's agent command takes every $(VAR) from its env, every
+// env var from a key flatnet-config has (or one marked optional, which
+// no argument uses: an unresolved $(VAR) would reach the agent as it
+// is), and its install-cni links every plugin name the lab does.
+func TestManifestAgentWiring(t *testing.T) {
+	var cm corev1.ConfigMap
+	var ds appsv1.DaemonSet
+	for _, d := range splitYAML(deploy.Manifest) {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(d, &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case meta.Kind == "ConfigMap" && meta.Metadata.Name == "flatnet-config":
+			if err := yaml.Unmarshal(d, &cm); err != nil {
+				t.Fatal(err)
+			}
+		case meta.Kind == "DaemonSet" && meta.Metadata.Name == "flatnet-agent":
+			if err := yaml.Unmarshal(d, &ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spec := ds.Spec.Template.Spec
+	if len(spec.Containers) == 0 || len(spec.InitContainers) == 0 || cm.Data == nil {
+		t.Fatalf("no agent DaemonSet or flatnet-config in deploy/flatnet.yaml")
+	}
+	agent := spec.Containers[0]
+	env := map[string]corev1.EnvVar{}
+	for _, e := range agent.Env {
+		env[e.Name] = e
+		ref := e.ValueFrom
+		if ref == nil || ref.ConfigMapKeyRef == nil || ref.ConfigMapKeyRef.Name != "flatnet-config" {
+			continue
+		}
+		if _, ok := cm.Data[ref.ConfigMapKeyRef.Key]; !ok && (ref.ConfigMapKeyRef.Optional == nil || !*ref.ConfigMapKeyRef.Optional) {
+			t.Errorf("env %s: flatnet-config has no key %s", e.Name, ref.ConfigMapKeyRef.Key)
+		}
+	}
+	varRE := regexp.MustCompile(`\$\(([A-Z_]+)\)`)
+	for _, a := range agent.Command {
+		for _, m := range varRE.FindAllStringSubmatch(a, -1) {
+			e, ok := env[m[1]]
+			if !ok {
+				t.Errorf("argument %s: no env var %s", a, m[1])
+			} else if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Optional != nil && *r.ConfigMapKeyRef.Optional {
+				t.Errorf("argument %s: env var %s is optional", a, m[1])
+			}
+		}
+	}
+	if !slices.Contains(agent.Command, "--cni-conflist=$(CNI_CONFLIST)") || cm.Data["cni-conflist"] != "flatnet" {
+		t.Errorf("the agent's --cni-conflist is not flatnet-config's cni-conflist (%q): %v", cm.Data["cni-conflist"], agent.Command)
+	}
+	script := strings.Join(spec.InitContainers[0].Command, " ")
+	for _, n := range cniPluginNames {
+		if !regexp.MustCompile(`for p in [^;]*\b` + regexp.QuoteMeta(n) + `( |;)`).MatchString(script) {
+			t.Errorf("install-cni does not link %s: %s", n, script)
+		}
 	}
 }

@@ -65,6 +65,11 @@ func parseRecord(b []byte, name string) (*record, error) {
 	// The pod CIDRs are learned, not derived (hostRoutes routes only those
 	// of the lab's nodes inside its cluster CIDR).
 	want.PodCIDRs = r.PodCIDRs
+	// A record from before --cni-conflist has none (its agents write the
+	// classic chain, AgentCNIConflist); NewSpec gives every new lab one.
+	if r.CNIConflist == "" {
+		want.CNIConflist = ""
+	}
 	if filepath.Base(r.StateDir) != name || !filepath.IsAbs(r.StateDir) {
 		return nil, fmt.Errorf("state dir %q is not an absolute path ending in %q", r.StateDir, name)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/proc"
@@ -36,6 +37,15 @@ func Client(kubeconfig string) (kubernetes.Interface, string, error) {
 		return nil, "", err
 	}
 	return c, rc.Host, nil
+}
+
+// conflistWhat says what the agents' conflist of style chains (the lab's
+// agents run the policy gate).
+func conflistWhat(style string) string {
+	if style == subnet.StyleClassic {
+		return "conflist classic: bridge (host-local), bandwidth, portmap, flatnet-policy"
+	}
+	return "conflist " + style + ": flatnet (bridge, host-local, bandwidth, portmap in one process), flatnet-policy"
 }
 
 func hasCNIConfig(dir string) bool {
@@ -316,6 +326,7 @@ func (st *Status) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "runtime:       %s\n", runtime)
 	fmt.Fprintf(w, "networks:      cluster %s (/%d per node), services %s, backend %s\n", s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR, s.Backend)
+	fmt.Fprintf(w, "cni:           %s; plugins in %s\n", conflistWhat(s.AgentCNIConflist()), s.CNIBinDir())
 	if s.LBPool.IsValid() {
 		reach := "routed to the nodes from the external host"
 		if s.External == nil {

@@ -31,6 +31,7 @@ control plane: https://10.250.0.1:6443, kube-apiserver pid 20, etcd pid 10
 controller:    pid 30
 runtime:       process (flatnet's lab runtime in each agent: pods are processes of this machine)
 networks:      cluster 10.244.0.0/16 (/24 per node), services 10.96.0.0/16, backend host-gw
+cni:           conflist flatnet: flatnet (bridge, host-local, bandwidth, portmap in one process), flatnet-policy; plugins in /var/lib/flatnet/lab/flatnet/cni-bin
 
 NODE           INTERNAL-IP  POD-CIDR       READY    NETNS                    AGENT
 flatnet-node1  10.250.0.11  10.244.0.0/24  True     fl-flatnet-n1            pid 40
@@ -61,6 +62,7 @@ func TestStatusPrintTwoSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.CNIConflist = "classic"
 	st := &Status{Spec: s, Underlay: true, Router: true, External: true, ExternalPID: 50, APIError: errors.New("down"),
 		Nodes: []NodeStatus{{Node: s.Nodes[0], Wired: true, Ready: "-"}, {Node: s.Nodes[1], Wired: true, Ready: "-"}}}
 	var b bytes.Buffer
@@ -69,6 +71,7 @@ func TestStatusPrintTwoSubnets(t *testing.T) {
 		"underlay 2:    10.250.1.0/24 on bridge underlay2 in netns fl-flatnet-rt, router 10.250.0.254 <-> 10.250.1.1 (up)\n",
 		"external host: 10.250.0.250 in netns fl-flatnet-ext (up), netexec HTTP :8080, UDP :8081, pid 50\n",
 		"backend vxlan\n",
+		"cni:           conflist classic: bridge (host-local), bandwidth, portmap, flatnet-policy; plugins in /var/lib/flatnet/lab/flatnet/cni-bin\n",
 		"flatnet-node2  10.250.1.12",
 	} {
 		if !strings.Contains(b.String(), want) {

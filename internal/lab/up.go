@@ -138,7 +138,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		case StepStateDir:
 			err = makeStateDirs(s)
 		case StepBin:
-			err = installBinaries(s.BinDir(), flatnetBin, cniBin)
+			err = installBinaries(s, flatnetBin, cniBin)
 		case StepUnderlay:
 			err = k.apply(fixesOf(fixes, partUnderlay))
 		case StepRouter:
@@ -264,11 +264,11 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentProxyModes: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentCNIConflists: map[string]string{}, AgentProxyModes: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
-	o.Bin = binariesPresent(s.BinDir())
+	o.Bin = binariesPresent(s)
 	fixes, err := k.plan(s)
 	if err != nil {
 		return o, nil, err
@@ -293,6 +293,7 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 		if o.Agents[n.Name] {
 			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
 			o.AgentProxyModes[n.Name] = flagOf(pid, "--proxy-mode")
+			o.AgentCNIConflists[n.Name] = flagOf(pid, "--cni-conflist")
 			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
 			o.AgentsDNSOutdated[n.Name] = !hasFlag(pid, "--dns") || flagOf(pid, "--dns-upstreams") != s.dnsUpstreams()
 		}
@@ -456,7 +457,8 @@ func agentArgv(s *Spec, n Node) []string {
 		"--cluster-cidr", s.ClusterCIDR.String(),
 		"--backend", s.Backend,
 		"--cni-conf-dir", s.CNIConfDir(n),
-		"--cni-bin-dir", s.BinDir(),
+		"--cni-conflist", s.AgentCNIConflist(),
+		"--cni-bin-dir", s.CNIBinDir(),
 		"--cni-data-dir", s.CNIDataDir(n),
 		"--cni-cache-dir", s.CNICacheDir(n),
 		"--masquerade=true",
