@@ -126,8 +126,9 @@ func NewCommand() *cobra.Command {
 the node's CNI config (<cni-conf-dir>/10-flatnet.conflist: bridge cni0 with
 host-local IPAM over the podCIDR and the pod MTU, bandwidth and portmap, as
 one plugin of type flatnet or, with --cni-conflist classic, as the chain of
-the three; then flatnet-policy with --network-policy), programs how pod traffic reaches the other nodes (--backend), masquerades pod
-traffic that leaves the cluster CIDR, and enables IP forwarding.
+the three; then flatnet-policy with --network-policy), programs how pod
+traffic reaches the other nodes (--backend), masquerades pod traffic that
+leaves the cluster CIDR, and enables IP forwarding.
 
 Backends (docs/overlay.md):
   host-gw       one route per peer node: peer podCIDR via peer InternalIP. All
