@@ -52,7 +52,11 @@ images: build
 	bin/flatnet lab images
 
 # install-cni: the multi-call binary under every plugin name (a contract).
+# The plugin type flatnet shares its name with the flatnet command: a
+# directory holding the command (bin/, the lab's bin dir) is refused.
 install-cni: build
+	@if [ -f $(DESTDIR)/flatnet ] && [ ! -L $(DESTDIR)/flatnet ]; then \
+	  echo "install-cni: $(DESTDIR)/flatnet is a file, not a link to flatnet-cni (the flatnet command?); the CNI plugin flatnet would replace it: pick a directory of CNI plugins (DESTDIR=/opt/cni/bin)" >&2; exit 1; fi
 	@mkdir -p $(DESTDIR)
 	install -m 0755 bin/flatnet-cni $(DESTDIR)/flatnet-cni
 	@for p in $(CNI_PLUGINS); do ln -sf flatnet-cni $(DESTDIR)/$$p; done
