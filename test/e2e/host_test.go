@@ -185,7 +185,7 @@ func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
 		// namespace: the plugins run there, on the path it recorded.
 		ex = mountNSExec{RawExec: &invoke.RawExec{}, PluginDecoder: &version.PluginDecoder{}, mnt: filepath.Join(s.ContainerdDir(n), "run", "mnt")}
 	}
-	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.BinDir()}, cache, ex)
+	cfg := libcni.NewCNIConfigWithCacheDir([]string{s.CNIBinDir()}, cache, ex)
 	atts, err := cfg.GetCachedAttachments(sb.ID)
 	if err != nil {
 		return err

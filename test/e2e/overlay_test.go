@@ -198,7 +198,7 @@ func conflistMTU(t *testing.T, s *lab.Spec, n lab.Node) int {
 		t.Fatal(err)
 	}
 	for _, p := range list.Plugins {
-		if p["type"] == "bridge" {
+		if p["type"] == "bridge" || p["type"] == "flatnet" { // the classic chain's, or the flatnet type's
 			if v, ok := p["mtu"].(float64); ok {
 				return int(v)
 			}
