@@ -22,8 +22,9 @@ import (
 // TestConflistSwitch: a lab's agents write the flatnet plugin type by
 // default; `up --cni-conflist classic` restarts them with the classic
 // chain and back. Pods made under one style keep talking to pods made
-// under the other, serve their hostPort, and are deleted cleanly after
-// the switch: no address reserved, veth, hostPort rule or namespace left.
+// under the other, serve their hostPort, pass CHECK and are torn down by
+// DEL under the other conflist, and are deleted cleanly: no address
+// reserved, veth or hostPort rule left.
 func TestConflistSwitch(t *testing.T) {
 	l := startLab(t, 2)
 	s := l.spec
@@ -45,11 +46,18 @@ func TestConflistSwitch(t *testing.T) {
 		checkPodToPod(t, append(slices.Clone(prev), pods...))
 		checkHostPort(t, l, prev[0], prevPort)
 		checkHostPort(t, l, pods[0], next.port)
-		l.deleteClean(t, prev, prevPort)
+		// The previous style's pods pass CHECK under the new conflist,
+		// and its DEL takes them down.
+		for _, p := range prev {
+			if err := cniCheck(t, s, p.node, "default", p.name); err != nil {
+				t.Errorf("CHECK under %s of %s, made under %s: %v", next.style, p.name, next.was, err)
+			}
+		}
+		l.deleteClean(t, prev, prevPort, true)
 		checkHostPort(t, l, pods[0], next.port)
 		prev, prevPort = pods, next.port
 	}
-	l.deleteClean(t, prev, prevPort)
+	l.deleteClean(t, prev, prevPort, false)
 
 	// Nothing of the six pods is left: every node has the links it had
 	// before the first pod, and the bridge.
@@ -168,13 +176,22 @@ func checkHostPort(t *testing.T, l *testLab, p labPod, hostPort int) {
 
 // deleteClean deletes pods and checks that nothing of them is left: their
 // addresses free in host-local, their host veths gone, no rule for
-// hostPort on their nodes.
-func (l *testLab) deleteClean(t *testing.T, pods []labPod, hostPort int) {
+// hostPort on their nodes. With viaCNI, CNI DEL with the node's current
+// conflist takes them down first (as containerd's would, which reads
+// it); the runtime's own DEL after it, with the conflist libcni cached at
+// their ADD, finds nothing left.
+func (l *testLab) deleteClean(t *testing.T, pods []labPod, hostPort int, viaCNI bool) {
 	t.Helper()
 	before := nodeLinks(t, l.spec)
 	var names []string
 	for _, p := range pods {
 		names = append(names, p.name)
+		if !viaCNI {
+			continue
+		}
+		if err := cniDel(t, l.spec, p.node, "default", p.name); err != nil {
+			t.Errorf("DEL of %s with %s's conflist: %v", p.name, p.node.Name, err)
+		}
 	}
 	l.deleteAndWait(t, names...)
 	after := nodeLinks(t, l.spec)

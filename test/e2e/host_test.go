@@ -163,6 +163,17 @@ func stopAgent(s *lab.Spec, n lab.Node) error {
 // lab installed: from inside the node's namespace, as the runtime runs
 // CNI.
 func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
+	return cniRun(t, s, n, ns, pod, (*libcni.CNIConfig).CheckNetworkList)
+}
+
+// cniDel runs CNI DEL for pod ns/name as cniCheck runs CHECK: with the
+// conflist the agent writes now, whatever the pod was set up with.
+func cniDel(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
+	return cniRun(t, s, n, ns, pod, (*libcni.CNIConfig).DelNetworkList)
+}
+
+func cniRun(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string,
+	verb func(*libcni.CNIConfig, context.Context, *libcni.NetworkConfigList, *libcni.RuntimeConf) error) error {
 	sb := podSandbox(t, s, n, ns, pod)
 	// containerd's CNI library caches in its default /var/lib/cni, which
 	// the node's mount namespace covers with a directory of the node.
@@ -205,7 +216,7 @@ func cniCheck(t *testing.T, s *lab.Spec, n lab.Node, ns, pod string) error {
 		return fmt.Errorf("no cached attachment of network %q for sandbox %s in %s", list.Name, sb.ID, cache)
 	}
 	return netns.Do(lab.NetnsPath(n.Netns), func() error {
-		return cfg.CheckNetworkList(context.Background(), list, rt)
+		return verb(cfg, context.Background(), list, rt)
 	})
 }
 
