@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -20,6 +22,7 @@ import (
 // that a stage sees its own type.
 type recorder struct {
 	t     *testing.T
+	mu    sync.Mutex // DEL runs stages at once
 	calls []string
 	fail  map[string]error // "verb stage" -> error
 	// seen keeps each ADD's stdin, by stage.
@@ -29,6 +32,8 @@ type recorder struct {
 func (r *recorder) stage(name string) plugin.Stage {
 	verb := func(v string) func(*skel.CmdArgs) error {
 		return func(a *skel.CmdArgs) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			r.calls = append(r.calls, v+" "+name)
 			var conf map[string]any
 			if err := json.Unmarshal(a.StdinData, &conf); err != nil || conf["type"] != name {
@@ -116,8 +121,10 @@ func TestFailedAddUndoes(t *testing.T) {
 	if code, _ := cnierr.Code(err); code != cnierr.KernelFeatureMissing {
 		t.Errorf("error %v: code %d, want %d", err, code, cnierr.KernelFeatureMissing)
 	}
-	if want := []string{"ADD bridge", "ADD bandwidth", "ADD portmap", "DEL bandwidth", "DEL bridge"}; !slices.Equal(r.calls, want) {
-		t.Errorf("calls %v, want %v", r.calls, want)
+	// The undo takes bandwidth and bridge down at once: either order.
+	if want := []string{"ADD bridge", "ADD bandwidth", "ADD portmap"}; len(r.calls) != 5 || !slices.Equal(r.calls[:3], want) ||
+		!slices.Equal(slices.Sorted(slices.Values(r.calls[3:])), []string{"DEL bandwidth", "DEL bridge"}) {
+		t.Errorf("calls %v, want %v, then DEL of bandwidth and bridge", r.calls, want)
 	}
 	// The undo's own failure is reported with the cause.
 	r, c = newRecorder(t)
@@ -137,7 +144,7 @@ func TestVerbsAfterFailures(t *testing.T) {
 		fail      string
 		wantCalls []string
 	}{
-		{"DEL", (*Chain).Del, "DEL bandwidth", []string{"DEL portmap", "DEL bandwidth", "DEL bridge"}},
+		{"DEL", (*Chain).Del, "DEL bandwidth", nil}, // see TestDelAtOnce for the order
 		{"GC", (*Chain).GC, "GC bridge", []string{"GC bridge", "GC bandwidth", "GC portmap"}},
 		{"CHECK", (*Chain).Check, "CHECK bandwidth", []string{"CHECK bridge", "CHECK bandwidth"}},
 		{"STATUS", (*Chain).Status, "STATUS bridge", []string{"STATUS bridge"}},
@@ -147,6 +154,9 @@ func TestVerbsAfterFailures(t *testing.T) {
 		err := tc.run(c, args(conf))
 		if err == nil || !strings.Contains(err.Error(), tc.fail+" failed") {
 			t.Errorf("%s: error %v, want %q's", tc.verb, err, tc.fail)
+		}
+		if tc.wantCalls == nil {
+			tc.wantCalls = delOrder(t, r.calls)
 		}
 		if !slices.Equal(r.calls, tc.wantCalls) {
 			t.Errorf("%s: calls %v, want %v", tc.verb, r.calls, tc.wantCalls)
@@ -168,5 +178,82 @@ func TestBrokenConfig(t *testing.T) {
 		if err := c.Del(args(stdin)); err == nil {
 			t.Errorf("DEL %q: no error", stdin)
 		}
+	}
+}
+
+// delOrder checks that calls are the three stages' DELs, in any order,
+// and returns them.
+func delOrder(t *testing.T, calls []string) []string {
+	t.Helper()
+	want := []string{"DEL bandwidth", "DEL bridge", "DEL portmap"}
+	if got := slices.Sorted(slices.Values(calls)); !slices.Equal(got, want) {
+		t.Errorf("DEL calls %v, want %v in any order", calls, want)
+	}
+	return calls
+}
+
+// DEL runs every stage's Unhook (or Del) at once, and the Releases only
+// once all of them have returned, and none after a failure.
+func TestDelAtOnce(t *testing.T) {
+	names := []string{"bridge", "bandwidth", "portmap"}
+	for _, failing := range []string{"", "portmap"} {
+		started := map[string]chan struct{}{}
+		for _, n := range names {
+			started[n] = make(chan struct{})
+		}
+		var mu sync.Mutex
+		var log []string
+		note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+		down := func(name string) func(*skel.CmdArgs) error {
+			return func(*skel.CmdArgs) error {
+				defer note("down " + name)
+				close(started[name])
+				// Each waits for the others to have started: run one
+				// after the other, the first gives up.
+				for _, o := range names {
+					select {
+					case <-started[o]:
+					case <-time.After(5 * time.Second):
+						return fmt.Errorf("%s: %s did not start while %s ran", name, o, name)
+					}
+				}
+				if name == failing {
+					return fmt.Errorf("%s failed", name)
+				}
+				return nil
+			}
+		}
+		bridge := plugin.Stage{Name: "bridge", Del: func(*skel.CmdArgs) error { return errors.New("bridge's Del called, not its Unhook") },
+			Unhook: down("bridge"), Release: func(*skel.CmdArgs) error { note("release bridge"); return nil }}
+		c := New(bridge, plugin.Stage{Name: "bandwidth", Del: down("bandwidth")}, plugin.Stage{Name: "portmap", Del: down("portmap")})
+		err := c.Del(args(conf))
+		if failing == "" {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(log) != 4 || log[3] != "release bridge" {
+				t.Errorf("calls %v, want the three stages down, then bridge's release", log)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), failing+" failed") {
+			t.Errorf("error %v, want %s's failure", err, failing)
+		}
+		if slices.Contains(log, "release bridge") {
+			t.Errorf("calls %v: the address was released although %s failed", log, failing)
+		}
+	}
+	// The failures come back last stage first, whatever the timing.
+	fail := func(name string) plugin.Stage {
+		return plugin.Stage{Name: name, Del: func(*skel.CmdArgs) error {
+			if name == "portmap" {
+				time.Sleep(20 * time.Millisecond) // fails after the others
+			}
+			return cnierr.New(cnierr.Internal, "%s failed", name)
+		}}
+	}
+	err := New(fail("bridge"), fail("bandwidth"), fail("portmap")).Del(args(conf))
+	if err == nil || !strings.HasPrefix(err.Error(), "portmap failed\nbandwidth failed\nbridge failed") {
+		t.Errorf("error %q, want portmap's, bandwidth's and bridge's failures in that order", err)
 	}
 }

@@ -54,7 +54,8 @@ var Plugin = plugin.Plugin{
 }
 
 // Stage is bridge's verbs in process, for the flatnet plugin type.
-var Stage = plugin.Stage{Name: "bridge", Add: add, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
+var Stage = plugin.Stage{Name: "bridge", Add: add, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus,
+	Unhook: unhook, Release: release}
 
 func attachment(n *NetConf, args *skel.CmdArgs) ipmasq.Attachment {
 	return ipmasq.Attachment{Network: n.Name, ContainerID: args.ContainerID, IfName: args.IfName}
@@ -226,6 +227,16 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 }
 
 func cmdDel(args *skel.CmdArgs) error {
+	if err := unhook(args); err != nil {
+		return err
+	}
+	return release(args)
+}
+
+// unhook is DEL but for the address: the interface, the masquerade and
+// spoof-check rules. An address is only released (release) once this has
+// succeeded, so that it is never handed out while an interface holds it.
+func unhook(args *skel.CmdArgs) error {
 	n, err := Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
@@ -258,14 +269,19 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if n.IPMasq && !early {
-		if err := ipmasq.TeardownIfAny(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(addrs, nil)); err != nil {
-			return err
-		}
+		return ipmasq.TeardownIfAny(ctx, n.IPMasqBackend, attachment(n, args), masqAddrs(addrs, nil))
+	}
+	return nil
+}
+
+// release frees the pod's address (IPAM's DEL), last in DEL.
+func release(args *skel.CmdArgs) error {
+	n, err := Load(args.StdinData, args.Args)
+	if err != nil {
+		return err
 	}
 	if n.Layer3() {
-		if err := ipam.Del(ctx, args); err != nil {
-			return err
-		}
+		return ipam.Del(context.Background(), args)
 	}
 	return nil
 }

@@ -142,4 +142,11 @@ type Stage struct {
 	Check  func(*skel.CmdArgs) error
 	GC     func(*skel.CmdArgs) error
 	Status func(*skel.CmdArgs) error
+	// Unhook and Release, when set, are Del in two parts: Unhook removes
+	// what the stage put in the kernel, Release frees the pod's address.
+	// The flatnet type runs every stage's Unhook at once and the Releases
+	// after them all, so that no rule of any stage still points at an
+	// address another pod may hold; the plugin's own DEL is Unhook, then
+	// Release.
+	Unhook, Release func(*skel.CmdArgs) error
 }
