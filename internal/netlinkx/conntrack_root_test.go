@@ -15,25 +15,8 @@ import (
 
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
-	"github.com/flatnet/flatnet/internal/sysctl"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
-
-// requireConntrack skips t (fails it in CI) when the kernel has no
-// conntrack or no ctnetlink, trying both in the namespace at ns.
-func requireConntrack(t testing.TB, ns string) {
-	t.Helper()
-	err := netns.Do(ns, func() error {
-		if _, err := sysctl.Get("net.netfilter.nf_conntrack_count"); err != nil {
-			return err
-		}
-		_, err := netlinkx.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-		return err
-	})
-	if err != nil {
-		testutil.Skip(t, "no conntrack in this kernel (%v): modprobe nf_conntrack nf_conntrack_netlink", err)
-	}
-}
 
 // ctKey names an entry for comparisons.
 func ctKey(proto uint8, src, dst netip.Addr, sport, dport, zone uint16) string {
@@ -116,7 +99,7 @@ func TestRootConntrackDeletePorts(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			node, other := testutil.NewNetNS(t), testutil.NewNetNS(t)
-			requireConntrack(t, node)
+			testutil.RequireConntrack(t, node)
 			es := testEntries()
 			var all, keep []string
 			for _, e := range es {
@@ -164,7 +147,7 @@ func TestRootConntrackDeletePorts(t *testing.T) {
 // dumped (nothing to see but success), and entries of other ports stay.
 func TestRootConntrackDeletePortsEmpty(t *testing.T) {
 	ns := testutil.NewNetNS(t)
-	requireConntrack(t, ns)
+	testutil.RequireConntrack(t, ns)
 	sel := netlinkx.ConntrackPorts{Proto: unix.IPPROTO_UDP, Ports4: []uint16{9}, Ports6: []uint16{9}}
 	del := func() {
 		t.Helper()
@@ -190,7 +173,7 @@ func TestRootConntrackDeletePortsEmpty(t *testing.T) {
 // kernels.
 func TestRootConntrackFilteredDump(t *testing.T) {
 	ns := testutil.NewNetNS(t)
-	requireConntrack(t, ns)
+	testutil.RequireConntrack(t, ns)
 	es := testEntries()
 	if err := netns.Do(ns, func() error { return netlinkx.ConntrackCreate(es, 600) }); err != nil {
 		t.Fatal(err)

@@ -68,22 +68,6 @@ func flushUDPConntrackWalk(ports4, ports6 []uint16) error {
 	return errors.Join(errs...)
 }
 
-// requireConntrack skips t (fails it in CI) without conntrack and
-// ctnetlink, tried in the namespace at ns.
-func requireConntrack(t testing.TB, ns string) {
-	t.Helper()
-	err := netns.Do(ns, func() error {
-		if _, err := sysctl.Get("net.netfilter.nf_conntrack_count"); err != nil {
-			return err
-		}
-		_, err := netlinkx.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-		return err
-	})
-	if err != nil {
-		testutil.Skip(t, "no conntrack in this kernel (%v): modprobe nf_conntrack nf_conntrack_netlink", err)
-	}
-}
-
 // ctTable is n entries that no flush in these tests selects, of every
 // kind a node holds (TCP and UDP, IPv4 and IPv6, DNS among them),
 // followed by the stale ones: UDP to the host ports 5353 and 6000 over
@@ -161,7 +145,7 @@ func TestRootFlushUDPConntrack(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("%s with %d entries", c.name, size), func(t *testing.T) {
 				old, node, other := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
-				requireConntrack(t, node)
+				testutil.RequireConntrack(t, node)
 				es := ctTable(size)
 				for _, ns := range []string{old, node, other} {
 					if err := netns.Do(ns, func() error { return netlinkx.ConntrackCreate(es, 600) }); err != nil {
@@ -232,7 +216,7 @@ func BenchmarkRootFlushUDPConntrack(b *testing.B) {
 	for _, size := range []int{100, 1000, 100000} {
 		b.Run(fmt.Sprintf("entries=%d", size), func(b *testing.B) {
 			node := testutil.NewNetNS(b)
-			requireConntrack(b, node)
+			testutil.RequireConntrack(b, node)
 			raiseConntrackMax(b, size+100)
 			if err := netns.Do(node, func() error { return netlinkx.ConntrackCreate(ctTable(size), 600) }); err != nil {
 				b.Fatal(err)
