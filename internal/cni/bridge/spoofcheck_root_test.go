@@ -12,7 +12,6 @@ import (
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/nft/nfnl/nfnltest"
-	"github.com/flatnet/flatnet/internal/testutil"
 )
 
 // TestRootSpoofSameAsNFT runs the same macspoofchk operations through the
@@ -20,30 +19,14 @@ import (
 // default) in another: `nft list table bridge flatnet-cni-spoofchk` must
 // be identical after each; then each path removes what the other wrote.
 func TestRootSpoofSameAsNFT(t *testing.T) {
-	nsExec, nsNL := testutil.NewNetNS(t), testutil.NewNetNS(t)
-	if _, err := nft.LookPath(nft.StandardPaths...); err != nil {
-		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
-	}
-	ctx := context.Background()
-	var viaExec, viaNL *spoofChecker
-	if err := netns.Do(nsExec, func() error {
-		r, err := nft.New(knftables.BridgeFamily, spoofTable, nft.StandardPaths...)
+	viaExec, viaNL := nfnltest.Sides(t, knftables.BridgeFamily, spoofTable, func(r *nft.Runner) *spoofChecker {
 		r.Classify = ipmasq.Classify
-		viaExec = &spoofChecker{nft: r}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Do(nsNL, func() error {
-		var err error
-		viaNL, err = newSpoofChecker()
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+		return &spoofChecker{nft: r}
+	}, newSpoofChecker)
+	ctx := context.Background()
 	macA, _ := net.ParseMAC("0a:58:0a:01:00:05")
 	macB, _ := net.ParseMAC("0a:58:0a:01:00:06")
-	nfnltest.Same(t, knftables.BridgeFamily, spoofTable, nfnltest.Side[*spoofChecker]{NS: nsExec, V: viaExec}, nfnltest.Side[*spoofChecker]{NS: nsNL, V: viaNL}, []nfnltest.Step[*spoofChecker]{
+	nfnltest.Same(t, knftables.BridgeFamily, spoofTable, viaExec, viaNL, []nfnltest.Step[*spoofChecker]{
 		{Name: "setup a", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
 		{Name: "setup a again", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "a", "eth0", "vethA", macA) }},
 		{Name: "setup b", Do: func(s *spoofChecker) error { return s.Setup(ctx, "net", "b", "eth0", "vethB", macB) }},
@@ -59,12 +42,12 @@ func TestRootSpoofSameAsNFT(t *testing.T) {
 	list := func(ns string) string { return nfnltest.List(t, ns, knftables.BridgeFamily, spoofTable) }
 
 	// A node switching binaries: what one path wrote, the other removes.
-	if err := netns.Do(nsExec, func() error {
+	if err := netns.Do(viaExec.NS, func() error {
 		nl, err := newSpoofChecker()
 		if err != nil {
 			return err
 		}
-		for _, pair := range [][2]*spoofChecker{{viaExec, nl}, {nl, viaExec}} {
+		for _, pair := range [][2]*spoofChecker{{viaExec.V, nl}, {nl, viaExec.V}} {
 			if err := pair[0].Setup(ctx, "net", "e", "eth0", "vethE", macA); err != nil {
 				return err
 			}
@@ -74,7 +57,7 @@ func TestRootSpoofSameAsNFT(t *testing.T) {
 			if err := pair[1].Teardown(ctx, "net", "e", "eth0"); err != nil {
 				return err
 			}
-			if got := list(nsExec); strings.Contains(got, spoofChain("net", "e", "eth0")) || strings.Contains(got, "vethE") {
+			if got := list(viaExec.NS); strings.Contains(got, spoofChain("net", "e", "eth0")) || strings.Contains(got, "vethE") {
 				t.Errorf("e's rules survived a teardown by the other path:\n%s", got)
 			}
 		}

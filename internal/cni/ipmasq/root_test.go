@@ -86,24 +86,12 @@ func TestRealNFT(t *testing.T) {
 // each, so a node switching between old and new plugin binaries finds
 // the same table either way.
 func TestRootSameAsNFT(t *testing.T) {
-	nsExec, nsNL := testutil.NewNetNS(t), testutil.NewNetNS(t)
-	if _, err := nft.LookPath(nft.StandardPaths...); err != nil {
-		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
-	}
-	ctx := context.Background()
-	var viaExec, viaNL *Masq
-	must(t, netns.Do(nsExec, func() error {
-		r, err := nft.New(knftables.InetFamily, Table, nft.StandardPaths...)
+	viaExec, viaNL := nfnltest.Sides(t, knftables.InetFamily, Table, func(r *nft.Runner) *Masq {
 		r.Classify = Classify
-		viaExec = New(r)
-		return err
-	}))
-	must(t, netns.Do(nsNL, func() error {
-		var err error
-		viaNL, err = NewDefault()
-		return err
-	}))
-	nfnltest.Same(t, knftables.InetFamily, Table, nfnltest.Side[*Masq]{NS: nsExec, V: viaExec}, nfnltest.Side[*Masq]{NS: nsNL, V: viaNL}, []nfnltest.Step[*Masq]{
+		return New(r)
+	}, NewDefault)
+	ctx := context.Background()
+	nfnltest.Same(t, knftables.InetFamily, Table, viaExec, viaNL, []nfnltest.Step[*Masq]{
 		{Name: "setup A", Do: func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
 		{Name: "setup A again", Do: func(m *Masq) error { return m.Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")) }},
 		{Name: "setup C", Do: func(m *Masq) error { return m.Setup(ctx, attC, pfx("10.9.0.5/24")) }},
@@ -116,16 +104,16 @@ func TestRootSameAsNFT(t *testing.T) {
 
 	// A node switching binaries: what one path wrote, the other removes.
 	list := func(ns string) string { return nfnltest.List(t, ns, knftables.InetFamily, Table) }
-	must(t, netns.Do(nsExec, func() error {
+	must(t, netns.Do(viaExec.NS, func() error {
 		nl, err := NewDefault()
 		if err != nil {
 			return err
 		}
-		for _, pair := range [][2]*Masq{{viaExec, nl}, {nl, viaExec}} {
+		for _, pair := range [][2]*Masq{{viaExec.V, nl}, {nl, viaExec.V}} {
 			must(t, pair[0].Setup(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
 			must(t, pair[1].Check(ctx, attA, pfx("10.1.0.5/24", "fd00:1::5/64")))
 			must(t, pair[1].Teardown(ctx, attA, nil))
-			if got := list(nsExec); strings.Contains(got, ChainName(attA)) || strings.Contains(got, "10.1.0.5") {
+			if got := list(viaExec.NS); strings.Contains(got, ChainName(attA)) || strings.Contains(got, "10.1.0.5") {
 				t.Errorf("A's rules survived a teardown by the other path:\n%s", got)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/nft/nfnl/nfnltest"
-	"github.com/flatnet/flatnet/internal/testutil"
 )
 
 // TestRootNFTSameAsNetlink runs the same backend verbs through the nft
@@ -20,32 +19,19 @@ import (
 // one the netlink compiler covers, D's one it hands to nft); then each
 // path removes what the other wrote.
 func TestRootNFTSameAsNetlink(t *testing.T) {
-	nsExec, nsNL := testutil.NewNetNS(t), testutil.NewNetNS(t)
-	if _, err := nft.LookPath(); err != nil {
-		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
-	}
-	ctx := context.Background()
-	var viaExec, viaNL *nftBackend
-	if err := netns.Do(nsExec, func() error {
-		r, err := nft.New(knftables.InetFamily, nftTable)
-		viaExec = &nftBackend{nft: r}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Do(nsNL, func() error {
+	viaExec, viaNL := nfnltest.Sides(t, knftables.InetFamily, nftTable, func(r *nft.Runner) *nftBackend {
+		return &nftBackend{nft: r}
+	}, func() (*nftBackend, error) {
 		r, err := ipmasq.NewNFT(knftables.InetFamily, nftTable)
-		viaNL = &nftBackend{nft: r}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+		return &nftBackend{nft: r}, err
+	})
+	ctx := context.Background()
 	a, b, c := planA(), planB(), planC("ip saddr 10.0.0.0/8")
 	d := planC(`iifname "eth9"`)
 	d.ID = attB.ID() // another attachment with C's mappings and a condition nfnl leaves to nft
 	aChanged := planA()
 	aChanged.Families = aChanged.Families[:1] // IPv4 only: the jumps and chain change
-	nfnltest.Same(t, knftables.InetFamily, nftTable, nfnltest.Side[*nftBackend]{NS: nsExec, V: viaExec}, nfnltest.Side[*nftBackend]{NS: nsNL, V: viaNL}, []nfnltest.Step[*nftBackend]{
+	nfnltest.Same(t, knftables.InetFamily, nftTable, viaExec, viaNL, []nfnltest.Step[*nftBackend]{
 		{Name: "ADD A", Do: func(x *nftBackend) error { return x.add(ctx, a) }},
 		{Name: "ADD B", Do: func(x *nftBackend) error { return x.add(ctx, b) }},
 		{Name: "ADD A again", Do: func(x *nftBackend) error { return x.add(ctx, a) }},
@@ -60,13 +46,13 @@ func TestRootNFTSameAsNetlink(t *testing.T) {
 	})
 	list := func(ns string) string { return nfnltest.List(t, ns, knftables.InetFamily, nftTable) }
 
-	if x := list(nsExec); x != "" {
+	if x := list(viaExec.NS); x != "" {
 		t.Fatalf("the last DEL left:\n%s", x)
 	}
 
 	// A node switching binaries: what one path wrote, the other removes.
-	if err := netns.Do(nsExec, func() error {
-		for _, pair := range [][2]*nftBackend{{viaExec, viaNLIn(t)}, {viaNLIn(t), viaExec}} {
+	if err := netns.Do(viaExec.NS, func() error {
+		for _, pair := range [][2]*nftBackend{{viaExec.V, viaNLIn(t)}, {viaNLIn(t), viaExec.V}} {
 			if err := pair[0].add(ctx, a); err != nil {
 				return err
 			}
@@ -76,7 +62,7 @@ func TestRootNFTSameAsNetlink(t *testing.T) {
 			if err := pair[1].del(ctx, a.ID, true); err != nil {
 				return err
 			}
-			if got := list(nsExec); got != "" {
+			if got := list(viaExec.NS); got != "" {
 				t.Errorf("A's rules survived a DEL by the other path:\n%s", got)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/nft"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
 
@@ -20,6 +21,31 @@ import (
 type Side[T any] struct {
 	NS string
 	V  T
+}
+
+// Sides makes the two namespaces of a comparison and builds the subject
+// in each, inside it: over the nft binary (viaNFT, handed a runner for
+// family/table) and over netlink (viaNL). t is skipped (failed in CI)
+// without the nft binary.
+func Sides[T any](t *testing.T, family knftables.Family, table string, viaNFT func(*nft.Runner) T, viaNL func() (T, error)) (Side[T], Side[T]) {
+	t.Helper()
+	a, b := Side[T]{NS: testutil.NewNetNS(t)}, Side[T]{NS: testutil.NewNetNS(t)}
+	if _, err := nft.LookPath(nft.StandardPaths...); err != nil {
+		testutil.Skip(t, "%v (hack/deps.sh installs nftables)", err)
+	}
+	if err := netns.Do(a.NS, func() error {
+		r, err := nft.New(family, table, nft.StandardPaths...)
+		if err == nil {
+			a.V = viaNFT(r)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Do(b.NS, func() (err error) { b.V, err = viaNL(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
 
 // Step is one operation, run on each side in its namespace.
