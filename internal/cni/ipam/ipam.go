@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
@@ -46,7 +45,7 @@ func Type(stdin []byte) (string, error) {
 // in CNI_PATH is an invalid configuration (code 7).
 func inProcess(ipamType, cniPath string) (bool, string, error) {
 	paths := filepath.SplitList(cniPath)
-	path, err := invoke.FindInPath(ipamType, paths)
+	path, err := findInPath(ipamType, paths)
 	if ipamType == hostlocal.Name {
 		if err != nil {
 			return true, "", nil
@@ -75,17 +74,6 @@ func same(path string) bool {
 	return os.SameFile(self, other)
 }
 
-func execArgs(verb string, args *skel.CmdArgs) *invoke.Args {
-	return &invoke.Args{
-		Command:       verb,
-		ContainerID:   args.ContainerID,
-		NetNS:         args.Netns,
-		PluginArgsStr: args.Args,
-		IfName:        args.IfName,
-		Path:          args.Path,
-	}
-}
-
 // Add allocates addresses for args. The result is in the current (1.x)
 // result type; interfaces are not set.
 func Add(ctx context.Context, args *skel.CmdArgs) (*current.Result, error) {
@@ -100,9 +88,13 @@ func Add(ctx context.Context, args *skel.CmdArgs) (*current.Result, error) {
 	if local {
 		return hostlocal.Add(args)
 	}
-	r, err := invoke.ExecPluginWithResult(ctx, path, args.StdinData, execArgs("ADD", args), nil)
+	out, err := execPlugin(ctx, path, "ADD", args)
 	if err != nil {
 		return nil, passCode(err, "ipam plugin %s ADD", t)
+	}
+	r, err := parseResult(args.StdinData, out)
+	if err != nil {
+		return nil, cnierr.Wrap(cnierr.DecodingFailure, err, "decoding %s result", t)
 	}
 	res, err := current.NewResultFromResult(r)
 	if err != nil {
@@ -143,7 +135,7 @@ func noResult(ctx context.Context, verb string, args *skel.CmdArgs, local func(*
 	if isLocal {
 		return local(args)
 	}
-	if err := invoke.ExecPluginWithoutResult(ctx, path, args.StdinData, execArgs(verb, args), nil); err != nil {
+	if _, err := execPlugin(ctx, path, verb, args); err != nil {
 		return passCode(err, "ipam plugin %s %s", t, verb)
 	}
 	return nil
