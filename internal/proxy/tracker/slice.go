@@ -21,7 +21,9 @@ type Slice struct {
 	Meta
 	Service     string // the kubernetes.io/service-name label ("": no service)
 	AddressType discovery.AddressType
-	TriggerTime string // the endpoints.kubernetes.io/last-change-trigger-time annotation
+	// TriggerTime is the endpoints.kubernetes.io/last-change-trigger-time
+	// annotation, zero when there is none or it does not parse.
+	TriggerTime time.Time
 	Endpoints   []SliceEndpoint
 	Ports       []SlicePort
 }
@@ -49,7 +51,11 @@ func CompactSlice(s *discovery.EndpointSlice) *Slice {
 		Meta:        metaOf(&s.ObjectMeta),
 		Service:     s.Labels[discovery.LabelServiceName],
 		AddressType: s.AddressType,
-		TriggerTime: s.Annotations[v1.EndpointsLastChangeTriggerTime],
+	}
+	if at, ok := s.Annotations[v1.EndpointsLastChangeTriggerTime]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			out.TriggerTime = t
+		}
 	}
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]SliceEndpoint, len(s.Endpoints))

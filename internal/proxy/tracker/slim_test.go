@@ -124,7 +124,7 @@ func TestSlimKeepsTheModel(t *testing.T) {
 			if diff := cmp.Diff(full.Take(), slim.Take(), addrs); diff != "" {
 				t.Errorf("%s ipv6=%v: round differs after Slim (-orig +slim):\n%s", typ, ipv6, diff)
 			}
-			if slimSvc.Name != "web" || slimSvc.ResourceVersion != "42" || slimSls[0].Service != "web" || slimSls[0].TriggerTime == "" {
+			if slimSvc.Name != "web" || slimSvc.ResourceVersion != "42" || slimSls[0].Service != "web" || !slimSls[0].TriggerTime.Equal(at) {
 				t.Errorf("%s: Slim lost what the tracker or the informer reads: %+v %+v", typ, slimSvc.Meta, slimSls[0])
 			}
 			// The informers' cache keys compact objects as it keys API ones.

@@ -165,7 +165,7 @@ func (t *Tracker) endpointEvent(key string, slice *Slice, deleted, changed bool)
 		delete(t.triggers, key)
 		return
 	}
-	if at, err := time.Parse(time.RFC3339Nano, slice.TriggerTime); err == nil && at.After(t.start) {
+	if at := slice.TriggerTime; at.After(t.start) {
 		t.triggers[key] = append(t.triggers[key], at)
 	}
 }
