@@ -45,6 +45,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/portmap"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 )
 
 // Name is the plugin type.
@@ -52,6 +53,16 @@ const Name = "flatnet"
 
 // Plugin is the flatnet type as a CNI plugin.
 var Plugin = plugin.Plugin{Name: Name, Funcs: New(bridge.Stage, bandwidth.Stage, portmap.Stage).Funcs()}
+
+// linkBatch takes the links the stages' Unhooks remove and removes them
+// together in Flush.
+type linkBatch interface {
+	plugin.LinkDeleter
+	Flush() error
+}
+
+// newLinks returns DEL's batch; tests replace it.
+var newLinks = func() linkBatch { return netlinkx.NewLinkBatch() }
 
 // Chain runs stages in one process.
 type Chain struct {
@@ -156,18 +167,21 @@ func (c *Chain) Del(args *skel.CmdArgs) error {
 // failures are joined last stage first, as a chain's DEL meets them.
 func (c *Chain) del(conf config, args *skel.CmdArgs, stages []plugin.Stage) error {
 	errs := make([]error, len(stages))
+	links := newLinks()
 	var wg sync.WaitGroup
 	for i, s := range stages {
-		unhook := s.Unhook
-		if unhook == nil {
-			unhook = s.Del
+		unhook := s.Del
+		if s.Unhook != nil {
+			unhook = func(a *skel.CmdArgs) error { return s.Unhook(a, links) }
 		}
 		wg.Go(func() {
 			errs[len(stages)-1-i] = run(conf, args, []plugin.Stage{s}, func(plugin.Stage) verb { return unhook }, true)
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	// The links the stages handed over (the veth's host end, the IFB) go
+	// in one request: one wait for the kernel instead of one per link.
+	if err := errors.Join(append(errs, links.Flush())...); err != nil {
 		return err
 	}
 	return run(conf, args, stages, func(s plugin.Stage) verb { return s.Release }, true)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 )
 
 // recorder is fake stages that log each call as "verb stage" and check
@@ -192,11 +193,12 @@ func delOrder(t *testing.T, calls []string) []string {
 	return calls
 }
 
-// DEL runs every stage's Unhook (or Del) at once, and the Releases only
-// once all of them have returned, and none after a failure.
+// DEL runs every stage's Unhook (or Del) at once, then removes the links
+// the Unhooks handed over in one batch, and the Releases only once all of
+// that has succeeded, and none after a failure.
 func TestDelAtOnce(t *testing.T) {
 	names := []string{"bridge", "bandwidth", "portmap"}
-	for _, failing := range []string{"", "portmap"} {
+	for _, failing := range []string{"", "portmap", "flush"} {
 		started := map[string]chan struct{}{}
 		for _, n := range names {
 			started[n] = make(chan struct{})
@@ -223,16 +225,32 @@ func TestDelAtOnce(t *testing.T) {
 				return nil
 			}
 		}
-		bridge := plugin.Stage{Name: "bridge", Del: func(*skel.CmdArgs) error { return errors.New("bridge's Del called, not its Unhook") },
-			Unhook: down("bridge"), Release: func(*skel.CmdArgs) error { note("release bridge"); return nil }}
-		c := New(bridge, plugin.Stage{Name: "bandwidth", Del: down("bandwidth")}, plugin.Stage{Name: "portmap", Del: down("portmap")})
+		// The stages with an Unhook hand their link to the batch.
+		unhook := func(name string, index int) func(*skel.CmdArgs, plugin.LinkDeleter) error {
+			return func(a *skel.CmdArgs, links plugin.LinkDeleter) error {
+				if err := links.DeleteLink(index); err != nil {
+					return err
+				}
+				return down(name)(a)
+			}
+		}
+		batch := &fakeBatch{note: note, fail: failing == "flush"}
+		newLinks = func() linkBatch { return batch }
+		t.Cleanup(func() { newLinks = func() linkBatch { return netlinkx.NewLinkBatch() } })
+		stageDel := func(name string) func(*skel.CmdArgs) error {
+			return func(*skel.CmdArgs) error { return fmt.Errorf("%s's Del called, not its Unhook", name) }
+		}
+		bridge := plugin.Stage{Name: "bridge", Del: stageDel("bridge"),
+			Unhook: unhook("bridge", 7), Release: func(*skel.CmdArgs) error { note("release bridge"); return nil }}
+		bandwidth := plugin.Stage{Name: "bandwidth", Del: stageDel("bandwidth"), Unhook: unhook("bandwidth", 9)}
+		c := New(bridge, bandwidth, plugin.Stage{Name: "portmap", Del: down("portmap")})
 		err := c.Del(args(conf))
 		if failing == "" {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(log) != 4 || log[3] != "release bridge" {
-				t.Errorf("calls %v, want the three stages down, then bridge's release", log)
+			if len(log) != 5 || log[3] != "flush [7 9]" || log[4] != "release bridge" {
+				t.Errorf("calls %v, want the three stages down, the two links removed together, then bridge's release", log)
 			}
 			continue
 		}
@@ -243,17 +261,30 @@ func TestDelAtOnce(t *testing.T) {
 			t.Errorf("calls %v: the address was released although %s failed", log, failing)
 		}
 	}
-	// The failures come back last stage first, whatever the timing.
-	fail := func(name string) plugin.Stage {
-		return plugin.Stage{Name: name, Del: func(*skel.CmdArgs) error {
-			if name == "portmap" {
-				time.Sleep(20 * time.Millisecond) // fails after the others
-			}
-			return cnierr.New(cnierr.Internal, "%s failed", name)
-		}}
+}
+
+// fakeBatch records the links handed to it and notes them when flushed.
+type fakeBatch struct {
+	mu    sync.Mutex
+	links []int
+	note  func(string)
+	fail  bool
+}
+
+func (b *fakeBatch) DeleteLink(index int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.links = append(b.links, index)
+	return nil
+}
+
+func (b *fakeBatch) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	slices.Sort(b.links)
+	b.note(fmt.Sprintf("flush %v", b.links))
+	if b.fail {
+		return errors.New("flush failed")
 	}
-	err := New(fail("bridge"), fail("bandwidth"), fail("portmap")).Del(args(conf))
-	if err == nil || !strings.HasPrefix(err.Error(), "portmap failed\nbandwidth failed\nbridge failed") {
-		t.Errorf("error %q, want portmap's, bandwidth's and bridge's failures in that order", err)
-	}
+	return nil
 }

@@ -179,7 +179,7 @@ func check(k tc.Kernel, p *Plan) error {
 // teardown removes the IFB of owner's attachment, if any. A missing IFB is
 // success. An IFB of that name recorded as another attachment's (a second
 // interface of the same container on the same network) is left alone.
-func teardown(k tc.Kernel, owner Owner) error {
+func teardown(k tc.Kernel, del plugin.LinkDeleter, owner Owner) error {
 	name := IFBName(owner.Network, owner.ContainerID)
 	l, ok, err := k.LinkByName(name)
 	if err != nil {
@@ -191,7 +191,7 @@ func teardown(k tc.Kernel, owner Owner) error {
 	if l.Alias != "" && l.Alias != owner.Alias() {
 		return nil
 	}
-	if err := k.DeleteLink(l.Index); err != nil {
+	if err := del.DeleteLink(l.Index); err != nil {
 		return fmt.Errorf("bandwidth: deleting IFB %s: %w", name, err)
 	}
 	return nil

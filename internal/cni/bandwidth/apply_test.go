@@ -198,7 +198,7 @@ func TestTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 { // idempotent
-		if err := teardown(k, owner); err != nil {
+		if err := teardown(k, k, owner); err != nil {
 			t.Fatalf("teardown #%d: %v", i+1, err)
 		}
 		if ifbs, _ := k.IFBs(); len(ifbs) != 0 {
@@ -213,7 +213,7 @@ func TestTeardown(t *testing.T) {
 	}{{"", "ifb", true}, {"flatnet-bw:net:ctr1:net1", "ifb", false}, {"", "veth", false}} {
 		k := tc.NewFake()
 		k.AddLink(tc.Link{Name: p.IFB, Alias: tt.alias, Kind: tt.kind})
-		if err := teardown(k, owner); err != nil {
+		if err := teardown(k, k, owner); err != nil {
 			t.Fatal(err)
 		}
 		_, ok, _ := k.LinkByName(p.IFB)

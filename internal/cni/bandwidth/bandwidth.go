@@ -61,7 +61,7 @@ var Plugin = plugin.Plugin{Name: Name, Funcs: skel.CNIFuncs{
 var kernel tc.Kernel = tc.Netlink{}
 
 // Stage is bandwidth's verbs in process, for the flatnet plugin type.
-var Stage = plugin.Stage{Name: Name, Add: add, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
+var Stage = plugin.Stage{Name: Name, Add: add, Del: cmdDel, Unhook: unhook, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
 
 // cmdAdd is ADD as the standalone plugin: add, then print the result (a
 // result that cannot be printed undoes the shaping: the runtime will not
@@ -126,7 +126,10 @@ func asVersion(r types.Result, v string) (types.Result, error) {
 	return out, nil
 }
 
-func cmdDel(args *skel.CmdArgs) error {
+func cmdDel(args *skel.CmdArgs) error { return unhook(args, nil) }
+
+// unhook is DEL handing the IFB to links (nil: deleting it at once).
+func unhook(args *skel.CmdArgs, links plugin.LinkDeleter) error {
 	cfg, err := parseConfig(args.StdinData, false)
 	if err != nil {
 		return err
@@ -135,7 +138,11 @@ func cmdDel(args *skel.CmdArgs) error {
 	// the container's netns nor prevResult is needed, so DEL works after
 	// the container is gone. The host veth's qdiscs go with the veth,
 	// which the main plugin deletes.
-	return teardown(kernel, Owner{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName})
+	var del plugin.LinkDeleter = kernel
+	if links != nil {
+		del = links
+	}
+	return teardown(kernel, del, Owner{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName})
 }
 
 func cmdCheck(args *skel.CmdArgs) error {

@@ -227,7 +227,7 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 }
 
 func cmdDel(args *skel.CmdArgs) error {
-	if err := unhook(args); err != nil {
+	if err := unhook(args, nil); err != nil {
 		return err
 	}
 	return release(args)
@@ -236,7 +236,7 @@ func cmdDel(args *skel.CmdArgs) error {
 // unhook is DEL but for the address: the interface, the masquerade and
 // spoof-check rules. An address is only released (release) once this has
 // succeeded, so that it is never handed out while an interface holds it.
-func unhook(args *skel.CmdArgs) error {
+func unhook(args *skel.CmdArgs, links plugin.LinkDeleter) error {
 	n, err := Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
@@ -263,7 +263,7 @@ func unhook(args *skel.CmdArgs) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); spoofErr = teardownSpoof(ctx, n, args) }()
 	}
-	addrs, err := vethplugin.DeleteVeth(prev, args.Netns, args.IfName)
+	addrs, err := vethplugin.DeleteVethVia(prev, args.Netns, args.IfName, links)
 	wg.Wait()
 	if err := errors.Join(err, masqErr, spoofErr); err != nil {
 		return err

@@ -147,6 +147,15 @@ type Stage struct {
 	// The flatnet type runs every stage's Unhook at once and the Releases
 	// after them all, so that no rule of any stage still points at an
 	// address another pod may hold; the plugin's own DEL is Unhook, then
-	// Release.
-	Unhook, Release func(*skel.CmdArgs) error
+	// Release. Unhook hands the host links it removes to links (nil:
+	// remove them itself): the flatnet type gives every stage the same
+	// batch and removes them all in one request.
+	Unhook  func(args *skel.CmdArgs, links LinkDeleter) error
+	Release func(*skel.CmdArgs) error
+}
+
+// LinkDeleter deletes a link of the caller's network namespace by index,
+// now or later (netlinkx.LinkBatch); a missing link is no error.
+type LinkDeleter interface {
+	DeleteLink(index int) error
 }

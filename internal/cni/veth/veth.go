@@ -183,9 +183,27 @@ func peerExists(nsPath, name string) (bool, error) {
 // was no such interface. A missing namespace or interface is not an
 // error: DEL must succeed when things are gone.
 func DeleteInNS(nsPath, ifName string) (addrs []netlink.Addr, found bool, err error) {
+	return deleteInNS(nsPath, ifName, nil)
+}
+
+// DeleteVia is DeleteInNS, but the veth is removed by its host end, which
+// is handed to links (a batch that removes several links at once) when
+// it is a veth in the caller's namespace whose peer is ifName; otherwise
+// ifName is deleted in nsPath as DeleteInNS does.
+func DeleteVia(nsPath, ifName string, links LinkDeleter) (addrs []netlink.Addr, found bool, err error) {
+	return deleteInNS(nsPath, ifName, links)
+}
+
+// LinkDeleter deletes a link of the caller's namespace by index.
+type LinkDeleter interface {
+	DeleteLink(index int) error
+}
+
+func deleteInNS(nsPath, ifName string, links LinkDeleter) (addrs []netlink.Addr, found bool, err error) {
 	if nsPath == "" {
 		return nil, false, nil
 	}
+	var index, peer int
 	err = netns.Do(nsPath, func() error {
 		link, err := netlinkx.LinkByName(ifName)
 		if err != nil {
@@ -199,6 +217,10 @@ func DeleteInNS(nsPath, ifName string) (addrs []netlink.Addr, found bool, err er
 		if err != nil {
 			return fmt.Errorf("listing addresses of %s: %w", ifName, err)
 		}
+		if _, ok := link.(*netlink.Veth); ok && links != nil {
+			index, peer = link.Attrs().Index, link.Attrs().ParentIndex
+			return nil
+		}
 		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, syscall.ENODEV) {
 			return fmt.Errorf("deleting %s: %w", ifName, err)
 		}
@@ -209,6 +231,17 @@ func DeleteInNS(nsPath, ifName string) (addrs []netlink.Addr, found bool, err er
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("netns %s: %w", nsPath, err)
+	}
+	if peer != 0 {
+		// The peer index is the host end's only when that end is here
+		// and names ifName's index as its own peer.
+		if h, err := netlink.LinkByIndex(peer); err == nil {
+			if _, ok := h.(*netlink.Veth); ok && h.Attrs().ParentIndex == index {
+				return addrs, found, links.DeleteLink(peer)
+			}
+		}
+		_, _, err := deleteInNS(nsPath, ifName, nil)
+		return addrs, found, err
 	}
 	return addrs, found, nil
 }

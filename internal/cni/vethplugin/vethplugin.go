@@ -59,7 +59,22 @@ func HostEnd(prev *current.Result, ifName, netns string) (name, mac string) {
 // is gone (so is the netns, usually), it deletes the host end prevResult
 // lists, if that still exists with the listed MAC.
 func DeleteVeth(prev *current.Result, netns, ifName string) ([]netlink.Addr, error) {
-	addrs, found, err := veth.DeleteInNS(netns, ifName)
+	return DeleteVethVia(prev, netns, ifName, nil)
+}
+
+// DeleteVethVia is DeleteVeth handing the host end to links when it can
+// (veth.DeleteVia); links nil deletes at once.
+func DeleteVethVia(prev *current.Result, netns, ifName string, links veth.LinkDeleter) ([]netlink.Addr, error) {
+	var (
+		addrs []netlink.Addr
+		found bool
+		err   error
+	)
+	if links != nil {
+		addrs, found, err = veth.DeleteVia(netns, ifName, links)
+	} else {
+		addrs, found, err = veth.DeleteInNS(netns, ifName)
+	}
 	if err == nil && !found {
 		err = veth.DeleteHostEnd(HostEnd(prev, ifName, netns))
 	}
