@@ -20,15 +20,21 @@
 // (each is idempotent) and reports all failures; CHECK and STATUS stop at
 // the first.
 //
+// ADD runs a stage that hands its prevResult on unchanged (PassThrough:
+// portmap) beside the stage before it (bandwidth), both on that stage's
+// prevResult: neither reads what the other makes.
+//
 // DEL takes what every stage put in the kernel down at once (the stages'
 // Unhook, or Del for a stage without one), then releases the address (the
 // stages' Release). Each stage finds what it made by name (the veth, the
 // IFB, the chains and map elements) without the others, and each removal
 // waits for the kernel (an RCU grace period per link or nftables commit,
 // ~15 ms apiece here): in a chain those waits add up, here they overlap.
-// The address goes last, alone, and only when every stage came down: no
-// interface or rule of the pod may still hold an address that another pod
-// can already have.
+// The links the Unhooks hand over (the veth's host end, the IFB) are
+// removed in one request as soon as those Unhooks returned, while the
+// stages without one still run. The address goes last, alone, and only
+// when every stage came down: no interface or rule of the pod may still
+// hold an address that another pod can already have.
 package allinone
 
 import (
@@ -137,13 +143,36 @@ func (c *Chain) Add(args *skel.CmdArgs) (types.Result, error) {
 		return nil, err
 	}
 	var prev types.Result // the runtime's prevResult, if any, stays in conf
-	for i, s := range c.stages {
+	add := func(s plugin.Stage, prev types.Result) (types.Result, error) {
 		a, err := conf.forStage(args, s.Name, prev)
-		if err == nil {
-			prev, err = s.Add(a)
+		if err != nil {
+			return nil, err
+		}
+		return s.Add(a)
+	}
+	for i := 0; i < len(c.stages); i++ {
+		s := c.stages[i]
+		undo := c.stages[:i] // a failed stage removes what it made
+		var err error
+		if i+1 < len(c.stages) && c.stages[i+1].PassThrough {
+			// The next stage hands its prevResult on as it is: it runs
+			// beside this one (bandwidth's IFB and qdiscs beside
+			// portmap's rules and conntrack flush), and this one's
+			// result is the pair's. Either failing, both are undone.
+			var wg sync.WaitGroup
+			var nextErr error
+			wg.Go(func() { _, nextErr = add(c.stages[i+1], prev) })
+			prev, err = add(s, prev)
+			wg.Wait()
+			if err = errors.Join(err, nextErr); err != nil {
+				undo = c.stages[:i+2]
+			}
+			i++
+		} else {
+			prev, err = add(s, prev)
 		}
 		if err != nil {
-			if uerr := c.del(conf, args, c.stages[:i]); uerr != nil {
+			if uerr := c.del(conf, args, undo); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("%s: undoing the failed ADD: %w", Name, uerr))
 			}
 			return nil, err
@@ -168,20 +197,32 @@ func (c *Chain) Del(args *skel.CmdArgs) error {
 func (c *Chain) del(conf config, args *skel.CmdArgs, stages []plugin.Stage) error {
 	errs := make([]error, len(stages))
 	links := newLinks()
-	var wg sync.WaitGroup
+	// The links the Unhooks hand over (the veth's host end, the IFB) go
+	// in one request, one wait for the kernel instead of one per link,
+	// as soon as every Unhook has returned: the stages without one
+	// (portmap's rules and conntrack entries) go on meanwhile.
+	var all, hooks sync.WaitGroup
+	for _, s := range stages {
+		if s.Unhook != nil {
+			hooks.Add(1)
+		}
+	}
+	var flushErr error
+	all.Go(func() { hooks.Wait(); flushErr = links.Flush() })
 	for i, s := range stages {
 		unhook := s.Del
 		if s.Unhook != nil {
 			unhook = func(a *skel.CmdArgs) error { return s.Unhook(a, links) }
 		}
-		wg.Go(func() {
+		all.Go(func() {
 			errs[len(stages)-1-i] = run(conf, args, []plugin.Stage{s}, func(plugin.Stage) verb { return unhook }, true)
+			if s.Unhook != nil {
+				hooks.Done()
+			}
 		})
 	}
-	wg.Wait()
-	// The links the stages handed over (the veth's host end, the IFB) go
-	// in one request: one wait for the kernel instead of one per link.
-	if err := errors.Join(append(errs, links.Flush())...); err != nil {
+	all.Wait()
+	if err := errors.Join(append(errs, flushErr)...); err != nil {
 		return err
 	}
 	return run(conf, args, stages, func(s plugin.Stage) verb { return s.Release }, true)

@@ -51,7 +51,9 @@ func (r *recorder) stage(name string) plugin.Stage {
 			}
 			var conf map[string]any
 			_ = json.Unmarshal(a.StdinData, &conf)
+			r.mu.Lock()
 			r.seen[name] = conf
+			r.mu.Unlock()
 			// Each stage adds one interface named after itself.
 			res := &current.Result{CNIVersion: "1.1.0"}
 			if prev, ok := conf["prevResult"]; ok {
@@ -109,6 +111,56 @@ func TestAddThreadsResults(t *testing.T) {
 	for _, s := range []string{"bandwidth", "portmap"} {
 		if r.seen[s]["prevResult"] == nil || r.seen[s]["ingressRate"] != float64(1000) || r.seen[s]["runtimeConfig"] == nil || r.seen[s]["name"] != "pods" {
 			t.Errorf("%s's config lacks prevResult, options or capabilities: %v", s, r.seen[s])
+		}
+	}
+}
+
+// A PassThrough stage (portmap) runs its ADD beside the stage before it,
+// on the same prevResult, and that stage's result is the pair's; either
+// failing undoes the pair and the stages before.
+func TestAddPassThroughBeside(t *testing.T) {
+	for _, failing := range []string{"", "ADD portmap", "ADD bandwidth"} {
+		r := &recorder{t: t, fail: map[string]error{}, seen: map[string]map[string]any{}}
+		if failing != "" {
+			r.fail[failing] = errors.New(failing + " failed")
+		}
+		started := map[string]chan struct{}{"bandwidth": make(chan struct{}), "portmap": make(chan struct{})}
+		meet := func(s plugin.Stage, other string) plugin.Stage {
+			add := s.Add
+			s.Add = func(a *skel.CmdArgs) (types.Result, error) {
+				close(started[s.Name])
+				select {
+				case <-started[other]:
+				case <-time.After(5 * time.Second):
+					return nil, fmt.Errorf("%s did not start while %s ran", other, s.Name)
+				}
+				return add(a)
+			}
+			return s
+		}
+		portmap := meet(r.stage("portmap"), "bandwidth")
+		portmap.PassThrough = true
+		c := New(r.stage("bridge"), meet(r.stage("bandwidth"), "portmap"), portmap)
+		res, err := c.Add(args(conf))
+		if failing != "" {
+			if err == nil || !strings.Contains(err.Error(), failing+" failed") {
+				t.Errorf("%s: error %v", failing, err)
+			}
+			if got := slices.Sorted(slices.Values(r.calls[3:])); !slices.Equal(got, []string{"DEL bandwidth", "DEL bridge", "DEL portmap"}) {
+				t.Errorf("%s: calls %v, want the three ADDs, then every stage's DEL", failing, r.calls)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := names(res), []string{"bridge", "bandwidth"}; !slices.Equal(got, want) {
+			t.Errorf("result's interfaces %v, want bandwidth's result %v", got, want)
+		}
+		prev, _ := json.Marshal(r.seen["portmap"]["prevResult"])
+		var pr current.Result
+		if err := json.Unmarshal(prev, &pr); err != nil || len(pr.Interfaces) != 1 || pr.Interfaces[0].Name != "bridge" {
+			t.Errorf("portmap's prevResult %s, want bridge's result", prev)
 		}
 	}
 }
@@ -193,8 +245,9 @@ func delOrder(t *testing.T, calls []string) []string {
 	return calls
 }
 
-// DEL runs every stage's Unhook (or Del) at once, then removes the links
-// the Unhooks handed over in one batch, and the Releases only once all of
+// DEL runs every stage's Unhook (or Del) at once, removes the links the
+// Unhooks handed over in one batch as soon as they have all returned
+// (while portmap's Del still runs), and the Releases only once all of
 // that has succeeded, and none after a failure.
 func TestDelAtOnce(t *testing.T) {
 	names := []string{"bridge", "bandwidth", "portmap"}
@@ -243,14 +296,36 @@ func TestDelAtOnce(t *testing.T) {
 		bridge := plugin.Stage{Name: "bridge", Del: stageDel("bridge"),
 			Unhook: unhook("bridge", 7), Release: func(*skel.CmdArgs) error { note("release bridge"); return nil }}
 		bandwidth := plugin.Stage{Name: "bandwidth", Del: stageDel("bandwidth"), Unhook: unhook("bandwidth", 9)}
-		c := New(bridge, bandwidth, plugin.Stage{Name: "portmap", Del: down("portmap")})
+		// portmap's Del returns only once the links are gone: the batch
+		// must not wait for it.
+		flushed := make(chan struct{})
+		batch.flushed = flushed
+		portmapDel := func(*skel.CmdArgs) error {
+			close(started["portmap"])
+			select {
+			case <-flushed:
+			case <-time.After(5 * time.Second):
+				return errors.New("the links waited for portmap's Del")
+			}
+			note("down portmap")
+			if failing == "portmap" {
+				return errors.New("portmap failed")
+			}
+			return nil
+		}
+		c := New(bridge, bandwidth, plugin.Stage{Name: "portmap", Del: portmapDel})
 		err := c.Del(args(conf))
 		if failing == "" {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(log) != 5 || log[3] != "flush [7 9]" || log[4] != "release bridge" {
-				t.Errorf("calls %v, want the three stages down, the two links removed together, then bridge's release", log)
+			want := []string{"down bridge", "down bandwidth", "flush [7 9]", "down portmap", "release bridge"}
+			sorted := slices.Clone(log)
+			if len(log) == 5 && log[1] == "down bridge" { // the two Unhooks return in either order
+				sorted[0], sorted[1] = log[1], log[0]
+			}
+			if !slices.Equal(sorted, want) {
+				t.Errorf("calls %v, want %v (bridge and bandwidth in either order)", log, want)
 			}
 			continue
 		}
@@ -265,10 +340,11 @@ func TestDelAtOnce(t *testing.T) {
 
 // fakeBatch records the links handed to it and notes them when flushed.
 type fakeBatch struct {
-	mu    sync.Mutex
-	links []int
-	note  func(string)
-	fail  bool
+	mu      sync.Mutex
+	links   []int
+	note    func(string)
+	fail    bool
+	flushed chan struct{} // closed by Flush when set
 }
 
 func (b *fakeBatch) DeleteLink(index int) error {
@@ -283,6 +359,9 @@ func (b *fakeBatch) Flush() error {
 	defer b.mu.Unlock()
 	slices.Sort(b.links)
 	b.note(fmt.Sprintf("flush %v", b.links))
+	if b.flushed != nil {
+		close(b.flushed)
+	}
 	if b.fail {
 		return errors.New("flush failed")
 	}

@@ -152,6 +152,10 @@ type Stage struct {
 	// batch and removes them all in one request.
 	Unhook  func(args *skel.CmdArgs, links LinkDeleter) error
 	Release func(*skel.CmdArgs) error
+	// PassThrough says that Add returns its prevResult as it is (portmap
+	// does): the flatnet type runs such a stage's ADD beside the stage
+	// before it, both on that one's prevResult.
+	PassThrough bool
 }
 
 // LinkDeleter deletes a link of the caller's network namespace by index,

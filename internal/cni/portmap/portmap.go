@@ -96,7 +96,7 @@ func realEnv() *env {
 }
 
 func (e *env) stage() plugin.Stage {
-	return plugin.Stage{Name: "portmap", Add: e.add, Del: e.cmdDel, Check: e.cmdCheck, GC: e.cmdGC, Status: e.cmdStatus}
+	return plugin.Stage{Name: "portmap", Add: e.add, Del: e.cmdDel, Check: e.cmdCheck, GC: e.cmdGC, Status: e.cmdStatus, PassThrough: true}
 }
 
 func (e *env) funcs() skel.CNIFuncs {
