@@ -24,6 +24,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
@@ -193,7 +194,11 @@ func (e *env) add(args *skel.CmdArgs) (types.Result, error) {
 	if len(cfg.Mappings) == 0 {
 		return asVersion(cfg.Prev, cfg.CNIVersion)
 	}
-	v4, v6 := containerIPs(cfg.Prev, args.IfName)
+	var prev *current.Result // DEL must not fail on a broken prevResult
+	if c, err := parseConfig(args.StdinData, true); err == nil {
+		prev = c.Prev
+	}
+	v4, v6 := containerIPs(prev, args.IfName)
 	att := Attachment{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	p := buildPlan(cfg, att, v4, v6)
 	if len(p.Families) == 0 {
@@ -274,14 +279,20 @@ func (e *env) cmdDel(args *skel.CmdArgs) error {
 		return applyErr(err, "DEL", b)
 	}
 	// A later user of the port (another pod, a host process) must not
-	// inherit our NAT state. Informative only.
-	var ports []uint16
-	for _, m := range cfg.Mappings {
-		if m.Protocol == "udp" {
-			ports = append(ports, m.HostPort)
-		}
+	// inherit our NAT state: the UDP flows to the ports mapped in the
+	// families the pod had an address of (prevResult's; without one, in
+	// every family a mapping allows). A family skipped is a walk of the
+	// kernel's whole conntrack hash saved. Informative only.
+	var prev *current.Result // DEL must not fail on a broken prevResult
+	if c, err := parseConfig(args.StdinData, true); err == nil {
+		prev = c.Prev
 	}
-	if err := e.flushUDP(ports, ports); err != nil {
+	v4, v6 := containerIPs(prev, args.IfName)
+	if !v4.IsValid() && !v6.IsValid() {
+		v4, v6 = netip.PrefixFrom(netip.IPv4Unspecified(), 32), netip.PrefixFrom(netip.IPv6Unspecified(), 128)
+	}
+	p := buildPlan(cfg, Attachment{}, v4, v6)
+	if err := e.flushUDP(p.UDPPorts(false), p.UDPPorts(true)); err != nil {
 		e.logf("%v", err)
 	}
 	return nil
@@ -298,7 +309,11 @@ func (e *env) cmdCheck(args *skel.CmdArgs) error {
 	if len(cfg.Mappings) == 0 {
 		return nil
 	}
-	v4, v6 := containerIPs(cfg.Prev, args.IfName)
+	var prev *current.Result // DEL must not fail on a broken prevResult
+	if c, err := parseConfig(args.StdinData, true); err == nil {
+		prev = c.Prev
+	}
+	v4, v6 := containerIPs(prev, args.IfName)
 	p := buildPlan(cfg, Attachment{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}, v4, v6)
 	if len(p.Families) == 0 {
 		return nil

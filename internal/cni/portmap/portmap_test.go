@@ -132,6 +132,34 @@ func TestVerbsNFT(t *testing.T) {
 	wantCode(t, te.cmdCheck(args(conf("", mapsA, true))), cnierr.CheckFailed, "jump rules")
 }
 
+// DEL flushes the UDP flows of the families the pod had an address of,
+// to the ports mapped in them; without prevResult, every family a mapping
+// allows.
+func TestDelFlushesThePodsFamilies(t *testing.T) {
+	const v4Only = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.1.0.2/24","interface":0}]}`
+	const anyIP = `{"hostPort":5353,"containerPort":53,"protocol":"udp"},{"hostPort":8080,"containerPort":80,"protocol":"tcp"}`
+	for _, c := range []struct {
+		name, mappings, prev, want string
+	}{
+		{"dual-stack pod", anyIP, prevResult, "[v4 [5353] v6 [5353]]"},
+		{"IPv4 pod", anyIP, v4Only, "[v4 [5353] v6 []]"},
+		{"no prevResult", anyIP, "", "[v4 [5353] v6 [5353]]"},
+		{"no prevResult, an IPv4 hostIP", mapsA, "", "[v4 [5353] v6 []]"},
+	} {
+		te := newTestEnv()
+		stdin := conf("", c.mappings, false)
+		if c.prev != "" {
+			stdin = []byte(strings.TrimSuffix(string(stdin), "}") + `,"prevResult":` + c.prev + "}")
+		}
+		if err := te.cmdDel(args(stdin)); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := fmt.Sprint(te.flushed); got != c.want {
+			t.Errorf("%s: flushed %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
 func TestVerbsIPTables(t *testing.T) {
 	te := newTestEnv()
 	if err := te.cmdAdd(args(conf(`,"backend":"iptables"`, mapsA, true))); err != nil {
