@@ -144,6 +144,9 @@ func newLab(t *testing.T) *testLab {
 	t.Cleanup(func() { os.RemoveAll(root) })
 	l := &testLab{name: "e2e" + randHex(3), root: root, flatnet: filepath.Join(bin, "flatnet")}
 	t.Cleanup(func() {
+		if t.Failed() {
+			l.keepLogs(t)
+		}
 		if !l.down {
 			if out, err := l.cli("down"); err != nil {
 				t.Errorf("cleanup: lab down: %v\n%s", err, out)
@@ -152,6 +155,26 @@ func newLab(t *testing.T) *testLab {
 		checkNoProcessLeft(t, l.root)
 	})
 	return l
+}
+
+// keepLogs copies a failed test's lab logs (every daemon's and agent's)
+// out of the state root, which the cleanup removes, to
+// $FLATNET_E2E_LOGS (default: the temp dir)/flatnet-e2e-<lab>-logs, and
+// says where: a failure that shows once in many runs needs them.
+func (l *testLab) keepLogs(t *testing.T) {
+	if l.spec == nil {
+		return
+	}
+	base := os.Getenv("FLATNET_E2E_LOGS")
+	if base == "" {
+		base = os.TempDir()
+	}
+	dst := filepath.Join(base, "flatnet-e2e-"+l.name+"-logs")
+	if err := os.CopyFS(dst, os.DirFS(l.spec.LogDir())); err != nil {
+		t.Logf("keeping the lab's logs: %v (what was copied is in %s)", err, dst)
+		return
+	}
+	t.Logf("the lab's logs are kept in %s", dst)
 }
 
 // labProcesses lists the processes (but this one) that a lab under root
