@@ -176,27 +176,9 @@ func (p *Proxier) run(ctx context.Context) error {
 	// indexes its cache by namespace (1 MB), which nothing here reads. A
 	// plain informer calls the handlers as it pops the events (the tracker
 	// only records them) and keeps a plain store.
-	tweak := func(o *metav1.ListOptions) { o.LabelSelector = watchSelector }
-	svcs := p.informer(&v1.Service{}, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			tweak(&o)
-			return p.cfg.Client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			tweak(&o)
-			return p.cfg.Client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
-		},
-	}, p.onService)
-	slices := p.informer(&discovery.EndpointSlice{}, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			tweak(&o)
-			return p.cfg.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			tweak(&o)
-			return p.cfg.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
-		},
-	}, p.onSlice)
+	c := p.cfg.Client
+	svcs := p.informer(&v1.Service{}, listWatch(c.CoreV1().Services(metav1.NamespaceAll).List, c.CoreV1().Services(metav1.NamespaceAll).Watch), p.onService)
+	slices := p.informer(&discovery.EndpointSlice{}, listWatch(c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List, c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch), p.onSlice)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -211,6 +193,20 @@ func (p *Proxier) run(ctx context.Context) error {
 	}
 	p.runner.Loop(ctx)
 	return nil
+}
+
+// listWatch lists and watches with list and watchFn, with watchSelector.
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = watchSelector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = watchSelector
+			return watchFn(ctx, o)
+		},
+	}
 }
 
 // informer returns a plain informer of objects like obj from lw, compacted
