@@ -336,6 +336,20 @@ func TestDelAtOnce(t *testing.T) {
 			t.Errorf("calls %v: the address was released although %s failed", log, failing)
 		}
 	}
+	// The failures come back last stage first, whatever the timing.
+	newLinks = func() linkBatch { return &fakeBatch{note: func(string) {}} }
+	fail := func(name string) plugin.Stage {
+		return plugin.Stage{Name: name, Del: func(*skel.CmdArgs) error {
+			if name == "portmap" {
+				time.Sleep(20 * time.Millisecond) // fails after the others
+			}
+			return cnierr.New(cnierr.Internal, "%s failed", name)
+		}}
+	}
+	err := New(fail("bridge"), fail("bandwidth"), fail("portmap")).Del(args(conf))
+	if err == nil || !strings.HasPrefix(err.Error(), "portmap failed\nbandwidth failed\nbridge failed") {
+		t.Errorf("error %q, want portmap's, bandwidth's and bridge's failures in that order", err)
+	}
 }
 
 // fakeBatch records the links handed to it and notes them when flushed.
