@@ -5,13 +5,14 @@ package ipam
 // Why not invoke itself: it imports OpenTelemetry's propagation, and with
 // it net/http, crypto/tls and x509, whose package initialisation and
 // first page faults cost every flatnet-cni process CPU at its start
-// (docs/cni.md has the figures), even the many that never delegate
+// (docs/benchmarks.md has the figures), even the many that never delegate
 // (host-local runs in process). What is kept of invoke's contract: the
-// plugin is looked up in CNI_PATH as a regular file; it gets this process's environment with the CNI_* variables of
-// the request replacing any inherited ones; a "text file busy" start is
-// retried (the plugin being installed); a failure's stdout is read as the
-// plugin's CNI error (code and message), else its stderr is quoted; a
-// result without a cniVersion is taken to be in the config's version.
+// plugin is looked up in CNI_PATH as a regular file; it gets this
+// process's environment with the CNI_* variables of the request replacing
+// any inherited ones; a "text file busy" start is retried (the plugin
+// being installed); a failure's stdout is read as the plugin's CNI error
+// (code and message), else its stderr is quoted; a result without a
+// cniVersion is taken to be in the config's version.
 
 import (
 	"bytes"
@@ -63,7 +64,7 @@ func delegateEnv(environ []string, verb string, args *skel.CmdArgs) []string {
 
 // busyRetries and busyWait: how often and how long a plugin start that
 // fails with ETXTBSY is retried.
-var (
+const (
 	busyRetries = 5
 	busyWait    = time.Second
 )
@@ -111,34 +112,26 @@ func pluginError(err error, stdout, stderr []byte) error {
 }
 
 // parseResult decodes a delegate's ADD result; one without a cniVersion
-// is in the config's.
+// is in the config's (whose own default is 0.1.0).
 func parseResult(netconf, out []byte) (types.Result, error) {
-	var v struct {
-		CNIVersion *string `json:"cniVersion"`
-	}
-	if err := json.Unmarshal(out, &v); err != nil {
+	var raw map[string]any
+	if err := json.Unmarshal(out, &raw); err != nil {
 		return nil, fmt.Errorf("failed to unmarshal raw result: %w", err)
 	}
-	if v.CNIVersion == nil || *v.CNIVersion == "" {
-		var conf struct {
-			CNIVersion string `json:"cniVersion"`
-		}
-		if err := json.Unmarshal(netconf, &conf); err != nil {
-			return nil, fmt.Errorf("decoding the config's cniVersion: %w", err)
-		}
-		raw := map[string]any{}
-		if err := json.Unmarshal(out, &raw); err != nil || raw == nil {
-			raw = map[string]any{}
-		}
-		if conf.CNIVersion == "" {
-			conf.CNIVersion = "0.1.0" // the spec's default, as libcni's decoder
-		}
-		raw["cniVersion"] = conf.CNIVersion
-		fixed, err := json.Marshal(raw)
-		if err != nil {
-			return nil, fmt.Errorf("failed to remarshal fixed result: %w", err)
-		}
-		out = fixed
+	if v, _ := raw["cniVersion"].(string); v != "" {
+		return create.Create(v, out)
 	}
-	return create.CreateFromBytes(out)
+	v, err := create.DecodeVersion(netconf)
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil { // the plugin printed null
+		raw = map[string]any{}
+	}
+	raw["cniVersion"] = v
+	fixed, err := json.Marshal(raw)
+	if err != nil {
+		return nil, fmt.Errorf("failed to remarshal fixed result: %w", err)
+	}
+	return create.Create(v, fixed)
 }
