@@ -24,7 +24,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
@@ -194,11 +193,7 @@ func (e *env) add(args *skel.CmdArgs) (types.Result, error) {
 	if len(cfg.Mappings) == 0 {
 		return asVersion(cfg.Prev, cfg.CNIVersion)
 	}
-	var prev *current.Result // DEL must not fail on a broken prevResult
-	if c, err := parseConfig(args.StdinData, true); err == nil {
-		prev = c.Prev
-	}
-	v4, v6 := containerIPs(prev, args.IfName)
+	v4, v6 := containerIPs(cfg.Prev, args.IfName)
 	att := Attachment{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	p := buildPlan(cfg, att, v4, v6)
 	if len(p.Families) == 0 {
@@ -249,7 +244,12 @@ func asVersion(r types.Result, v string) (types.Result, error) {
 }
 
 func (e *env) cmdDel(args *skel.CmdArgs) error {
-	cfg, err := parseConfig(args.StdinData, false)
+	// prevResult only narrows the conntrack flush below: DEL must not
+	// fail on a broken one, so that parse is retried without it.
+	cfg, err := parseConfig(args.StdinData, true)
+	if err != nil {
+		cfg, err = parseConfig(args.StdinData, false)
+	}
 	if err != nil {
 		if code, _ := cnierr.Code(err); code == cnierr.InvalidConfig {
 			// ADD failed on this configuration, so it made no rules.
@@ -283,11 +283,7 @@ func (e *env) cmdDel(args *skel.CmdArgs) error {
 	// families the pod had an address of (prevResult's; without one, in
 	// every family a mapping allows). A family skipped is a walk of the
 	// kernel's whole conntrack hash saved. Informative only.
-	var prev *current.Result // DEL must not fail on a broken prevResult
-	if c, err := parseConfig(args.StdinData, true); err == nil {
-		prev = c.Prev
-	}
-	v4, v6 := containerIPs(prev, args.IfName)
+	v4, v6 := containerIPs(cfg.Prev, args.IfName)
 	if !v4.IsValid() && !v6.IsValid() {
 		v4, v6 = netip.PrefixFrom(netip.IPv4Unspecified(), 32), netip.PrefixFrom(netip.IPv6Unspecified(), 128)
 	}
@@ -309,11 +305,7 @@ func (e *env) cmdCheck(args *skel.CmdArgs) error {
 	if len(cfg.Mappings) == 0 {
 		return nil
 	}
-	var prev *current.Result // DEL must not fail on a broken prevResult
-	if c, err := parseConfig(args.StdinData, true); err == nil {
-		prev = c.Prev
-	}
-	v4, v6 := containerIPs(prev, args.IfName)
+	v4, v6 := containerIPs(cfg.Prev, args.IfName)
 	p := buildPlan(cfg, Attachment{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}, v4, v6)
 	if len(p.Families) == 0 {
 		return nil

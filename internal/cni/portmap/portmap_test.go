@@ -145,6 +145,7 @@ func TestDelFlushesThePodsFamilies(t *testing.T) {
 		{"IPv4 pod", anyIP, v4Only, "[v4 [5353] v6 []]"},
 		{"no prevResult", anyIP, "", "[v4 [5353] v6 [5353]]"},
 		{"no prevResult, an IPv4 hostIP", mapsA, "", "[v4 [5353] v6 []]"},
+		{"a broken prevResult", anyIP, `{"cniVersion":"1.0.0","ips":"none"}`, "[v4 [5353] v6 [5353]]"},
 	} {
 		te := newTestEnv()
 		stdin := conf("", c.mappings, false)
