@@ -25,6 +25,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// LinkDeleter deletes a link of the caller's network namespace by index,
+// now or later (a LinkBatch); a missing link is no error.
+type LinkDeleter interface {
+	DeleteLink(index int) error
+}
+
 // LinkBatch collects links of the caller's network namespace to delete
 // together. Its methods may be called from several goroutines, but all
 // in the same network namespace.

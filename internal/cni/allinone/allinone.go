@@ -63,7 +63,7 @@ var Plugin = plugin.Plugin{Name: Name, Funcs: New(bridge.Stage, bandwidth.Stage,
 // linkBatch takes the links the stages' Unhooks remove and removes them
 // together in Flush.
 type linkBatch interface {
-	plugin.LinkDeleter
+	netlinkx.LinkDeleter
 	Flush() error
 }
 

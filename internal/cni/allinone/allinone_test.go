@@ -279,8 +279,8 @@ func TestDelAtOnce(t *testing.T) {
 			}
 		}
 		// The stages with an Unhook hand their link to the batch.
-		unhook := func(name string, index int) func(*skel.CmdArgs, plugin.LinkDeleter) error {
-			return func(a *skel.CmdArgs, links plugin.LinkDeleter) error {
+		unhook := func(name string, index int) func(*skel.CmdArgs, netlinkx.LinkDeleter) error {
+			return func(a *skel.CmdArgs, links netlinkx.LinkDeleter) error {
 				if err := links.DeleteLink(index); err != nil {
 					return err
 				}

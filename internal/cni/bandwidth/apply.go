@@ -11,6 +11,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/tc"
 )
 
@@ -179,7 +180,7 @@ func check(k tc.Kernel, p *Plan) error {
 // teardown removes the IFB of owner's attachment, if any. A missing IFB is
 // success. An IFB of that name recorded as another attachment's (a second
 // interface of the same container on the same network) is left alone.
-func teardown(k tc.Kernel, del plugin.LinkDeleter, owner Owner) error {
+func teardown(k tc.Kernel, del netlinkx.LinkDeleter, owner Owner) error {
 	name := IFBName(owner.Network, owner.ContainerID)
 	l, ok, err := k.LinkByName(name)
 	if err != nil {

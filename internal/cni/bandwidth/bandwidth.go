@@ -129,7 +129,7 @@ func asVersion(r types.Result, v string) (types.Result, error) {
 func cmdDel(args *skel.CmdArgs) error { return unhook(args, nil) }
 
 // unhook is DEL handing the IFB to links (nil: deleting it at once).
-func unhook(args *skel.CmdArgs, links plugin.LinkDeleter) error {
+func unhook(args *skel.CmdArgs, links netlinkx.LinkDeleter) error {
 	cfg, err := parseConfig(args.StdinData, false)
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func unhook(args *skel.CmdArgs, links plugin.LinkDeleter) error {
 	// the container's netns nor prevResult is needed, so DEL works after
 	// the container is gone. The host veth's qdiscs go with the veth,
 	// which the main plugin deletes.
-	var del plugin.LinkDeleter = kernel
+	var del netlinkx.LinkDeleter = kernel
 	if links != nil {
 		del = links
 	}

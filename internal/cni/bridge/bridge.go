@@ -38,6 +38,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/cni/vethplugin"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 )
 
@@ -236,7 +237,7 @@ func cmdDel(args *skel.CmdArgs) error {
 // unhook is DEL but for the address: the interface, the masquerade and
 // spoof-check rules. An address is only released (release) once this has
 // succeeded, so that it is never handed out while an interface holds it.
-func unhook(args *skel.CmdArgs, links plugin.LinkDeleter) error {
+func unhook(args *skel.CmdArgs, links netlinkx.LinkDeleter) error {
 	n, err := Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
@@ -263,7 +264,7 @@ func unhook(args *skel.CmdArgs, links plugin.LinkDeleter) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); spoofErr = teardownSpoof(ctx, n, args) }()
 	}
-	addrs, err := vethplugin.DeleteVethVia(prev, args.Netns, args.IfName, links)
+	addrs, err := vethplugin.DeleteVeth(prev, args.Netns, args.IfName, links)
 	wg.Wait()
 	if err := errors.Join(err, masqErr, spoofErr); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 )
 
 // Version is the flatnet version, set at build time with -ldflags.
@@ -150,16 +151,10 @@ type Stage struct {
 	// Release. Unhook hands the host links it removes to links (nil:
 	// remove them itself): the flatnet type gives every stage the same
 	// batch and removes them all in one request.
-	Unhook  func(args *skel.CmdArgs, links LinkDeleter) error
+	Unhook  func(args *skel.CmdArgs, links netlinkx.LinkDeleter) error
 	Release func(*skel.CmdArgs) error
 	// PassThrough says that Add returns its prevResult as it is (portmap
 	// does): the flatnet type runs such a stage's ADD beside the stage
 	// before it, both on that one's prevResult.
 	PassThrough bool
-}
-
-// LinkDeleter deletes a link of the caller's network namespace by index,
-// now or later (netlinkx.LinkBatch); a missing link is no error.
-type LinkDeleter interface {
-	DeleteLink(index int) error
 }

@@ -203,7 +203,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	} else {
 		masqErr <- nil
 	}
-	addrs, err := vethplugin.DeleteVeth(prev, args.Netns, args.IfName)
+	addrs, err := vethplugin.DeleteVeth(prev, args.Netns, args.IfName, nil)
 	if err := errors.Join(err, <-masqErr); err != nil {
 		return err
 	}

@@ -181,25 +181,11 @@ func peerExists(nsPath, name string) (bool, error) {
 // DeleteInNS deletes ifName in the namespace at nsPath (its veth peer goes
 // with it) and returns the addresses it had; found is false when there
 // was no such interface. A missing namespace or interface is not an
-// error: DEL must succeed when things are gone.
-func DeleteInNS(nsPath, ifName string) (addrs []netlink.Addr, found bool, err error) {
-	return deleteInNS(nsPath, ifName, nil)
-}
-
-// DeleteVia is DeleteInNS, but the veth is removed by its host end, which
-// is handed to links (a batch that removes several links at once) when
-// it is a veth in the caller's namespace whose peer is ifName; otherwise
-// ifName is deleted in nsPath as DeleteInNS does.
-func DeleteVia(nsPath, ifName string, links LinkDeleter) (addrs []netlink.Addr, found bool, err error) {
-	return deleteInNS(nsPath, ifName, links)
-}
-
-// LinkDeleter deletes a link of the caller's namespace by index.
-type LinkDeleter interface {
-	DeleteLink(index int) error
-}
-
-func deleteInNS(nsPath, ifName string, links LinkDeleter) (addrs []netlink.Addr, found bool, err error) {
+// error: DEL must succeed when things are gone. With links, a veth whose
+// host end is in the caller's namespace is removed by that end, handed
+// to links (a batch that removes several links at once); nil deletes at
+// once.
+func DeleteInNS(nsPath, ifName string, links netlinkx.LinkDeleter) (addrs []netlink.Addr, found bool, err error) {
 	if nsPath == "" {
 		return nil, false, nil
 	}
@@ -240,7 +226,7 @@ func deleteInNS(nsPath, ifName string, links LinkDeleter) (addrs []netlink.Addr,
 				return addrs, found, links.DeleteLink(peer)
 			}
 		}
-		_, _, err := deleteInNS(nsPath, ifName, nil)
+		_, _, err := DeleteInNS(nsPath, ifName, nil)
 		return addrs, found, err
 	}
 	return addrs, found, nil

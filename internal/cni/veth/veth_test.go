@@ -83,7 +83,7 @@ func TestCreateDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, found, err := DeleteInNS(cont, "eth0")
+	addrs, found, err := DeleteInNS(cont, "eth0", nil)
 	if err != nil || !found {
 		t.Fatalf("DeleteInNS: found %v, %v", found, err)
 	}
@@ -105,10 +105,10 @@ func TestCreateDelete(t *testing.T) {
 		return nil
 	})
 	// Again, and with the netns gone: fine.
-	if _, found, err := DeleteInNS(cont, "eth0"); err != nil || found {
+	if _, found, err := DeleteInNS(cont, "eth0", nil); err != nil || found {
 		t.Errorf("second DeleteInNS: found %v, %v", found, err)
 	}
-	if _, found, err := DeleteInNS("/run/netns/fnt-does-not-exist", "eth0"); err != nil || found {
+	if _, found, err := DeleteInNS("/run/netns/fnt-does-not-exist", "eth0", nil); err != nil || found {
 		t.Errorf("DeleteInNS in a missing netns: found %v, %v", found, err)
 	}
 }

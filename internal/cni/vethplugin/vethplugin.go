@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/cni/veth"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/sysctl"
 )
 
@@ -57,24 +58,10 @@ func HostEnd(prev *current.Result, ifName, netns string) (name, mac string) {
 // DeleteVeth deletes the container interface ifName in netns (its host
 // end goes with it) and returns the addresses it had. When the interface
 // is gone (so is the netns, usually), it deletes the host end prevResult
-// lists, if that still exists with the listed MAC.
-func DeleteVeth(prev *current.Result, netns, ifName string) ([]netlink.Addr, error) {
-	return DeleteVethVia(prev, netns, ifName, nil)
-}
-
-// DeleteVethVia is DeleteVeth handing the host end to links when it can
-// (veth.DeleteVia); links nil deletes at once.
-func DeleteVethVia(prev *current.Result, netns, ifName string, links veth.LinkDeleter) ([]netlink.Addr, error) {
-	var (
-		addrs []netlink.Addr
-		found bool
-		err   error
-	)
-	if links != nil {
-		addrs, found, err = veth.DeleteVia(netns, ifName, links)
-	} else {
-		addrs, found, err = veth.DeleteInNS(netns, ifName)
-	}
+// lists, if that still exists with the listed MAC. links, when not nil,
+// takes the host end instead (veth.DeleteInNS).
+func DeleteVeth(prev *current.Result, netns, ifName string, links netlinkx.LinkDeleter) ([]netlink.Addr, error) {
+	addrs, found, err := veth.DeleteInNS(netns, ifName, links)
 	if err == nil && !found {
 		err = veth.DeleteHostEnd(HostEnd(prev, ifName, netns))
 	}
