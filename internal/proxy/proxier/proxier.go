@@ -176,9 +176,10 @@ func (p *Proxier) run(ctx context.Context) error {
 	// indexes its cache by namespace (1 MB), which nothing here reads. A
 	// plain informer calls the handlers as it pops the events (the tracker
 	// only records them) and keeps a plain store.
-	c := p.cfg.Client
-	svcs := p.informer(&v1.Service{}, listWatch(c.CoreV1().Services(metav1.NamespaceAll).List, c.CoreV1().Services(metav1.NamespaceAll).Watch), p.onService)
-	slices := p.informer(&discovery.EndpointSlice{}, listWatch(c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List, c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch), p.onSlice)
+	services := p.cfg.Client.CoreV1().Services(metav1.NamespaceAll)
+	endpointSlices := p.cfg.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
+	svcs := p.informer(&v1.Service{}, listWatch(services.List, services.Watch), p.onService)
+	slices := p.informer(&discovery.EndpointSlice{}, listWatch(endpointSlices.List, endpointSlices.Watch), p.onSlice)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
