@@ -335,8 +335,20 @@ func Up(ctx context.Context, cfg Config, log io.Writer) (info *Info, err error) 
 			continue
 		}
 		why := c.stale(cfg.StateDir, pki, prev, pid, pkiChanged)
-		if why == "" && apiWhy != "" {
+		switch {
+		case why != "":
+		case apiWhy != "":
 			why = "kube-apiserver restarts"
+		case !apiUp:
+			// It ran on without the apiserver. Its caches are as old as
+			// the outage, and the node lifecycle controller's last-seen
+			// times too: on its first pass after the apiserver returns it
+			// may mark every node unknown and its pods not ready before
+			// a heartbeat lands, and Services lose their endpoints for a
+			// moment. A real one would have lost its leader lease and
+			// restarted; the lab (no leader election, no supervisor)
+			// restarts it with the apiserver.
+			why = "it ran without kube-apiserver, which was down"
 		}
 		if why == "" {
 			compUp[c.name] = true

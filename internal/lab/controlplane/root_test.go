@@ -581,6 +581,27 @@ func TestControllers(t *testing.T) {
 		}
 	}
 
+	// The apiserver stopped (an outage): Up starts it again and restarts
+	// the controllers that ran on without it (their node monitor's times
+	// are as old as the outage).
+	if err := proc.Stop(state, APIServerName, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	log.Reset()
+	if _, err := Up(ctx, cfg, &log); err != nil {
+		t.Fatalf("Up after the apiserver stopped: %v\n%s", err, log.String())
+	}
+	for _, c := range components {
+		pid, ok := proc.Running(state, c.name)
+		if !ok || pid == pids[c.name] || !gone(pids[c.name]) {
+			t.Errorf("Up after the apiserver stopped kept %s: pid %d -> %d (running %v)\n%s", c.name, pids[c.name], pid, ok, log.String())
+		}
+		if !strings.Contains(log.String(), "stopping "+c.name) {
+			t.Errorf("Up after the apiserver stopped does not say it restarts %s:\n%s", c.name, log.String())
+		}
+		pids[c.name] = pid
+	}
+
 	// Without Controllers, Up stops them and turns ServiceAccount
 	// admission off again (the apiserver restarts).
 	noCtl := cfg
