@@ -12,11 +12,19 @@ package endpointslice
 // that gets as far as planning, after the stale-cache check (a sync that
 // must wait does not consume the changes it saw), and forgets a Service
 // when the Service is gone.
+//
+// Events cost per event, not per cluster (index.go): a pod event finds
+// the Services that select it through an index of their selectors, and
+// queues nothing when it changed nothing an endpoint shows; a sync reads
+// its pods from an index of pods by label; a Node event queues only the
+// Services of the pods on that node.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +56,8 @@ type Controller struct {
 	queue       workqueue.TypedRateLimitingInterface[string]
 	maxPerSlice int
 	triggers    *TriggerTimeTracker
+	podIndex    cache.Indexer // pods, with podsByLabel and podsByNode
+	index       *serviceIndex // Services by selector (index.go)
 
 	mu      sync.Mutex                 // protects pending
 	pending map[string]map[string]bool // service key -> slice name -> true: created, false: deleted; not yet in the cache
@@ -66,6 +76,9 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
+	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByLabel: podLabelIndex, podsByNode: podNodeIndex}); err != nil {
+		return nil, fmt.Errorf("endpointslice: adding pod indexes (start the factory after New): %w", err)
+	}
 	c := &Controller{
 		client:      client,
 		services:    svcInf.Lister(),
@@ -76,32 +89,27 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		maxPerSlice: maxPerSlice,
 		triggers:    NewTriggerTimeTracker(),
 		pending:     map[string]map[string]bool{},
+		podIndex:    podInf.Informer().GetIndexer(),
+		index:       newServiceIndex(),
 	}
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
 		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueObj,
-			UpdateFunc: func(_, n any) { c.enqueueObj(n) },
-			DeleteFunc: c.enqueueObj,
+			AddFunc:    c.onServiceAdd,
+			UpdateFunc: func(_, n any) { c.onServiceAdd(n) },
+			DeleteFunc: c.onServiceDelete,
 		}},
 		{podInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.podChanged,
-			UpdateFunc: func(o, n any) { c.podChanged(o); c.podChanged(n) },
-			DeleteFunc: c.podChanged,
+			AddFunc:    c.onPodAdd,
+			UpdateFunc: c.onPodUpdate,
+			DeleteFunc: c.onPodDelete,
 		}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { c.enqueueAll() },
-			UpdateFunc: func(o, n any) {
-				on, ok1 := o.(*corev1.Node)
-				nn, ok2 := n.(*corev1.Node)
-				if ok1 && ok2 && on.Labels[corev1.LabelTopologyZone] == nn.Labels[corev1.LabelTopologyZone] {
-					return
-				}
-				c.enqueueAll()
-			},
-			DeleteFunc: func(any) { c.enqueueAll() },
+			AddFunc:    c.onNodeAddOrDelete,
+			UpdateFunc: c.onNodeUpdate,
+			DeleteFunc: c.onNodeAddOrDelete,
 		}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.sliceChanged,
@@ -127,37 +135,159 @@ func (c *Controller) enqueueObj(obj any) {
 	c.queue.Add(key)
 }
 
-func (c *Controller) enqueueAll() {
-	svcs, err := c.services.List(labels.Everything())
+// onServiceAdd (and update) indexes the Service's selector and queues it.
+func (c *Controller) onServiceAdd(obj any) {
+	if svc, ok := obj.(*corev1.Service); ok {
+		c.index.set(svc)
+	}
+	c.enqueueObj(obj)
+}
+
+func (c *Controller) onServiceDelete(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
 	}
-	for _, s := range svcs {
-		c.enqueueObj(s)
+	if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+		c.index.delete(ns, name)
+	}
+	c.queue.Add(key)
+}
+
+// podFrom is the pod of an event's object (a tombstone's too); nil if none.
+func podFrom(obj any) *corev1.Pod {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, _ := obj.(*corev1.Pod)
+	return pod
+}
+
+// enqueueSelecting queues the Services of namespace that select labels.
+func (c *Controller) enqueueSelecting(namespace string, labels map[string]string) {
+	c.index.matching(namespace, labels, c.queue.Add)
+}
+
+func (c *Controller) onPodAdd(obj any) {
+	if pod := podFrom(obj); pod != nil {
+		c.enqueueSelecting(pod.Namespace, pod.Labels)
 	}
 }
 
-// podChanged queues the Services whose selector matches the pod.
-func (c *Controller) podChanged(obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		t, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			return
-		}
-		if pod, ok = t.Obj.(*corev1.Pod); !ok {
-			return
+func (c *Controller) onPodDelete(obj any) {
+	if pod := podFrom(obj); pod != nil {
+		c.enqueueSelecting(pod.Namespace, pod.Labels)
+	}
+}
+
+// onPodUpdate queues nothing for a change no endpoint can show (most
+// status updates: container statuses, other conditions); the Services
+// selecting the pod before or after for an endpoint change; and for a
+// change of labels alone, the Services it joined or left.
+func (c *Controller) onPodUpdate(old, cur any) {
+	o, n := podFrom(old), podFrom(cur)
+	if o == nil || n == nil {
+		return
+	}
+	relabelled := !maps.Equal(o.Labels, n.Labels)
+	changed := podEndpointsChanged(o, n)
+	switch {
+	case changed && !relabelled:
+		c.enqueueSelecting(n.Namespace, n.Labels)
+	case changed:
+		c.enqueueSelecting(o.Namespace, o.Labels)
+		c.enqueueSelecting(n.Namespace, n.Labels)
+	case relabelled:
+		before := map[string]bool{}
+		c.index.matching(o.Namespace, o.Labels, func(k string) { before[k] = true })
+		c.index.matching(n.Namespace, n.Labels, func(k string) {
+			if !before[k] {
+				c.queue.Add(k) // joined
+			}
+			delete(before, k)
+		})
+		for k := range before {
+			c.queue.Add(k) // left
 		}
 	}
-	svcs, err := c.services.Services(pod.Namespace).List(labels.Everything())
+}
+
+// podEndpointsChanged reports whether cur differs from old in anything
+// Reconcile or the trigger time tracker reads, labels aside (as
+// upstream's podEndpointsChanged, but also phase, node, hostname,
+// ports, and by value rather than by pointer).
+func podEndpointsChanged(old, cur *corev1.Pod) bool {
+	if !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+		!ptrEqual(old.DeletionGracePeriodSeconds, cur.DeletionGracePeriodSeconds) ||
+		old.UID != cur.UID ||
+		old.Status.Phase != cur.Status.Phase ||
+		old.Status.PodIP != cur.Status.PodIP ||
+		!slices.Equal(old.Status.PodIPs, cur.Status.PodIPs) ||
+		old.Spec.NodeName != cur.Spec.NodeName ||
+		old.Spec.Hostname != cur.Spec.Hostname ||
+		old.Spec.Subdomain != cur.Spec.Subdomain {
+		return true
+	}
+	or, cr := readyCondition(old), readyCondition(cur)
+	if (or == nil) != (cr == nil) || or != nil && (or.Status != cr.Status || !or.LastTransitionTime.Equal(&cr.LastTransitionTime)) {
+		return true
+	}
+	return !containerPortsEqual(old.Spec.Containers, cur.Spec.Containers) ||
+		!containerPortsEqual(old.Spec.InitContainers, cur.Spec.InitContainers)
+}
+
+func ptrEqual[T ~int64 | ~string](a, b *T) bool {
+	return a == b || a != nil && b != nil && *a == *b
+}
+
+// containerPortsEqual compares what FindPort reads.
+func containerPortsEqual(a, b []corev1.Container) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.Container) bool {
+		return ptrEqual(x.RestartPolicy, y.RestartPolicy) && slices.Equal(x.Ports, y.Ports)
+	})
+}
+
+func readyCondition(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// onNodeAddOrDelete queues the Services of the pods on the node: only
+// their endpoints read it (its zone; a pod on an unknown node is left
+// out).
+func (c *Controller) onNodeAddOrDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		c.enqueueForNode(n.Name)
+	}
+}
+
+// onNodeUpdate: of a Node, endpoints show only the zone label.
+func (c *Controller) onNodeUpdate(old, cur any) {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 || o.Labels[corev1.LabelTopologyZone] == n.Labels[corev1.LabelTopologyZone] {
+		return
+	}
+	c.enqueueForNode(n.Name)
+}
+
+func (c *Controller) enqueueForNode(name string) {
+	objs, err := c.podIndex.ByIndex(podsByNode, name)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
 	}
-	for _, s := range svcs {
-		if s.Spec.Selector != nil && labels.SelectorFromValidatedSet(s.Spec.Selector).Matches(labels.Set(pod.Labels)) {
-			c.enqueueObj(s)
+	for _, o := range objs {
+		if pod, ok := o.(*corev1.Pod); ok {
+			c.enqueueSelecting(pod.Namespace, pod.Labels)
 		}
 	}
 }
@@ -229,7 +359,7 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 		// even with a selector (upstream skips it too).
 		return c.apply(ctx, key, Plan{Delete: existing})
 	}
-	pods, err := c.pods.Pods(ns).List(labels.SelectorFromValidatedSet(svc.Spec.Selector))
+	pods, err := c.selectedPods(ns, svc.Spec.Selector)
 	if err != nil {
 		return err
 	}
@@ -238,6 +368,36 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 	triggerTime := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
 	plan, planErr := Reconcile(svc, pods, c.getNode, existing, c.maxPerSlice, triggerTime)
 	return errors.Join(c.apply(ctx, key, plan), planErr)
+}
+
+// selectedPods are the pods of namespace that selector (non-nil) matches:
+// those of the smallest podsByLabel bucket among its pairs that match the
+// rest, or every pod of the namespace for an empty selector.
+func (c *Controller) selectedPods(namespace string, selector map[string]string) ([]*corev1.Pod, error) {
+	if len(selector) == 0 {
+		return c.pods.Pods(namespace).List(labels.Everything())
+	}
+	var smallest []any
+	first := true
+	for k, v := range selector {
+		objs, err := c.podIndex.ByIndex(podsByLabel, labelIndexValue(namespace, k, v))
+		if err != nil {
+			return nil, err
+		}
+		if first || len(objs) < len(smallest) {
+			smallest, first = objs, false
+		}
+		if len(smallest) == 0 {
+			break
+		}
+	}
+	pods := make([]*corev1.Pod, 0, len(smallest))
+	for _, o := range smallest {
+		if p, ok := o.(*corev1.Pod); ok && selects(selector, p.Labels) {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
 }
 
 func (c *Controller) getNode(name string) (*corev1.Node, bool) {

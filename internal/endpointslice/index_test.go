@@ -1,0 +1,214 @@
+package endpointslice
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+// handlerFixture is a controller whose informers never run: the test
+// fills the stores and calls the handlers, as the informers would.
+type handlerFixture struct {
+	t                     *testing.T
+	c                     *Controller
+	pods, svcs, nodeStore cache.Indexer
+}
+
+func newHandlerFixture(t *testing.T) *handlerFixture {
+	t.Helper()
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(client, factory, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	return &handlerFixture{t: t, c: c,
+		pods:      factory.Core().V1().Pods().Informer().GetIndexer(),
+		svcs:      factory.Core().V1().Services().Informer().GetIndexer(),
+		nodeStore: factory.Core().V1().Nodes().Informer().GetIndexer(),
+	}
+}
+
+// queued empties the queue and returns its keys, sorted.
+func (f *handlerFixture) queued() []string {
+	var out []string
+	for f.c.queue.Len() > 0 {
+		k, _ := f.c.queue.Get()
+		f.c.queue.Done(k)
+		f.c.queue.Forget(k)
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (f *handlerFixture) expectQueued(what string, want ...string) {
+	f.t.Helper()
+	if d := cmp.Diff(want, f.queued()); d != "" {
+		f.t.Errorf("%s: queued (-want +got):\n%s", what, d)
+	}
+}
+
+func (f *handlerFixture) addService(s *corev1.Service) {
+	f.t.Helper()
+	if err := f.svcs.Add(s); err != nil {
+		f.t.Fatal(err)
+	}
+	f.c.onServiceAdd(s)
+}
+
+func (f *handlerFixture) addPod(p *corev1.Pod) {
+	f.t.Helper()
+	if err := f.pods.Add(p); err != nil {
+		f.t.Fatal(err)
+	}
+	f.c.onPodAdd(p)
+}
+
+func (f *handlerFixture) updatePod(old *corev1.Pod, change func(*corev1.Pod)) *corev1.Pod {
+	f.t.Helper()
+	p := old.DeepCopy()
+	change(p)
+	if err := f.pods.Update(p); err != nil {
+		f.t.Fatal(err)
+	}
+	f.c.onPodUpdate(old, p)
+	return p
+}
+
+// selected are the names of the pods a sync of Service name would read.
+func (f *handlerFixture) selected(name string) []string {
+	f.t.Helper()
+	obj, ok, err := f.svcs.GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		f.t.Fatalf("service %s: %v %v", name, ok, err)
+	}
+	pods, err := f.c.selectedPods(ns, obj.(*corev1.Service).Spec.Selector)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func selector(sel map[string]string) svcOpt {
+	return func(s *corev1.Service) { s.Spec.Selector = sel }
+}
+
+func TestPodEventsQueueTheServicesThatSelectThePod(t *testing.T) {
+	f := newHandlerFixture(t)
+	f.addService(service("a"))
+	f.addService(service("b"))
+	// Both select tier=web; the pair they share is no shortcut.
+	f.addService(service("web-a", selector(map[string]string{"tier": "web", "app": "a"})))
+	f.addService(service("web-b", selector(map[string]string{"tier": "web", "app": "b"})))
+	f.addService(service("everything", selector(map[string]string{})))
+	f.addService(service("nothing", selector(nil)))
+	f.addService(service("alias", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName }))
+	f.queued()
+
+	p := with(pod("p1", "a", "node-a", "10.1.0.1"), func(p *corev1.Pod) { p.Labels["tier"] = "web" })
+	f.addPod(p)
+	f.expectQueued("pod added", ns+"/a", ns+"/everything", ns+"/web-a")
+	if d := cmp.Diff([]string{"p1"}, f.selected("web-a")); d != "" {
+		t.Errorf("pods of web-a (-want +got):\n%s", d)
+	}
+
+	p = f.updatePod(p, func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", RestartCount: 3}}
+	})
+	f.expectQueued("status update no endpoint shows")
+
+	p = f.updatePod(p, notReady)
+	f.expectQueued("pod not ready", ns+"/a", ns+"/everything", ns+"/web-a")
+
+	// Relabelled out of a and web-a, into b and web-b: the Services it
+	// left and joined, not everything (selects it before and after).
+	p = f.updatePod(p, func(p *corev1.Pod) { p.Labels["app"] = "b" })
+	f.expectQueued("pod relabelled", ns+"/a", ns+"/b", ns+"/web-a", ns+"/web-b")
+	if got := f.selected("web-a"); len(got) != 0 {
+		t.Errorf("pods of web-a after the relabel: %v, want none", got)
+	}
+	if d := cmp.Diff([]string{"p1"}, f.selected("web-b")); d != "" {
+		t.Errorf("pods of web-b (-want +got):\n%s", d)
+	}
+
+	// Relabelled and changed at once: before and after.
+	p = f.updatePod(p, func(p *corev1.Pod) { p.Labels["app"] = "a"; p.Status.PodIPs[0].IP = "10.1.0.9" })
+	f.expectQueued("pod relabelled and changed", ns+"/a", ns+"/b", ns+"/everything", ns+"/web-a", ns+"/web-b")
+
+	// A Service's selector changes: pod events follow the new one.
+	old, _, _ := f.svcs.GetByKey(ns + "/b")
+	nb := old.(*corev1.Service).DeepCopy()
+	nb.Spec.Selector = map[string]string{"app": "a"}
+	if err := f.svcs.Update(nb); err != nil {
+		t.Fatal(err)
+	}
+	f.c.onServiceAdd(nb)
+	f.expectQueued("selector changed", ns+"/b")
+	f.addPod(pod("p2", "b", "node-a", "10.1.0.2"))
+	f.expectQueued("pod of app=b after b's selector moved on", ns+"/everything")
+	p = f.updatePod(p, notReady)
+	f.queued()
+	p = f.updatePod(p, func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionTrue })
+	f.expectQueued("pod ready under b's new selector", ns+"/a", ns+"/b", ns+"/everything", ns+"/web-a")
+	if d := cmp.Diff([]string{"p1"}, f.selected("b")); d != "" {
+		t.Errorf("pods of b after its selector changed (-want +got):\n%s", d)
+	}
+
+	// A Service deleted: gone from the index.
+	if err := f.svcs.Delete(nb); err != nil {
+		t.Fatal(err)
+	}
+	f.c.onServiceDelete(cache.DeletedFinalStateUnknown{Key: ns + "/b", Obj: nb})
+	f.expectQueued("service deleted", ns+"/b")
+
+	// The pod deleted, its last state unknown to the informer.
+	if err := f.pods.Delete(p); err != nil {
+		t.Fatal(err)
+	}
+	f.c.onPodDelete(cache.DeletedFinalStateUnknown{Key: ns + "/p1", Obj: p})
+	f.expectQueued("pod deleted (tombstone)", ns+"/a", ns+"/everything", ns+"/web-a")
+	if got := f.selected("a"); len(got) != 0 {
+		t.Errorf("pods of a after the delete: %v, want none", got)
+	}
+}
+
+func TestNodeEventsQueueOnlyTheServicesOfItsPods(t *testing.T) {
+	f := newHandlerFixture(t)
+	f.addService(service("a"))
+	f.addService(service("b"))
+	f.addService(service("c"))
+	f.addPod(pod("a1", "a", "node-a", "10.1.0.1"))
+	f.addPod(pod("b1", "b", "node-b", "10.1.0.2"))
+	f.addPod(pod("c1", "c", "node-a", "10.1.0.3"))
+	f.queued()
+
+	na, nb := node("node-a", "zone-a"), node("node-b", "zone-b")
+	f.c.onNodeAddOrDelete(na)
+	f.expectQueued("node-a added", ns+"/a", ns+"/c")
+
+	relabelled := nb.DeepCopy()
+	relabelled.Labels["other"] = "x"
+	f.c.onNodeUpdate(nb, relabelled)
+	f.expectQueued("node-b relabelled, same zone")
+	moved := nb.DeepCopy()
+	moved.Labels[corev1.LabelTopologyZone] = "zone-c"
+	f.c.onNodeUpdate(nb, moved)
+	f.expectQueued("node-b changes zone", ns+"/b")
+
+	f.c.onNodeAddOrDelete(cache.DeletedFinalStateUnknown{Key: "node-a", Obj: na})
+	f.expectQueued("node-a deleted (tombstone)", ns+"/a", ns+"/c")
+	f.c.onNodeAddOrDelete(node("node-z", ""))
+	f.expectQueued("a node without pods")
+}
