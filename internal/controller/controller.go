@@ -180,10 +180,11 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		runners = append(runners, b)
 	}
 	if o.EndpointSlices {
-		// Its own factory: with --bind-pods the shared factory's Pod
+		// Its own factory (its transform keeps only what the controller
+		// reads): with --bind-pods the shared factory's Pod
 		// informer is the binder's, filtered to unbound pods, and the
 		// slices would never see a bound (running) pod.
-		esFactory := informers.NewSharedInformerFactory(client, 0)
+		esFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(endpointslice.Transform))
 		defer esFactory.Shutdown()
 		startFactories = append(startFactories, esFactory)
 		e, err := endpointslice.New(client, esFactory, o.MaxEndpointsPerSlice)

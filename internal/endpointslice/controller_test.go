@@ -30,7 +30,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	client := fake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Transform))
 	c, err := New(client, factory, 100)
 	if err != nil {
 		t.Fatal(err)

@@ -151,6 +151,8 @@ func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*cor
 		objs = append(objs, s.DeepCopy())
 	}
 	c := fake.NewClientset(objs...)
+	// Ours sees what its informers keep: the transformed objects.
+	pods, nodes = transformed(t, pods), transformed(t, nodes)
 	plan, _ := Reconcile(svc, pods, nodeGetter(nodes), existing, max, trigger)
 	ctrl := &Controller{client: c, pending: map[string]map[string]bool{}}
 	if err := ctrl.apply(context.Background(), ns+"/"+svc.Name, plan); err != nil {
@@ -159,6 +161,20 @@ func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*cor
 	st := state{slices: list(t, c)}
 	st.creates, st.updates, st.dels = writes(c)
 	return st
+}
+
+// transformed are deep copies of objs through Transform.
+func transformed[T interface{ DeepCopyObject() runtime.Object }](t *testing.T, objs []T) []T {
+	t.Helper()
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		got, err := Transform(o.DeepCopyObject())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, got.(T))
+	}
+	return out
 }
 
 // groups is a state in comparable form: per (family, ports) group, the
