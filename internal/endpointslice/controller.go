@@ -26,6 +26,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -175,10 +176,22 @@ func (c *Controller) onPodAdd(obj any) {
 	}
 }
 
+// onPodDelete queues the Services that selected the pod and, if it had
+// an address (an endpoint), tells the trigger time tracker when it went.
 func (c *Controller) onPodDelete(obj any) {
-	if pod := podFrom(obj); pod != nil {
-		c.enqueueSelecting(pod.Namespace, pod.Labels)
+	pod := podFrom(obj)
+	if pod == nil {
+		return
 	}
+	if !podWanted(pod) {
+		c.enqueueSelecting(pod.Namespace, pod.Labels)
+		return
+	}
+	now := time.Now()
+	c.index.matching(pod.Namespace, pod.Labels, func(key string) {
+		c.triggers.PodDeleted(key, pod.Name, now)
+		c.queue.Add(key)
+	})
 }
 
 // onPodUpdate queues nothing for a change no endpoint can show (most

@@ -1,8 +1,10 @@
 package endpointslice
 
 import (
+	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -211,4 +213,35 @@ func TestNodeEventsQueueOnlyTheServicesOfItsPods(t *testing.T) {
 	f.expectQueued("node-a deleted (tombstone)", ns+"/a", ns+"/c")
 	f.c.onNodeAddOrDelete(node("node-z", ""))
 	f.expectQueued("a node without pods")
+}
+
+func TestPodDeletionReachesTheTriggerTimeTracker(t *testing.T) {
+	f := newHandlerFixture(t)
+	svc := service("a", createdAt(at(0)))
+	f.addService(svc)
+	f.addService(service("b", createdAt(at(0))))
+	withIP := pod("p1", "a", "node-a", "10.1.0.1")
+	noIP := pod("p2", "a", "node-a")
+	f.addPod(withIP)
+	f.addPod(noIP)
+	f.queued()
+	f.c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, []*corev1.Pod{withIP, noIP}) // a's first sync
+
+	before := time.Now()
+	for _, p := range []*corev1.Pod{withIP, noIP} {
+		if err := f.pods.Delete(p); err != nil {
+			t.Fatal(err)
+		}
+		f.c.onPodDelete(cache.DeletedFinalStateUnknown{Key: ns + "/" + p.Name, Obj: p})
+	}
+	f.expectQueued("pods deleted", ns+"/a")
+	f.c.triggers.mu.Lock()
+	removed := maps.Clone(f.c.triggers.removed[ns+"/a"])
+	f.c.triggers.mu.Unlock()
+	if len(removed) != 1 || removed["p1"].Before(before) {
+		t.Fatalf("removals recorded: %v, want p1 (the pod with an address) at or after %v", removed, before)
+	}
+	if got := f.c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, nil); !got.Equal(removed["p1"]) {
+		t.Errorf("sync after the delete: trigger time %v, want %v", got, removed["p1"])
+	}
 }

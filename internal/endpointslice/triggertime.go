@@ -12,15 +12,25 @@ package endpointslice
 // (its Ready condition's lastTransitionTime) as seen by the last sync. A
 // sync's trigger time is the earliest of those that moved forward since
 // then, zero when none did; the first sync of a Service gives its
-// creationTimestamp. Reconcile stamps the result on the slices it creates
+// creationTimestamp.
+//
+// Deletions, unlike upstream (v1.37.2 stamps nothing for them, so a pod
+// going away never feeds the latency metric): a terminating pod's trigger
+// time is also the moment its deletion was accepted, deletionTimestamp
+// minus deletionGracePeriodSeconds (the API server sets deletionTimestamp
+// that far in the future), when that is later than its Ready transition;
+// and a pod that had an address and is removed from the API counts, for
+// each Service that selected it, from when the controller saw the
+// removal (PodDeleted; the object carries no deletion time, so the
+// watch's delay is left out of the latency). Reconcile stamps the result on the slices it creates
 // or updates and removes the annotation from them when it is zero.
 //
 // The state is updated by every sync that gets as far as planning, even
 // one that writes nothing or whose writes fail (as upstream: a retried
 // write then carries no trigger time), and forgotten with the Service.
 // Approximations, upstream's too: an object that changes twice between
-// two syncs counts only with its last change, and a pod's deletion or a
-// change of labels has no trigger time.
+// two syncs counts only with its last change, and a change of labels has
+// no trigger time.
 
 import (
 	"sync"
@@ -33,6 +43,7 @@ import (
 type triggerState struct {
 	service time.Time            // the Service's trigger time
 	pods    map[string]time.Time // pod name -> trigger time (pods that have one)
+	removed map[string]time.Time // pod name -> when it was seen removed, since then (input only)
 }
 
 // lastChangeTriggerTime is the pure step: the trigger time of a sync of
@@ -48,6 +59,14 @@ func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*core
 	changed := func(t time.Time) {
 		if earliest.IsZero() || t.Before(earliest) {
 			earliest = t
+		}
+	}
+	if len(last.removed) > 0 {
+		for _, pod := range pods {
+			delete(last.removed, pod.Name) // back under the same name: its own time counts
+		}
+		for _, t := range last.removed {
+			changed(t)
 		}
 	}
 	for _, pod := range pods {
@@ -70,14 +89,18 @@ func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*core
 }
 
 // podTriggerTime is the lastTransitionTime of pod's Ready condition (zero
-// without one).
+// without one) or, if later, when its deletion was accepted.
 func podTriggerTime(pod *corev1.Pod) time.Time {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.LastTransitionTime.Time
+	var t time.Time
+	if c := readyCondition(pod); c != nil {
+		t = c.LastTransitionTime.Time
+	}
+	if d, g := pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds; d != nil && g != nil {
+		if asked := d.Add(-time.Duration(*g) * time.Second); asked.After(t) {
+			t = asked
 		}
 	}
-	return time.Time{}
+	return t
 }
 
 // TriggerTimeTracker keeps the per-Service state that trigger times are
@@ -85,13 +108,14 @@ func podTriggerTime(pod *corev1.Pod) time.Time {
 // be computed concurrently (the work queue never syncs a key twice at
 // once).
 type TriggerTimeTracker struct {
-	mu     sync.Mutex
-	states map[string]triggerState // by Service key "namespace/name"
+	mu      sync.Mutex
+	states  map[string]triggerState         // by Service key "namespace/name"
+	removed map[string]map[string]time.Time // Service key -> pod name -> seen removed at
 }
 
 // NewTriggerTimeTracker returns a tracker that has seen nothing.
 func NewTriggerTimeTracker() *TriggerTimeTracker {
-	return &TriggerTimeTracker{states: map[string]triggerState{}}
+	return &TriggerTimeTracker{states: map[string]triggerState{}, removed: map[string]map[string]time.Time{}}
 }
 
 // ComputeEndpointLastChangeTriggerTime returns the trigger time to stamp
@@ -101,6 +125,8 @@ func (t *TriggerTimeTracker) ComputeEndpointLastChangeTriggerTime(namespace stri
 	key := namespace + "/" + svc.Name
 	t.mu.Lock()
 	prev, known := t.states[key]
+	prev.removed = t.removed[key]
+	delete(t.removed, key)
 	t.mu.Unlock()
 	var p *triggerState
 	if known {
@@ -119,4 +145,24 @@ func (t *TriggerTimeTracker) DeleteService(namespace, name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.states, namespace+"/"+name)
+	delete(t.removed, namespace+"/"+name)
+}
+
+// PodDeleted records that pod (by name) of the Service serviceKey
+// ("namespace/name") was seen removed at at: the Service's next sync
+// counts it as a change then. Nothing for a Service not synced yet (its
+// first sync gives its creation time anyway); the first removal counts if
+// a name is removed twice before a sync.
+func (t *TriggerTimeTracker) PodDeleted(serviceKey, pod string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.states[serviceKey]; !ok {
+		return
+	}
+	if t.removed[serviceKey] == nil {
+		t.removed[serviceKey] = map[string]time.Time{}
+	}
+	if _, ok := t.removed[serviceKey][pod]; !ok {
+		t.removed[serviceKey][pod] = at
+	}
 }

@@ -1,6 +1,7 @@
 package endpointslice
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -70,6 +71,24 @@ func TestTriggerTimeTracker(t *testing.T) {
 			svc = service("s", createdAt(at(90)))
 			pods[2] = with(pods[2].DeepCopy(), readySince(at(95)))
 		}, at(90)},
+		// Deletions (a flatnet extension; upstream stamps none).
+		{"a pod's deletion is accepted", func() {
+			pods[1] = with(pods[1].DeepCopy(), deleting(at(100), 30))
+		}, at(100)},
+		{"the terminating pod goes on unchanged", func() {}, time.Time{}},
+		{"its Ready transition after that counts", func() {
+			pods[1] = with(pods[1].DeepCopy(), notReady, readySince(at(102)))
+		}, at(102)},
+		{"a removed pod counts from when it was seen removed", func() {
+			tr.PodDeleted(ns+"/s", pods[1].Name, at(110))
+			tr.PodDeleted(ns+"/s", pods[1].Name, at(111)) // a second sighting: the first counts
+			pods = slices.Delete(pods, 1, 2)
+		}, at(110)},
+		{"the removal counts once", func() {}, time.Time{}},
+		{"a pod removed and back under its name counts by its own time", func() {
+			tr.PodDeleted(ns+"/s", pods[0].Name, at(120))
+			pods[0] = with(pods[0].DeepCopy(), readySince(at(125)))
+		}, at(125)},
 	}
 	for _, st := range steps {
 		st.change()
@@ -103,6 +122,34 @@ func TestTriggerTimeTracker(t *testing.T) {
 	}
 	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, other, pods); !got.IsZero() {
 		t.Errorf("other service after deleting s: %v, want zero", got)
+	}
+}
+
+// deleting: deletion accepted at asked with a grace period of grace
+// seconds, as the API server records it.
+func deleting(asked time.Time, grace int64) podOpt {
+	return func(p *corev1.Pod) {
+		d := metav1.NewTime(asked.Add(time.Duration(grace) * time.Second))
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &d, &grace
+	}
+}
+
+func TestTriggerTimePodDeletedBeforeFirstSync(t *testing.T) {
+	// Removals of pods of a Service never synced are not kept: its first
+	// sync gives its creation time, and nothing is left over after.
+	tr := NewTriggerTimeTracker()
+	tr.PodDeleted(ns+"/s", "p1", at(50))
+	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, service("s", createdAt(at(0))), nil); !got.Equal(at(0)) {
+		t.Errorf("first sync: %v, want the creation time", got)
+	}
+	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, service("s", createdAt(at(0))), nil); !got.IsZero() {
+		t.Errorf("second sync: %v, want zero", got)
+	}
+	// DeleteService forgets removals not yet counted.
+	tr.PodDeleted(ns+"/s", "p1", at(60))
+	tr.DeleteService(ns, "s")
+	if len(tr.removed) != 0 {
+		t.Errorf("removals kept after DeleteService: %v", tr.removed)
 	}
 }
 
