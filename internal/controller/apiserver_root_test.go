@@ -31,6 +31,13 @@ import (
 // (outside CI).
 func apiserver(t *testing.T) (kubeconfig, binDir string) {
 	t.Helper()
+	info, binDir := apiserverInfo(t)
+	return info.Kubeconfig, binDir
+}
+
+// apiserverInfo is apiserver with the processes' pids.
+func apiserverInfo(t *testing.T) (*controlplane.Info, string) {
+	t.Helper()
 	testutil.RequireRoot(t)
 	binDir, err := controlplane.BinDir()
 	if err != nil {
@@ -49,7 +56,7 @@ func apiserver(t *testing.T) (kubeconfig, binDir string) {
 	if err != nil {
 		t.Fatalf("control plane up: %v\n%s", err, log.String())
 	}
-	return info.Kubeconfig, binDir
+	return info, binDir
 }
 
 func repoRoot() string {
@@ -60,6 +67,9 @@ func repoRoot() string {
 // startController runs the controllers until the returned stop is called.
 func startController(t *testing.T, client kubernetes.Interface, o Options) (stop func()) {
 	t.Helper()
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
 	p := netip.MustParsePrefix(o.ClusterCIDR)
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	done := make(chan error, 1)
@@ -152,7 +162,8 @@ func TestRootAgainstAPIServer(t *testing.T) {
 	}
 	ctx := context.Background()
 	// Four /24s: n1..n4 fill the pool.
-	o := Options{ClusterCIDR: "10.244.0.0/22", NodeCIDRMaskSize: 24, AllocateNodeCIDRs: true, BindPods: true, Workers: 2}
+	o := Options{ClusterCIDR: "10.244.0.0/22", NodeCIDRMaskSize: 24, AllocateNodeCIDRs: true, BindPods: true, Workers: 2,
+		NodeIPAMWorkers: 2, KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst}
 	stop := startController(t, client, o)
 	got := map[string]string{}
 	for _, n := range []string{"n1", "n2", "n3"} {

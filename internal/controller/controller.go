@@ -40,6 +40,12 @@ type Options struct {
 	AllocateNodeCIDRs bool
 	BindPods          bool
 	Workers           int
+	// NodeIPAMWorkers is how many Nodes get their podCIDR patched at once.
+	NodeIPAMWorkers int
+	// KubeAPIQPS and KubeAPIBurst limit the controller's API client, as
+	// kube-controller-manager's flags of the same names do.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 	// EndpointSlices runs flatnet's EndpointSlice controller (off where
 	// kube-controller-manager runs its own).
 	EndpointSlices       bool
@@ -69,9 +75,61 @@ func (o Options) lbConfig() (lbipam.Config, error) {
 	return lbipam.Config{Pool: pool, ConfigMap: o.LoadBalancerIPPoolConfigMap}, nil
 }
 
+// Defaults of the rate flags, measured by TestRootNodeIPAMRate (see
+// docs/benchmarks.md): node IPAM costs one PATCH per Node (no success
+// event, no GET), so the client's QPS is its rate until the API server's
+// CPU is, and enough workers keep that many PATCHes in flight.
+const (
+	DefaultKubeAPIQPS      = 300
+	DefaultKubeAPIBurst    = 600
+	DefaultNodeIPAMWorkers = 16
+)
+
+// DefaultOptions are the flags' defaults.
+func DefaultOptions() Options {
+	return Options{
+		ClusterCIDR:          "10.244.0.0/16",
+		NodeCIDRMaskSize:     24,
+		AllocateNodeCIDRs:    true,
+		Workers:              2,
+		NodeIPAMWorkers:      DefaultNodeIPAMWorkers,
+		KubeAPIQPS:           DefaultKubeAPIQPS,
+		KubeAPIBurst:         DefaultKubeAPIBurst,
+		MaxEndpointsPerSlice: endpointslice.DefaultMaxEndpointsPerSlice,
+	}
+}
+
+// validate checks the flags that need no API server.
+func (o Options) validate() error {
+	if !o.AllocateNodeCIDRs && !o.BindPods && !o.EndpointSlices && !o.lbIPAM() {
+		return errors.New("nothing to do: --allocate-node-cidrs=false, no --bind-pods, no --endpointslices, no --load-balancer-ip-pool")
+	}
+	if _, err := o.lbConfig(); err != nil {
+		return err
+	}
+	if o.EndpointSlices && (o.MaxEndpointsPerSlice < 1 || o.MaxEndpointsPerSlice > 1000) {
+		return fmt.Errorf("--max-endpoints-per-slice must be 1..1000 (got %d)", o.MaxEndpointsPerSlice)
+	}
+	if o.Workers < 1 {
+		return fmt.Errorf("--workers must be at least 1 (got %d)", o.Workers)
+	}
+	if o.AllocateNodeCIDRs && (o.NodeIPAMWorkers < 1 || o.NodeIPAMWorkers > 256) {
+		return fmt.Errorf("--node-ipam-workers must be 1..256 (got %d)", o.NodeIPAMWorkers)
+	}
+	// client-go reads 0 as its default (5) and a negative QPS as no limit
+	// at all: neither is what a flag value should mean.
+	if !(o.KubeAPIQPS > 0) {
+		return fmt.Errorf("--kube-api-qps must be more than 0 (got %g)", o.KubeAPIQPS)
+	}
+	if o.KubeAPIBurst < 1 {
+		return fmt.Errorf("--kube-api-burst must be at least 1 (got %d)", o.KubeAPIBurst)
+	}
+	return nil
+}
+
 // NewCommand returns `flatnet controller`.
 func NewCommand() *cobra.Command {
-	o := Options{}
+	o := DefaultOptions()
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run flatnet's cluster-wide controller: node pod CIDR allocation (and, for the lab, pod binding)",
@@ -105,33 +163,27 @@ the addresses on every node.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
-	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", "10.244.0.0/16", "CIDR that node pod subnets are carved from")
-	fs.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", 24, "prefix length of each node's pod subnet")
-	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", true, "allocate spec.podCIDR for Nodes that have none")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "CIDR that node pod subnets are carved from")
+	fs.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", o.NodeCIDRMaskSize, "prefix length of each node's pod subnet")
+	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "allocate spec.podCIDR for Nodes that have none")
 	fs.BoolVar(&o.BindPods, "bind-pods", false, "bind Pods without a node to Ready nodes round-robin (the lab has no scheduler)")
 	fs.BoolVar(&o.EndpointSlices, "endpointslices", false, "write EndpointSlices for Services with a selector (managed-by "+endpointslice.ManagedBy+"); leave off where kube-controller-manager runs its own")
-	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", endpointslice.DefaultMaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1..1000)")
+	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", o.MaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1..1000)")
 	fs.StringVar(&o.LoadBalancerIPPool, "load-balancer-ip-pool", "", "addresses for Services of type LoadBalancer with spec.loadBalancerClass unset or "+lbipam.Class+
 		": comma-separated CIDRs, a-b ranges or addresses, IPv4 and/or IPv6 (empty: none unless --load-balancer-ip-pool-configmap)")
 	fs.StringVar(&o.LoadBalancerIPPoolConfigMap, "load-balancer-ip-pool-configmap", "", "namespace/name of a ConfigMap whose key \"pool\" (same syntax) adds to --load-balancer-ip-pool; watched, so an edit takes effect")
-	fs.IntVar(&o.Workers, "workers", 2, "concurrent syncs per controller")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "concurrent syncs per controller (but node IPAM, see --node-ipam-workers)")
+	fs.IntVar(&o.NodeIPAMWorkers, "node-ipam-workers", o.NodeIPAMWorkers, "Nodes whose podCIDR is patched at once (1..256); each waits for its PATCH, so this many requests are in flight")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "most requests a second, on average, to the API server (client-side limit)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "most requests at once to the API server above --kube-api-qps")
 	kube.AddLogFlags(fs)
 	return cmd
 }
 
 // Run runs the controllers o enables until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if !o.AllocateNodeCIDRs && !o.BindPods && !o.EndpointSlices && !o.lbIPAM() {
-		return errors.New("nothing to do: --allocate-node-cidrs=false, no --bind-pods, no --endpointslices, no --load-balancer-ip-pool")
-	}
-	if _, err := o.lbConfig(); err != nil {
+	if err := o.validate(); err != nil {
 		return err
-	}
-	if o.EndpointSlices && (o.MaxEndpointsPerSlice < 1 || o.MaxEndpointsPerSlice > 1000) {
-		return fmt.Errorf("--max-endpoints-per-slice must be 1..1000 (got %d)", o.MaxEndpointsPerSlice)
-	}
-	if o.Workers < 1 {
-		return fmt.Errorf("--workers must be at least 1 (got %d)", o.Workers)
 	}
 	var cfg nodeipam.Config
 	if o.AllocateNodeCIDRs {
@@ -145,7 +197,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--cluster-cidr/--node-cidr-mask-size: %w", err)
 		}
 	}
-	client, err := kube.Client(o.Kubeconfig, "flatnet-controller")
+	client, err := kube.ClientWithRate(o.Kubeconfig, "flatnet-controller", o.KubeAPIQPS, o.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
@@ -159,25 +211,29 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flatnet-controller"})
 
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim))
 	type runner interface {
 		Run(context.Context, int) error
 	}
-	var runners []runner
+	type withWorkers struct {
+		runner
+		workers int
+	}
+	var runners []withWorkers
 	startFactories := []informers.SharedInformerFactory{factory}
 	if o.AllocateNodeCIDRs {
 		c, err := nodeipam.New(client, factory.Core().V1().Nodes(), cfg, recorder)
 		if err != nil {
 			return err
 		}
-		runners = append(runners, c)
+		runners = append(runners, withWorkers{c, o.NodeIPAMWorkers})
 	}
 	if o.BindPods {
 		b, err := binder.New(client, binder.UnboundPods(factory), factory.Core().V1().Nodes(), recorder)
 		if err != nil {
 			return err
 		}
-		runners = append(runners, b)
+		runners = append(runners, withWorkers{b, o.Workers})
 	}
 	if o.EndpointSlices {
 		// Its own factory (its transform keeps only what the controller
@@ -191,7 +247,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		if err != nil {
 			return err
 		}
-		runners = append(runners, e)
+		runners = append(runners, withWorkers{e, o.Workers})
 	}
 	if o.lbIPAM() {
 		lbCfg, err := o.lbConfig()
@@ -214,7 +270,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		if err != nil {
 			return err
 		}
-		runners = append(runners, l)
+		runners = append(runners, withWorkers{l, o.Workers})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -232,7 +288,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 	)
 	for _, r := range runners {
 		wg.Go(func() {
-			if err := r.Run(ctx, o.Workers); err != nil {
+			if err := r.Run(ctx, r.workers); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -243,4 +299,24 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 	wg.Wait()
 	logger.Info("Stopped")
 	return errors.Join(errs...)
+}
+
+// slim is the shared factory's transform: it drops what none of its
+// readers use before the object is cached. Those readers are nodeipam
+// (a Node's name and spec.podCIDR(s)), the binder (a Node's labels,
+// taints, spec.unschedulable, Ready condition; unbound Pods) and lbipam
+// (Services, written back with UpdateStatus, where omitted managedFields
+// leave the server's as they are). managedFields is most of a small
+// object; a real Node's status.images (up to 50 entries, each with every
+// tag and digest) and attached volumes are most of the rest.
+func slim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status.Images = nil
+		n.Status.VolumesInUse = nil
+		n.Status.VolumesAttached = nil
+	}
+	return obj, nil
 }

@@ -17,14 +17,18 @@ func TestEndpointSlicesFlag(t *testing.T) {
 	}
 	// Bad values fail before connecting to anything.
 	for _, max := range []int{0, 1001} {
-		err := Run(context.Background(), Options{EndpointSlices: true, MaxEndpointsPerSlice: max, Workers: 1, Kubeconfig: "/nonexistent"})
+		o := DefaultOptions()
+		o.AllocateNodeCIDRs, o.EndpointSlices, o.MaxEndpointsPerSlice, o.Kubeconfig = false, true, max, "/nonexistent"
+		err := Run(context.Background(), o)
 		if err == nil || !strings.Contains(err.Error(), "--max-endpoints-per-slice") {
 			t.Errorf("max %d: %v, want an error naming --max-endpoints-per-slice", max, err)
 		}
 	}
 	// --endpointslices alone is something to do.
-	err := Run(context.Background(), Options{EndpointSlices: true, MaxEndpointsPerSlice: 100, Workers: 1, Kubeconfig: "/nonexistent"})
-	if err == nil || strings.Contains(err.Error(), "nothing to do") {
+	o := DefaultOptions()
+	o.AllocateNodeCIDRs, o.EndpointSlices, o.Kubeconfig = false, true, "/nonexistent"
+	err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent") {
 		t.Errorf("--endpointslices only: %v, want a connection error, not 'nothing to do'", err)
 	}
 }

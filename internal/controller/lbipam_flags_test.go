@@ -25,7 +25,7 @@ func TestLoadBalancerPoolFlags(t *testing.T) {
 		{Options{LoadBalancerIPPool: "10.251.0.0/25,10.251.0.9-10.251.0.1"}, `item 2 "10.251.0.9-10.251.0.1": the range ends (10.251.0.1) before it starts (10.251.0.9)`},
 		{Options{LoadBalancerIPPoolConfigMap: "flatnet-lb"}, `--load-balancer-ip-pool-configmap: ConfigMap "flatnet-lb": want namespace/name`},
 	} {
-		c.o.Workers, c.o.Kubeconfig = 1, "/nonexistent"
+		c.o.Workers, c.o.KubeAPIQPS, c.o.KubeAPIBurst, c.o.Kubeconfig = 1, DefaultKubeAPIQPS, DefaultKubeAPIBurst, "/nonexistent"
 		err := Run(context.Background(), c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c.o, err, c.want)
@@ -33,8 +33,8 @@ func TestLoadBalancerPoolFlags(t *testing.T) {
 	}
 	// A pool alone is something to do.
 	for _, o := range []Options{{LoadBalancerIPPool: "10.251.0.0/25"}, {LoadBalancerIPPoolConfigMap: "kube-system/lb"}} {
-		o.Workers, o.Kubeconfig = 1, "/nonexistent"
-		if err := Run(context.Background(), o); err == nil || strings.Contains(err.Error(), "nothing to do") || strings.Contains(err.Error(), "pool") {
+		o.Workers, o.KubeAPIQPS, o.KubeAPIBurst, o.Kubeconfig = 1, DefaultKubeAPIQPS, DefaultKubeAPIBurst, "/nonexistent"
+		if err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "/nonexistent") {
 			t.Errorf("%+v: %v, want a connection error", o, err)
 		}
 	}

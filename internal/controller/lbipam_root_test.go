@@ -88,7 +88,7 @@ func TestLoadBalancerIPsOnAPIServer(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps("kube-system").Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{ClusterCIDR: "10.244.0.0/16", NodeCIDRMaskSize: 24, Workers: 2,
+	o := Options{ClusterCIDR: "10.244.0.0/16", NodeCIDRMaskSize: 24, Workers: 2, KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst,
 		LoadBalancerIPPool: "10.251.0.0/31", LoadBalancerIPPoolConfigMap: "kube-system/flatnet-lb"}
 	stop := startController(t, client, o)
 

@@ -20,8 +20,18 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// The client-side rate limit of Config: daemons list every Node at start,
+// and client-go's default (5 qps) would make a restart crawl on a large
+// cluster. `flatnet controller` sets its own (--kube-api-qps,
+// --kube-api-burst).
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
 // Config returns a client config from kubeconfig, or the in-cluster one
-// when kubeconfig is empty (a Pod with a service account).
+// when kubeconfig is empty (a Pod with a service account), limited to
+// DefaultQPS and DefaultBurst.
 func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
@@ -39,9 +49,7 @@ func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 		}
 	}
 	cfg.UserAgent = userAgent
-	// Daemons list every Node at start; the client default (5 qps) would
-	// make a restart crawl on a large cluster.
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
 	// Protobuf for the built-in types, as kube-proxy and the kubelet
 	// default to: decoding thousands of Services and EndpointSlices at
 	// start costs a fraction of JSON's CPU.
@@ -52,10 +60,17 @@ func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 
 // Client returns a clientset for kubeconfig (see Config).
 func Client(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	return ClientWithRate(kubeconfig, userAgent, DefaultQPS, DefaultBurst)
+}
+
+// ClientWithRate is Client sending at most qps requests a second on
+// average and burst at once.
+func ClientWithRate(kubeconfig, userAgent string, qps float32, burst int) (kubernetes.Interface, error) {
 	cfg, err := Config(kubeconfig, userAgent)
 	if err != nil {
 		return nil, err
 	}
+	cfg.QPS, cfg.Burst = qps, burst
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the API client: %w", err)
