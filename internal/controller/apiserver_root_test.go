@@ -236,7 +236,4 @@ func TestRootAgainstAPIServer(t *testing.T) {
 	if c := waitPodCIDR(t, client, "n5"); c != got["n2"] {
 		t.Errorf("n5 got %s, want n2's freed %s", c, got["n2"])
 	}
-	if !hasEvent(client, nodeipam.ReasonCIDRAssigned, "n1") {
-		t.Errorf("no %s event for n1", nodeipam.ReasonCIDRAssigned)
-	}
 }

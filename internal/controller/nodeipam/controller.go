@@ -14,7 +14,10 @@
 // each Node holds or was just given, so a sync that runs before the cache
 // has seen our own patch reuses the same subnet instead of taking another.
 // When the pool is empty the Node gets a CIDRNotAvailable event and waits;
-// it is retried as soon as a subnet is freed.
+// it is retried as soon as a subnet is freed. A successful allocation is
+// logged, not an event: as with kube-controller-manager, one write per
+// Node is the whole cost, which matters when thousands join at once
+// (docs/benchmarks.md, "Node IPAM").
 package nodeipam
 
 import (
@@ -44,11 +47,9 @@ import (
 	"github.com/flatnet/flatnet/internal/kube"
 )
 
-// Event reasons.
-const (
-	ReasonCIDRNotAvailable = "CIDRNotAvailable"
-	ReasonCIDRAssigned     = "PodCIDRAssigned"
-)
+// ReasonCIDRNotAvailable is the event reason for a Node that finds the
+// pool empty.
+const ReasonCIDRNotAvailable = "CIDRNotAvailable"
 
 // Config configures the controller.
 type Config struct {
@@ -195,7 +196,6 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return fmt.Errorf("setting spec.podCIDR=%s on node %s: %w", p, name, err)
 	}
 	logger.Info("Assigned pod CIDR", "node", name, "podCIDR", p)
-	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonCIDRAssigned, "Pod CIDR %s assigned", p)
 	return nil
 }
 

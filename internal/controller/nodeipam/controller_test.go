@@ -158,6 +158,17 @@ func TestAllocatesOnlyToNodesWithout(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.syncAll("a", "b", "c", "v6")
+	// One PATCH a Node is the whole cost: no GET, no event.
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() != "patch" {
+			t.Errorf("unexpected API action %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	select {
+	case ev := <-f.recorder.Events:
+		t.Errorf("event for an allocation: %q", ev)
+	default:
+	}
 	want := []string{
 		`b={"spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24"]}}`,
 		`c={"spec":{"podCIDR":"10.244.2.0/24","podCIDRs":["10.244.2.0/24"]}}`,
