@@ -28,7 +28,9 @@ import (
 // client of 5,000 qps and 16 goroutines), then the controller starts: the
 // time is from the last Node created to every Node holding a podCIDR,
 // which includes the controller's initial list. N is 200, or
-// $FLATNET_NODEIPAM_NODES (5000 for docs/benchmarks.md).
+// $FLATNET_NODEIPAM_NODES (5000 for docs/benchmarks.md);
+// $FLATNET_NODEIPAM_EXTRA=QPS/BURST/WORKERS adds a third setting, to find
+// where the API server, not the client, is the limit.
 func TestRootNodeIPAMRate(t *testing.T) {
 	n := 200
 	if s := os.Getenv("FLATNET_NODEIPAM_NODES"); s != "" {
@@ -42,15 +44,24 @@ func TestRootNodeIPAMRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rates := map[string]float64{}
-	for _, c := range []struct {
+	type setting struct {
 		name         string
 		qps          float32
 		burst, works int
-	}{
+	}
+	settings := []setting{
 		{"old", kube.DefaultQPS, kube.DefaultBurst, 2},
 		{"new", DefaultKubeAPIQPS, DefaultKubeAPIBurst, DefaultNodeIPAMWorkers},
-	} {
+	}
+	if s := os.Getenv("FLATNET_NODEIPAM_EXTRA"); s != "" {
+		x := setting{name: "extra"}
+		if _, err := fmt.Sscanf(s, "%g/%d/%d", &x.qps, &x.burst, &x.works); err != nil {
+			t.Fatalf("FLATNET_NODEIPAM_EXTRA=%q: want QPS/BURST/WORKERS: %v", s, err)
+		}
+		settings = append(settings, x)
+	}
+	rates := map[string]float64{}
+	for _, c := range settings {
 		// 10.0.0.0/8 in /24s: 65,536 subnets.
 		o := DefaultOptions()
 		o.ClusterCIDR, o.KubeAPIQPS, o.KubeAPIBurst, o.NodeIPAMWorkers = "10.0.0.0/8", c.qps, c.burst, c.works
@@ -63,19 +74,19 @@ func TestRootNodeIPAMRate(t *testing.T) {
 		}
 		createNodes(t, fast, c.name, n)
 		assigned := watchPodCIDRs(t, fast, n)
-		cpu0 := cpuSeconds(t, info.APIServerPID)
+		cpu0, etcd0 := cpuSeconds(t, info.APIServerPID), cpuSeconds(t, info.EtcdPID)
 		t0 := time.Now()
 		stop := startController(t, client, o)
 		cidrs := <-assigned
 		d := time.Since(t0)
-		cpu := cpuSeconds(t, info.APIServerPID) - cpu0
+		cpu, etcd := cpuSeconds(t, info.APIServerPID)-cpu0, cpuSeconds(t, info.EtcdPID)-etcd0
 		stop()
 		if len(cidrs) != n {
 			t.Fatalf("%s: %d distinct podCIDRs for %d nodes", c.name, len(cidrs), n)
 		}
 		rates[c.name] = float64(n) / d.Seconds()
-		t.Logf("%s (qps %g, burst %d, %d workers): %d nodes in %.2fs = %.0f nodes/s; kube-apiserver CPU %.1fs (%.0f%% of one core)",
-			c.name, c.qps, c.burst, c.works, n, d.Seconds(), rates[c.name], cpu, 100*cpu/d.Seconds())
+		t.Logf("%s (qps %g, burst %d, %d workers): %d nodes in %.2fs = %.0f nodes/s; kube-apiserver CPU %.1fs (%.0f%% of one core), etcd %.1fs (%.0f%%)",
+			c.name, c.qps, c.burst, c.works, n, d.Seconds(), rates[c.name], cpu, 100*cpu/d.Seconds(), etcd, 100*etcd/d.Seconds())
 		deleteNodes(t, fast)
 	}
 	t.Logf("new/old: %.1fx", rates["new"]/rates["old"])
