@@ -17,14 +17,14 @@ import (
 // those answers within the socket's receive buffer even when all fail.
 const batchSize = 128
 
-// execBatch sends reqs on a NETLINK_NETFILTER socket of the caller's
-// network namespace, batchSize to a sendmsg, and returns one error per
+// execBatch sends reqs on a netlink socket of protocol proto
+// (NETLINK_NETFILTER, NETLINK_ROUTE) in the caller's network namespace, batchSize to a sendmsg, and returns one error per
 // request (nil when it succeeded). Only the last request of a batch asks
 // for an ack: the kernel answers the others only when they fail, and
 // before that ack, so the ack closes the batch's answers (as nft does).
 // A failure of the socket itself is returned alone.
-func execBatch(reqs []*nl.NetlinkRequest) ([]error, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+func execBatch(proto int, reqs []*nl.NetlinkRequest) ([]error, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}
@@ -97,7 +97,7 @@ func ConntrackCreate(entries []ConntrackEntry, timeout uint32) error {
 		}
 		reqs[i] = r
 	}
-	errs, err := execBatch(reqs)
+	errs, err := execBatch(unix.NETLINK_NETFILTER, reqs)
 	if err != nil {
 		return fmt.Errorf("creating conntrack entries: %w", err)
 	}

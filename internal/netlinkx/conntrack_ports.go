@@ -216,7 +216,7 @@ func deleteEntries(es []ctEntry) (uint, error) {
 		}
 		reqs = append(reqs, r)
 	}
-	res, err := execBatch(reqs)
+	res, err := execBatch(unix.NETLINK_NETFILTER, reqs)
 	if err != nil {
 		return 0, fmt.Errorf("deleting %d conntrack entries: %w", len(reqs), err)
 	}

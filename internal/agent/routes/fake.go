@@ -18,7 +18,7 @@ type Fake struct {
 	Reachable netip.Prefix
 	// Devices, when set, are the only devices a route may name.
 	Devices []string
-	// Ops counts Replace and Delete calls.
+	// Ops counts the changes written.
 	Ops int
 }
 
@@ -36,9 +36,28 @@ func (f *Fake) List() ([]Route, []netip.Prefix, error) {
 	return out, slices.Clone(f.Foreign), nil
 }
 
-// Replace implements Kernel.
-func (f *Fake) Replace(r Route) error {
-	f.Ops++
+// Write implements Kernel, one change after the other.
+func (f *Fake) Write(cs []Change) []error {
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		f.Ops++
+		switch c.Op {
+		case Delete:
+			delete(f.Owned, c.Route.Dst)
+		case Add:
+			if _, ok := f.Owned[c.Route.Dst]; ok {
+				errs[i] = fmt.Errorf("file exists")
+				continue
+			}
+			errs[i] = f.replace(c.Route)
+		default:
+			errs[i] = f.replace(c.Route)
+		}
+	}
+	return errs
+}
+
+func (f *Fake) replace(r Route) error {
 	if f.Devices != nil && r.Dev != "" && !slices.Contains(f.Devices, r.Dev) {
 		return fmt.Errorf("no such device %s", r.Dev)
 	}
@@ -49,13 +68,6 @@ func (f *Fake) Replace(r Route) error {
 		return fmt.Errorf("file exists") // replace would take over; the plan never asks
 	}
 	f.Owned[r.Dst] = r
-	return nil
-}
-
-// Delete implements Kernel.
-func (f *Fake) Delete(r Route) error {
-	f.Ops++
-	delete(f.Owned, r.Dst)
 	return nil
 }
 

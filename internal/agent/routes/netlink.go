@@ -77,56 +77,61 @@ func linkNames() (map[int]string, error) {
 	return names, nil
 }
 
-// Replace implements Kernel.
-func (n Netlink) Replace(r Route) error {
-	nr, err := n.route(r)
-	if err != nil {
-		return err
-	}
-	err = netlink.RouteReplace(nr)
-	if errors.Is(err, syscall.ENETUNREACH) {
-		return fmt.Errorf("gateway %s is not on a directly connected network of this node (host-gw needs all nodes on one layer-2 segment; check the node's InternalIP): %w", r.Gw, err)
-	}
-	return err
-}
-
-// Delete implements Kernel.
-func (n Netlink) Delete(r Route) error {
-	nr, err := n.route(r)
-	if netlinkx.IsNotFound(err) {
-		return nil // its device is gone, and the route with it
-	}
-	if err != nil {
-		return err
-	}
-	err = netlink.RouteDel(nr)
-	if errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT) {
-		return nil
-	}
-	return err
-}
-
-func (n Netlink) route(r Route) (*netlink.Route, error) {
-	nr := &netlink.Route{
-		Dst:      &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
-		Protocol: Protocol,
-		Table:    n.table(),
-		Scope:    netlink.SCOPE_UNIVERSE,
-	}
-	if r.Gw.IsValid() {
-		nr.Gw = r.Gw.AsSlice()
-	}
-	if r.Dev != "" {
-		l, err := netlinkx.LinkByName(r.Dev)
-		if err != nil {
-			return nil, fmt.Errorf("route %s: device %s: %w", r, r.Dev, err)
+// Write implements Kernel: one netlink batch (netlinkx.RouteBatch); the
+// devices routes name are looked up once.
+func (n Netlink) Write(cs []Change) []error {
+	errs := make([]error, len(cs))
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
 		}
-		nr.LinkIndex = l.Attrs().Index
+		return errs
 	}
-	if r.OnLink {
-		nr.SetFlag(netlink.FLAG_ONLINK)
+	index := map[string]int{}
+	var (
+		b    netlinkx.RouteBatch
+		sent []int // the batch's changes, as indexes into cs
+	)
+	for i, c := range cs {
+		r := c.Route
+		br := netlinkx.BatchRoute{Dst: r.Dst, Gw: r.Gw, OnLink: r.OnLink, Protocol: uint8(Protocol), Table: n.table()}
+		if r.Dev != "" {
+			idx, ok := index[r.Dev]
+			if !ok {
+				l, err := netlinkx.LinkByName(r.Dev)
+				switch {
+				case netlinkx.IsNotFound(err) && c.Op == Delete:
+					continue // its device is gone, and the route with it
+				case err != nil:
+					errs[i] = fmt.Errorf("route %s: device %s: %w", r, r.Dev, err)
+					continue
+				}
+				idx = l.Attrs().Index
+				index[r.Dev] = idx
+			}
+			br.LinkIndex = idx
+		}
+		op := netlinkx.OpReplace
+		switch c.Op {
+		case Add:
+			op = netlinkx.OpAdd
+		case Delete:
+			op = netlinkx.OpDelete
+		}
+		b.Route(op, br)
+		sent = append(sent, i)
 	}
-	return nr, nil
+	res, err := b.Exec()
+	if err != nil {
+		return fail(err)
+	}
+	for j, err := range res {
+		if errors.Is(err, syscall.ENETUNREACH) {
+			err = fmt.Errorf("gateway %s is not on a directly connected network of this node (host-gw needs all nodes on one layer-2 segment; check the node's InternalIP): %w", cs[sent[j]].Route.Gw, err)
+		}
+		errs[sent[j]] = err
+	}
+	return errs
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {

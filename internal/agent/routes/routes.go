@@ -190,10 +190,49 @@ type Kernel interface {
 	// List returns the routes we own and the destinations of all others
 	// in the table.
 	List() (owned []Route, foreign []netip.Prefix, err error)
-	// Replace adds r or changes the gateway of our route to r.Dst.
-	Replace(r Route) error
-	// Delete removes our route r; a route already gone is success.
-	Delete(r Route) error
+	// Write applies cs in order, in as few kernel calls as it can, and
+	// returns one error per change (nil: done).
+	Write(cs []Change) []error
+}
+
+// Op is what a Change does.
+type Op uint8
+
+const (
+	// Replace adds the route or changes our route to its destination.
+	Replace Op = iota
+	// Add adds the route; a route to its destination already there
+	// (ours or not) is an error: the incremental path's way of never
+	// taking over a route it does not know.
+	Add
+	// Delete removes our route; a route already gone is success.
+	Delete
+)
+
+// Change is one route change.
+type Change struct {
+	Op    Op
+	Route Route
+}
+
+// Write applies cs through k and returns every failure, joined, each
+// naming its route (and peer).
+func Write(k Kernel, cs []Change) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	var errs []error
+	for i, err := range k.Write(cs) {
+		if err == nil {
+			continue
+		}
+		if r := cs[i].Route; cs[i].Op == Delete {
+			errs = append(errs, fmt.Errorf("deleting route %s: %w", r, err))
+		} else {
+			errs = append(errs, fmt.Errorf("route %s to node %s: %w", r, r.Node, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Sync makes the kernel's flatnet routes equal desired. It applies every
@@ -206,15 +245,15 @@ func Sync(k Kernel, desired []Route) (Plan, error) {
 	}
 	p := MakePlan(desired, owned, foreign)
 	errs := slices.Clone(p.Conflicts)
+	cs := make([]Change, 0, len(p.Delete)+len(p.Replace))
 	for _, r := range p.Delete {
-		if err := k.Delete(r); err != nil {
-			errs = append(errs, fmt.Errorf("deleting route %s: %w", r, err))
-		}
+		cs = append(cs, Change{Op: Delete, Route: r})
 	}
 	for _, r := range p.Replace {
-		if err := k.Replace(r); err != nil {
-			errs = append(errs, fmt.Errorf("route %s to node %s: %w", r, r.Node, err))
-		}
+		cs = append(cs, Change{Op: Replace, Route: r})
+	}
+	if err := Write(k, cs); err != nil {
+		errs = append(errs, err)
 	}
 	return p, errors.Join(errs...)
 }

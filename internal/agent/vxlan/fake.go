@@ -148,7 +148,25 @@ func (f *Fake) Neighs(name string) ([]Neigh, error) {
 	return slices.Clone(l.Neighs), nil
 }
 
-// SetNeigh implements Kernel.
+// WriteEntries implements Kernel, one change after the other.
+func (f *Fake) WriteEntries(name string, cs []EntryChange) []error {
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		switch {
+		case c.Del && c.Neigh != nil:
+			errs[i] = f.DelNeigh(name, *c.Neigh)
+		case c.Del:
+			errs[i] = f.DelFDB(name, *c.FDB)
+		case c.Neigh != nil:
+			errs[i] = f.SetNeigh(name, *c.Neigh)
+		default:
+			errs[i] = f.SetFDB(name, *c.FDB)
+		}
+	}
+	return errs
+}
+
+// SetNeigh sets a neighbour entry.
 func (f *Fake) SetNeigh(name string, n Neigh) error {
 	l, err := f.get(name)
 	if err != nil {
@@ -161,7 +179,7 @@ func (f *Fake) SetNeigh(name string, n Neigh) error {
 	return nil
 }
 
-// DelNeigh implements Kernel.
+// DelNeigh deletes a neighbour entry.
 func (f *Fake) DelNeigh(name string, n Neigh) error {
 	l, err := f.get(name)
 	if err != nil {
@@ -181,7 +199,7 @@ func (f *Fake) FDB(name string) ([]FDB, error) {
 	return slices.Clone(l.FDB), nil
 }
 
-// SetFDB implements Kernel: like the kernel's NLM_F_REPLACE, it replaces
+// SetFDB sets an FDB entry: like the kernel's NLM_F_REPLACE, it replaces
 // the first destination of the MAC.
 func (f *Fake) SetFDB(name string, e FDB) error {
 	l, err := f.get(name)
@@ -198,7 +216,7 @@ func (f *Fake) SetFDB(name string, e FDB) error {
 	return nil
 }
 
-// DelFDB implements Kernel.
+// DelFDB deletes an FDB entry.
 func (f *Fake) DelFDB(name string, e FDB) error {
 	l, err := f.get(name)
 	if err != nil {

@@ -199,42 +199,6 @@ func (n Netlink) Neighs(name string) ([]Neigh, error) {
 	return out, nil
 }
 
-func (n Netlink) neigh(name string, e Neigh) (*netlink.Neigh, error) {
-	l, err := n.link(name)
-	if err != nil {
-		return nil, err
-	}
-	return &netlink.Neigh{
-		LinkIndex:    l.Attrs().Index,
-		Family:       netlink.FAMILY_V4,
-		State:        netlink.NUD_PERMANENT,
-		Type:         unix.RTN_UNICAST,
-		IP:           e.IP.AsSlice(),
-		HardwareAddr: net.HardwareAddr(e.MAC[:]),
-	}, nil
-}
-
-// SetNeigh implements Kernel.
-func (n Netlink) SetNeigh(name string, e Neigh) error {
-	nn, err := n.neigh(name, e)
-	if err != nil {
-		return err
-	}
-	return netlink.NeighSet(nn)
-}
-
-// DelNeigh implements Kernel.
-func (n Netlink) DelNeigh(name string, e Neigh) error {
-	nn, err := n.neigh(name, e)
-	if err != nil {
-		return err
-	}
-	if err := netlink.NeighDel(nn); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return err
-	}
-	return nil
-}
-
 // FDB implements Kernel.
 func (n Netlink) FDB(name string) ([]FDB, error) {
 	l, err := n.link(name)
@@ -259,41 +223,36 @@ func (n Netlink) FDB(name string) ([]FDB, error) {
 	return out, nil
 }
 
-func (n Netlink) fdb(name string, f FDB) (*netlink.Neigh, error) {
+// WriteEntries implements Kernel: one netlink batch (netlinkx.RouteBatch).
+func (n Netlink) WriteEntries(name string, cs []EntryChange) []error {
+	errs := make([]error, len(cs))
 	l, err := n.link(name)
 	if err != nil {
-		return nil, err
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	e := &netlink.Neigh{
-		LinkIndex:    l.Attrs().Index,
-		Family:       unix.AF_BRIDGE,
-		Flags:        netlink.NTF_SELF,
-		State:        netlink.NUD_PERMANENT,
-		HardwareAddr: net.HardwareAddr(f.MAC[:]),
+	var b netlinkx.RouteBatch
+	for _, c := range cs {
+		op := netlinkx.OpReplace
+		if c.Del {
+			op = netlinkx.OpDelete
+		}
+		e := netlinkx.BatchNeigh{LinkIndex: l.Attrs().Index}
+		if c.Neigh != nil {
+			e.IP, e.MAC = c.Neigh.IP, net.HardwareAddr(c.Neigh.MAC[:])
+		} else {
+			e.IP, e.MAC, e.FDB = c.FDB.Dst, net.HardwareAddr(c.FDB.MAC[:]), true
+		}
+		b.Neigh(op, e)
 	}
-	if f.Dst.IsValid() {
-		e.IP = f.Dst.AsSlice()
-	}
-	return e, nil
-}
-
-// SetFDB implements Kernel.
-func (n Netlink) SetFDB(name string, f FDB) error {
-	e, err := n.fdb(name, f)
+	res, err := b.Exec()
 	if err != nil {
-		return err
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	return netlink.NeighSet(e)
-}
-
-// DelFDB implements Kernel.
-func (n Netlink) DelFDB(name string, f FDB) error {
-	e, err := n.fdb(name, f)
-	if err != nil {
-		return err
-	}
-	if err := netlink.NeighDel(e); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return err
-	}
-	return nil
+	return res
 }

@@ -24,14 +24,76 @@ type Kernel interface {
 
 	// Neighs lists the device's permanent neighbour entries.
 	Neighs(name string) ([]Neigh, error)
-	SetNeigh(name string, n Neigh) error
-	DelNeigh(name string, n Neigh) error
-
 	// FDB lists the device's forwarding entries.
 	FDB(name string) ([]FDB, error)
-	// SetFDB adds the entry for f.MAC or replaces its destination.
-	SetFDB(name string, f FDB) error
-	DelFDB(name string, f FDB) error
+	// WriteEntries applies cs in order, in as few kernel calls as it
+	// can, and returns one error per change (nil: done). A set neighbour
+	// entry replaces the one of its IP; a set FDB entry adds the entry
+	// for its MAC or replaces its destination.
+	WriteEntries(name string, cs []EntryChange) []error
+}
+
+// EntryChange is one neighbour or FDB change: exactly one of Neigh and
+// FDB is set.
+type EntryChange struct {
+	Del   bool
+	Neigh *Neigh
+	FDB   *FDB
+}
+
+func (c EntryChange) String() string {
+	verb := "set"
+	if c.Del {
+		verb = "del"
+	}
+	if c.Neigh != nil {
+		return fmt.Sprintf("%s neigh %s", verb, c.Neigh)
+	}
+	return fmt.Sprintf("%s fdb %s", verb, c.FDB)
+}
+
+// Changes are p's neighbour and FDB changes in the order Sync applies
+// them: deletions first.
+func (p EntryPlan) Changes() []EntryChange {
+	cs := make([]EntryChange, 0, len(p.DelNeighs)+len(p.DelFDB)+len(p.SetNeighs)+len(p.SetFDB))
+	for i := range p.DelNeighs {
+		cs = append(cs, EntryChange{Del: true, Neigh: &p.DelNeighs[i]})
+	}
+	for i := range p.DelFDB {
+		cs = append(cs, EntryChange{Del: true, FDB: &p.DelFDB[i]})
+	}
+	for i := range p.SetNeighs {
+		cs = append(cs, EntryChange{Neigh: &p.SetNeighs[i]})
+	}
+	for i := range p.SetFDB {
+		cs = append(cs, EntryChange{FDB: &p.SetFDB[i]})
+	}
+	return cs
+}
+
+// WriteEntries applies cs to the device name through k and returns every
+// failure, joined, each naming its entry and peer.
+func WriteEntries(k Kernel, name string, cs []EntryChange) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	var errs []error
+	for i, err := range k.WriteEntries(name, cs) {
+		if err == nil {
+			continue
+		}
+		switch c := cs[i]; {
+		case c.Del && c.Neigh != nil:
+			errs = append(errs, fmt.Errorf("deleting neighbour %s on %s: %w", c.Neigh, name, err))
+		case c.Del:
+			errs = append(errs, fmt.Errorf("deleting FDB entry %s on %s: %w", c.FDB, name, err))
+		case c.Neigh != nil:
+			errs = append(errs, fmt.Errorf("neighbour %s on %s for node %s: %w", c.Neigh, name, c.Neigh.Node, err))
+		default:
+			errs = append(errs, fmt.Errorf("FDB entry %s on %s for node %s: %w", c.FDB, name, c.FDB.Node, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Result says what Sync did.
@@ -99,25 +161,8 @@ func Sync(k Kernel, want State) (Result, error) {
 			errs = append(errs, fmt.Errorf("adding VTEP address %s to %s: %w", a, name, err))
 		}
 	}
-	for _, n := range p.DelNeighs {
-		if err := k.DelNeigh(name, n); err != nil {
-			errs = append(errs, fmt.Errorf("deleting neighbour %s on %s: %w", n, name, err))
-		}
-	}
-	for _, f := range p.DelFDB {
-		if err := k.DelFDB(name, f); err != nil {
-			errs = append(errs, fmt.Errorf("deleting FDB entry %s on %s: %w", f, name, err))
-		}
-	}
-	for _, n := range p.SetNeighs {
-		if err := k.SetNeigh(name, n); err != nil {
-			errs = append(errs, fmt.Errorf("neighbour %s on %s for node %s: %w", n, name, n.Node, err))
-		}
-	}
-	for _, f := range p.SetFDB {
-		if err := k.SetFDB(name, f); err != nil {
-			errs = append(errs, fmt.Errorf("FDB entry %s on %s for node %s: %w", f, name, f.Node, err))
-		}
+	if err := WriteEntries(k, name, p.Changes()); err != nil {
+		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)
 }

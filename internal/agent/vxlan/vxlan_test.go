@@ -188,7 +188,16 @@ fdb 02:00:00:00:00:0b dst 10.250.0.12
 
 type brokenKernel struct{ *Fake }
 
-func (b brokenKernel) SetNeigh(string, Neigh) error { return errNope }
+func (b brokenKernel) WriteEntries(name string, cs []EntryChange) []error {
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		errs[i] = errNope
+		if c.Neigh == nil || c.Del {
+			errs[i] = b.Fake.WriteEntries(name, cs[i:i+1])[0]
+		}
+	}
+	return errs
+}
 func (b brokenKernel) CreateLink(d Device) error {
 	if d.VNI == 666 {
 		return errNope
