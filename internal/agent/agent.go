@@ -45,6 +45,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -415,25 +416,37 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// runLoop reconciles on Node changes, every resync, and after failures
-// with backoff, until ctx ends.
+// runLoop programs each changed peer Node on its own (Reconciler.Peer),
+// and reconciles in full at start, every resync, on this Node's changes,
+// when Peer cannot, and after failures with backoff, until ctx ends.
 func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, resync time.Duration) error {
 	logger := klog.FromContext(ctx)
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimNode))
 	nodes := factory.Core().V1().Nodes()
 	kick := make(chan struct{}, 1)
-	trigger := func() {
+	var (
+		mu      sync.Mutex
+		changed = map[string]bool{} // Nodes changed since the last pass
+	)
+	mark := func(obj any) {
+		name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		changed[name] = true
+		mu.Unlock()
 		select {
 		case kick <- struct{}{}:
 		default:
 		}
 	}
 	reg, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { trigger() },
-		DeleteFunc: func(any) { trigger() },
+		AddFunc:    mark,
+		DeleteFunc: mark,
 		UpdateFunc: func(old, cur any) {
 			if relevantChange(old.(*corev1.Node), cur.(*corev1.Node)) {
-				trigger()
+				mark(cur)
 			}
 		},
 	})
@@ -452,11 +465,38 @@ func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, re
 	timer := time.NewTimer(0) // first reconcile now
 	defer timer.Stop()
 	for {
+		full := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-kick:
 		case <-timer.C:
+			full = true
+		}
+		mu.Lock()
+		names := changed
+		changed = map[string]bool{}
+		mu.Unlock()
+		for name := range names {
+			if full {
+				break
+			}
+			n, err := nodes.Lister().Get(name)
+			if apierrors.IsNotFound(err) {
+				n, err = nil, nil
+			}
+			if err == nil {
+				err = r.Peer(ctx, name, n)
+			}
+			if err != nil {
+				if !errors.Is(err, errNeedFull) {
+					logger.Error(err, "Peer update incomplete; reconciling in full", "node", name)
+				}
+				full = true
+			}
+		}
+		if !full {
+			continue // the timer still runs toward the next resync
 		}
 		list, err := nodes.Lister().List(labels.Everything())
 		if err == nil {
@@ -485,6 +525,25 @@ func relevantChange(old, cur *corev1.Node) bool {
 	return old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) ||
 		!slices.Equal(internalIPs(old), internalIPs(cur)) ||
 		!maps.Equal(ourAnnotations(old), ourAnnotations(cur))
+}
+
+// trimNode is the Node informer's transform: it keeps only what the agent
+// reads (name, podCIDRs, addresses, flatnet.io/ annotations), so the
+// cache does not hold managedFields, images, conditions and other
+// annotations of every Node (see docs/overlay.md, "Scale").
+func trimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown tombstone
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+			Annotations: ourAnnotations(n),
+		},
+		Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		Status: corev1.NodeStatus{Addresses: n.Status.Addresses},
+	}, nil
 }
 
 // ourAnnotations are n's flatnet.io/ annotations.
@@ -537,9 +596,13 @@ func podCIDRs(n *corev1.Node) []string {
 func backendNodes(nodes []*corev1.Node) []backend.Node {
 	out := make([]backend.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, backend.Node{Name: n.Name, PodCIDRs: podCIDRs(n), InternalIPs: internalIPs(n), Annotations: ourAnnotations(n)})
+		out = append(out, backendNode(n))
 	}
 	return out
+}
+
+func backendNode(n *corev1.Node) backend.Node {
+	return backend.Node{Name: n.Name, PodCIDRs: podCIDRs(n), InternalIPs: internalIPs(n), Annotations: ourAnnotations(n)}
 }
 
 // missingPlugins are those of plugins in none of binDirs.

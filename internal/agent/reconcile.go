@@ -50,6 +50,10 @@ type Reconciler struct {
 	// network namespace).
 	Sysctl func(name, value string) error
 
+	// peers is what the last full Reconcile programmed, by peer (nil:
+	// Peer must hand over to a full Reconcile); see peers.go.
+	peers *peerIndex
+
 	// last* remember what was logged, so a steady state logs nothing.
 	lastWaiting   bool
 	lastNoIP      bool
@@ -75,7 +79,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, nodes []*corev1.Node) error 
 		}
 	}
 
-	st, ok, err := r.desired(ctx, self, nodes)
+	r.peers = nil // rebuilt below when the backend's State is applied
+	bn := backendNodes(nodes)
+	st, u, ok, err := r.desired(ctx, self, bn)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -97,6 +103,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, nodes []*corev1.Node) error 
 		logApply(logger, res)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s backend: %w", r.Backend.Name(), err))
+		} else {
+			r.peers = newPeerIndex(r.NodeName, bn, u, st)
 		}
 		// Published after the device exists: peers send to it once they
 		// see the annotations.
@@ -120,10 +128,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, nodes []*corev1.Node) error 
 	return errors.Join(errs...)
 }
 
-// desired computes the backend's State. ok false means the backend cannot
+// desired computes the backend's State and returns it with the underlay
+// it was computed for. ok false means the backend cannot
 // compute one yet: nothing of the data plane (nor the conflist, whose MTU
 // depends on it) is touched.
-func (r *Reconciler) desired(ctx context.Context, self *corev1.Node, nodes []*corev1.Node) (backend.State, bool, error) {
+func (r *Reconciler) desired(ctx context.Context, self *corev1.Node, nodes []backend.Node) (backend.State, backend.Underlay, bool, error) {
 	logger := klog.FromContext(ctx)
 	ip := r.NodeIP
 	if !ip.IsValid() && self != nil {
@@ -152,7 +161,7 @@ func (r *Reconciler) desired(ctx context.Context, self *corev1.Node, nodes []*co
 			}
 		}
 	}
-	st, problems, err := r.Backend.Desired(backend.Input{Self: r.NodeName, Nodes: backendNodes(nodes), Underlay: u})
+	st, problems, err := r.Backend.Desired(backend.Input{Self: r.NodeName, Nodes: nodes, Underlay: u})
 	if err != nil {
 		if !ip.IsValid() {
 			// Not an error: the Node has no address yet.
@@ -160,17 +169,17 @@ func (r *Reconciler) desired(ctx context.Context, self *corev1.Node, nodes []*co
 				logger.Info("Waiting for this Node's InternalIP (or --node-ip): the backend needs the node's underlay address", "backend", r.Backend.Name())
 				r.lastNoIP = true
 			}
-			return st, false, nil
+			return st, u, false, nil
 		}
 		if uerr != nil {
 			err = fmt.Errorf("%w: %w", err, uerr)
 		}
-		return st, false, err
+		return st, u, false, err
 	}
 	for _, p := range problems {
 		logger.Info("Cannot reach a peer node", "backend", r.Backend.Name(), "problem", p.Error())
 	}
-	return st, true, nil
+	return st, u, true, nil
 }
 
 // nodeIP is the Node's first IPv4 InternalIP, else its first InternalIP.

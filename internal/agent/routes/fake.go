@@ -45,7 +45,7 @@ func (f *Fake) Write(cs []Change) []error {
 		case Delete:
 			delete(f.Owned, c.Route.Dst)
 		case Add:
-			if _, ok := f.Owned[c.Route.Dst]; ok {
+			if _, ok := f.Owned[c.Route.Dst]; ok || slices.Contains(f.Foreign, c.Route.Dst) {
 				errs[i] = fmt.Errorf("file exists")
 				continue
 			}
@@ -64,9 +64,9 @@ func (f *Fake) replace(r Route) error {
 	if f.Reachable.IsValid() && !r.OnLink && !f.Reachable.Contains(r.Gw) {
 		return fmt.Errorf("network is unreachable")
 	}
-	if slices.Contains(f.Foreign, r.Dst) {
-		return fmt.Errorf("file exists") // replace would take over; the plan never asks
-	}
+	// As the kernel's replace, it takes over a route flatnet does not
+	// own (MakePlan never asks for that; Add refuses it).
+	f.Foreign = slices.DeleteFunc(f.Foreign, func(p netip.Prefix) bool { return p == r.Dst })
 	f.Owned[r.Dst] = r
 	return nil
 }
