@@ -20,12 +20,13 @@
 //     registers the Node and runs its pods.
 //
 // Design. Everything the agent programs is a function of the Node list, so
-// there is one reconcile: read the cached Nodes, compute, apply what
-// differs. It runs when a Node's podCIDR or addresses change (heartbeats
-// do not trigger it; a peer's flatnet.io/ annotations do), periodically to
-// repair what someone else changed,
-// and with backoff after a failure. Reconcile twice and the second run
-// changes nothing. On exit the agent leaves its conflist, routes and rules
+// there is one full reconcile: read the cached Nodes, compute, apply what
+// differs. It runs at start, when this Node changes, periodically to
+// repair what someone else changed, and with backoff after a failure. A
+// peer Node's change (podCIDR, addresses, flatnet.io/ annotations; not
+// heartbeats) changes only that peer's entries (peers.go), and hands over
+// to the full reconcile when it cannot. Reconcile twice and the second
+// run changes nothing. On exit the agent leaves its conflist, routes and rules
 // in place, so pods keep working while it restarts.
 package agent
 
