@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet 
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway conformance conformance-gateway clean
+.PHONY: all deps build k8s kwok node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway conformance conformance-gateway clean
 
 all: build
 
@@ -26,6 +26,13 @@ build:
 # hack/build-k8s.sh kubelet|agnhost|e2e.test|ginkgo builds the others.
 k8s:
 	hack/build-k8s.sh
+
+# kwok: kwok (sigs.k8s.io/kwok, pinned in hack/kwok/go.mod), which plays the
+# kubelet for the lab's simulated nodes (flatnet lab up --simulated-nodes N),
+# built from the Go module proxy into a cache outside git
+# (hack/build-kwok.sh --bin-dir says where; about a minute the first time).
+kwok:
+	hack/build-kwok.sh
 
 # node: what a real lab node runs beside the kubelet (containerd, its runc
 # shim, ctr, runc, crictl), built from the Go module proxy into a cache
