@@ -14,6 +14,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/lab/images"
+	"github.com/flatnet/flatnet/internal/lab/simnodes"
 )
 
 // NewCommand returns `flatnet lab` and its subcommands. The commands and
@@ -85,6 +86,10 @@ func newUp(root, name *string) *cobra.Command {
 		RuntimeContainerd+" (upstream containerd, runc and kubelet per node, images imported offline; needs make node and hack/build-k8s.sh kubelet agnhost); a running lab keeps its runtime")
 	f.StringVar(&o.Install, "install", InstallProcess, "how flatnet gets onto the nodes: "+InstallProcess+" (the lab runs flatnet's controller and agents) or "+
 		InstallManifest+" (with --runtime containerd: the nodes come up without a pod network, NotReady, and the lab applies deploy/flatnet.yaml with this lab's settings, as a user would); a running lab keeps it")
+	f.IntVar(&o.SimulatedNodes, "simulated-nodes", 0, "simulated nodes besides the real ones: Node objects kwok (make kwok) keeps Ready, whose pods kwok marks Running with IPs from the node's pod CIDR "+
+		"and which answer nothing; the real agents route to each. A running lab grows or shrinks to this many (deleting a node deletes its pods); 0 removes them and stops kwok. See docs/lab.md")
+	f.StringVar(&o.SimulatedNodeRange, "simulated-node-range", simnodes.DefaultIPRange.String(), "the simulated nodes' InternalIPs (node i gets the i-th address): no interface holds them; "+
+		"each real node has the range on-link inside its namespace, never in this machine's")
 	f.StringVar(&cfg.K8sBinDir, "k8s-bin-dir", "", "directory with kube-apiserver, etcd and kubectl (default: where make k8s builds them)")
 	f.DurationVar(&cfg.ReadyTimeout, "timeout", 2*time.Minute, "how long to wait for the nodes to be Ready")
 	return cmd

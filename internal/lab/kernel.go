@@ -166,6 +166,13 @@ func (s *Spec) nodeEndpoint(n Node) *endpoint {
 	// forward hook. Nothing on the underlay answers ARP for it, so a
 	// packet to an unknown ClusterIP dies in the node.
 	e.routes = append(e.routes, onEth0(s.ServiceCIDR))
+	// The simulated nodes' InternalIPs on-link too: a host-gw route to a
+	// simulated node's pods goes via its InternalIP, which the kernel
+	// accepts only on-link. Nobody holds these addresses: ARP for them
+	// goes unanswered on the lab's bridge and the packet dies here.
+	if s.SimulatedNodeRange.IsValid() {
+		e.routes = append(e.routes, onEth0(s.SimulatedNodeRange))
+	}
 	return e
 }
 

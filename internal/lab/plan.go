@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/flatnet/flatnet/internal/agent/subnet"
+	"github.com/flatnet/flatnet/internal/lab/simnodes"
 )
 
 // StepKind names one kind of step of `up`, in the order they run.
@@ -27,6 +28,8 @@ const (
 	StepKubelet      StepKind = "kubelet"
 	StepManifest     StepKind = "manifest"
 	StepReady        StepKind = "ready"
+	StepKwok         StepKind = "kwok"
+	StepSimulated    StepKind = "simulated"
 )
 
 // Step is one piece of the lab: Present when the running lab already has
@@ -104,6 +107,13 @@ type Observed struct {
 	// link down) leave the processes alone.
 	Rewired         map[string]bool
 	ExternalRewired bool
+	// Kwok: kwok runs; KwokOutdated: with another command line or
+	// config file than up would give it.
+	Kwok         bool
+	KwokOutdated bool
+	// SimulatedNodes is how many simulated nodes the lab had when last
+	// recorded (up deletes them when asked for fewer).
+	SimulatedNodes int
 }
 
 // Plan lists the steps that make spec from what is observed. It is pure.
@@ -230,7 +240,27 @@ func Plan(s *Spec, o Observed) []Step {
 		}
 	}
 	steps = append(steps, Step{Kind: StepReady, What: fmt.Sprintf("%d nodes Ready with a pod CIDR and a CNI config; Service kube-system/kube-dns at %s; CRDs (ClusterNetworkPolicy, Gateway API) Established, GatewayClass and IngressClass flatnet", len(s.Nodes), s.KubeDNSIP())})
-	return steps
+	return append(steps, simulatedSteps(s, o)...)
+}
+
+// simulatedSteps are kwok and the simulated nodes: kwok starts before
+// the nodes are made, and stops after the last is deleted. The nodes'
+// step is never Present while any are wanted or were recorded: it
+// compares them with the API and waits until all are Ready.
+func simulatedSteps(s *Spec, o Observed) []Step {
+	n := s.SimulatedNodes
+	if n == 0 && o.SimulatedNodes == 0 && !o.Kwok {
+		return nil
+	}
+	nodes := Step{Kind: StepSimulated, What: fmt.Sprintf("%d simulated nodes (%s-sim-NNNNN, InternalIPs in %s) Ready with a pod CIDR", n, s.Name, s.SimulatedNodeRange)}
+	if n == 0 {
+		nodes.What = "no simulated nodes: delete any, with their pods"
+		stop := Step{Kind: StepKwok, What: "stop kwok (no simulated nodes)", Present: !o.Kwok}
+		return []Step{nodes, stop}
+	}
+	kwok := Step{Kind: StepKwok, What: fmt.Sprintf("kwok %s (the simulated nodes' kubelet; nodes annotated %s=%s, no leases)", simnodes.KwokVersion, simnodes.AnnotationKwok, simnodes.KwokValue),
+		Present: o.Kwok && !o.KwokOutdated, Restart: o.Kwok && o.KwokOutdated}
+	return []Step{kwok, nodes}
 }
 
 func joinAddrs(as []netip.Addr) string {

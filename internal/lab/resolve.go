@@ -118,6 +118,20 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		if req.Changed["cni-conflist"] {
 			opts.CNIConflist = o.CNIConflist
 		}
+		// Simulated nodes grow and shrink freely (up creates and deletes
+		// them); their range stays while any exist.
+		if req.Changed["simulated-nodes"] {
+			opts.SimulatedNodes = o.SimulatedNodes
+		}
+		if req.Changed["simulated-node-range"] {
+			if recorded.SimulatedNodeRange.IsValid() {
+				if p, err := netip.ParsePrefix(o.SimulatedNodeRange); err != nil || p != recorded.SimulatedNodeRange {
+					return nil, fmt.Errorf("lab %s has simulated nodes in --simulated-node-range %s, not %s; `flatnet lab up --name %s --simulated-nodes 0` first",
+						o.Name, recorded.SimulatedNodeRange, o.SimulatedNodeRange, o.Name)
+				}
+			}
+			opts.SimulatedNodeRange = o.SimulatedNodeRange
+		}
 		s, err := NewSpec(opts, recorded.Underlays()...)
 		if err != nil {
 			return nil, fmt.Errorf("lab %s: %w", o.Name, err)
@@ -247,6 +261,11 @@ func checkHost(s *Spec, host, others []netip.Prefix) error {
 	}
 	if s.LBPool.IsValid() {
 		rs = append(rs, rng{"load-balancer pool", "--lb-pool", s.LBPool, false})
+	}
+	if s.SimulatedNodeRange.IsValid() {
+		// Routed only inside the lab's node namespaces (on-link on their
+		// eth0): other labs may use it too, this machine must not.
+		rs = append(rs, rng{"simulated node range", "--simulated-node-range", s.SimulatedNodeRange, false})
 	}
 	for _, r := range rs {
 		for _, h := range host {

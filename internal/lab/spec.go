@@ -36,6 +36,7 @@ import (
 	"strings"
 
 	"github.com/flatnet/flatnet/internal/agent/subnet"
+	"github.com/flatnet/flatnet/internal/lab/simnodes"
 )
 
 // Defaults for a new lab.
@@ -150,6 +151,12 @@ type Options struct {
 	Install string
 	// LBPool is the load-balancer range (see Spec.LBPool); "" for none.
 	LBPool string
+	// SimulatedNodes is how many simulated nodes kwok plays besides the
+	// real ones (Spec.SimulatedNodes).
+	SimulatedNodes int
+	// SimulatedNodeRange holds their InternalIPs; "" is
+	// simnodes.DefaultIPRange.
+	SimulatedNodeRange string
 }
 
 // Spec is a lab as data: every name, address and path it uses.
@@ -192,6 +199,16 @@ type Spec struct {
 	// root namespace routes them over the lab's bridge (hostRoutes), so
 	// that the apiserver reaches pods (pods/proxy, services/proxy).
 	PodCIDRs map[string]netip.Prefix `json:"podCIDRs,omitempty"`
+	// SimulatedNodes is how many simulated nodes (internal/lab/simnodes)
+	// the lab keeps: Node objects kwok plays the kubelet for, with pods
+	// that kwok marks Running and that answer nothing. 0: none, and no
+	// kwok.
+	SimulatedNodes int `json:"simulatedNodes,omitempty"`
+	// SimulatedNodeRange holds the simulated nodes' InternalIPs (set when
+	// SimulatedNodes > 0). No interface holds them; each real node has
+	// the range on-link on its eth0, inside its namespace only, so that
+	// host-gw routes via them are accepted (nodeEndpoint).
+	SimulatedNodeRange netip.Prefix `json:"simulatedNodeRange,omitzero"`
 }
 
 // Router joins the two underlays of a two-subnet lab: a namespace with
@@ -230,6 +247,7 @@ type Node struct {
 const (
 	ProcController = "controller"
 	ProcExternal   = "external"
+	ProcKwok       = "kwok"
 )
 
 // AgentProc is the process name of a node's agent.
@@ -446,8 +464,12 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if mask < cluster.Bits() || mask > 30 {
 		return nil, fmt.Errorf("--node-cidr-mask-size %d: want %d (the cluster CIDR's size) to 30", mask, cluster.Bits())
 	}
-	if mask-cluster.Bits() < 16 && opts.Nodes > 1<<(mask-cluster.Bits()) {
-		return nil, fmt.Errorf("--cluster-cidr %s holds %d node subnets of /%d, fewer than --nodes %d", cluster, 1<<(mask-cluster.Bits()), mask, opts.Nodes)
+	if err := checkNodeSubnets(cluster, mask, opts.Nodes, opts.SimulatedNodes); err != nil {
+		return nil, err
+	}
+	simRange, err := simulatedNodeRange(opts)
+	if err != nil {
+		return nil, err
 	}
 	named := map[string]netip.Prefix{"underlay": underlay, "cluster CIDR": cluster, "service CIDR": service}
 	nets := []string{"underlay", "cluster CIDR", "service CIDR"}
@@ -465,6 +487,10 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		}
 		named["load-balancer pool"] = lbPool
 		nets = append(nets, "load-balancer pool")
+	}
+	if simRange.IsValid() {
+		named["simulated node range"] = simRange
+		nets = append(nets, "simulated node range")
 	}
 	for _, a := range nets {
 		for _, b := range nets {
@@ -493,6 +519,9 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		LBPool:           lbPool,
 		Runtime:          runtime,
 		Install:          install,
+
+		SimulatedNodes:     opts.SimulatedNodes,
+		SimulatedNodeRange: simRange,
 	}
 	if subnets == 2 {
 		s.Underlay2 = underlay2
@@ -529,6 +558,56 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		})
 	}
 	return s, nil
+}
+
+// checkNodeSubnets checks that the cluster CIDR holds a node subnet of
+// /mask for every real and simulated node.
+func checkNodeSubnets(cluster netip.Prefix, mask, nodes, simulated int) error {
+	if simulated < 0 {
+		return fmt.Errorf("--simulated-nodes %d: want 0 or more", simulated)
+	}
+	if mask-cluster.Bits() >= 31 {
+		return nil
+	}
+	holds := 1 << (mask - cluster.Bits())
+	switch {
+	case simulated == 0 && nodes > holds:
+		return fmt.Errorf("--cluster-cidr %s holds %s node subnets of /%d, fewer than --nodes %d", cluster, thousands(holds), mask, nodes)
+	case nodes+simulated > holds:
+		return fmt.Errorf("--cluster-cidr %s holds %s node subnets of /%d, fewer than --nodes %d plus --simulated-nodes %d: "+
+			"pick a larger --cluster-cidr (10.128.0.0/11 holds 8,192 /24 node subnets) or a longer --node-cidr-mask-size",
+			cluster, thousands(holds), mask, nodes, simulated)
+	}
+	return nil
+}
+
+// simulatedNodeRange is the Spec's SimulatedNodeRange for opts: none
+// without simulated nodes.
+func simulatedNodeRange(opts Options) (netip.Prefix, error) {
+	if opts.SimulatedNodes == 0 {
+		return netip.Prefix{}, nil
+	}
+	r := simnodes.DefaultIPRange
+	if opts.SimulatedNodeRange != "" {
+		var err error
+		if r, err = parseV4Prefix("--simulated-node-range", opts.SimulatedNodeRange); err != nil {
+			return netip.Prefix{}, err
+		}
+	}
+	if max := simnodes.MaxNodes(r); opts.SimulatedNodes > max {
+		return netip.Prefix{}, fmt.Errorf("--simulated-node-range %s holds %s node addresses, fewer than --simulated-nodes %d: pick a larger range",
+			r, thousands(max), opts.SimulatedNodes)
+	}
+	return r, nil
+}
+
+// thousands writes n with commas: 8,192.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func validBackend(b string) bool {
@@ -591,8 +670,22 @@ func (s *Spec) Options() Options {
 		CNIConflist: s.AgentCNIConflist(),
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
-		LBPool: s.lbPoolOption(), Runtime: s.RuntimeName(), Install: s.InstallName(),
+		LBPool: prefixOption(s.LBPool), Runtime: s.RuntimeName(), Install: s.InstallName(),
+		SimulatedNodes: s.SimulatedNodes, SimulatedNodeRange: prefixOption(s.SimulatedNodeRange),
 	}
+}
+
+// prefixOption is p as a flag's value ("" when invalid).
+func prefixOption(p netip.Prefix) string {
+	if !p.IsValid() {
+		return ""
+	}
+	return p.String()
+}
+
+// SimConfig is how the lab's simulated nodes are made.
+func (s *Spec) SimConfig() simnodes.Config {
+	return simnodes.Config{Lab: s.Name, IPRange: s.SimulatedNodeRange, Backend: s.Backend}
 }
 
 // specRuntime is Spec.Runtime for --runtime v.
@@ -641,13 +734,6 @@ func (s *Spec) RuntimeName() string {
 
 // Containerd reports whether the nodes run containerd and the kubelet.
 func (s *Spec) Containerd() bool { return s.Runtime == RuntimeContainerd }
-
-func (s *Spec) lbPoolOption() string {
-	if !s.LBPool.IsValid() {
-		return ""
-	}
-	return s.LBPool.String()
-}
 
 // halves splits LBPool into its lower and upper half.
 func (s *Spec) halves() (lo, hi netip.Prefix) {

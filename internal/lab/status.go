@@ -21,6 +21,7 @@ import (
 	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/kube"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/lab/simnodes"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
@@ -84,7 +85,9 @@ func waitReady(ctx context.Context, s *Spec, kubeconfig string, timeout time.Dur
 		}
 		missing = missing[:0]
 		podCIDRs = map[string]netip.Prefix{}
-		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		// The real nodes only: a list of thousands of simulated ones five
+		// times a second would load the apiserver this wait is for.
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!" + simnodes.LabelSimulated})
 		if err != nil {
 			missing = append(missing, "node list: "+err.Error())
 		} else {
@@ -155,6 +158,18 @@ type Status struct {
 	Nodes    []NodeStatus
 	Pods     []PodStatus
 	APIError error // the API could not be read
+	// Simulated counts the simulated nodes and their pods (which Pods
+	// leaves out); nil in a lab without any.
+	Simulated *SimulatedStatus
+}
+
+// SimulatedStatus is the simulated nodes of a lab, counted.
+type SimulatedStatus struct {
+	Want int // Spec.SimulatedNodes
+	Kwok int // kwok's pid; 0 when not running
+	// Nodes exist, of which Ready are Ready and PodCIDRs have a podCIDR;
+	// Pods are bound to them, of which Running are Running.
+	Nodes, Ready, PodCIDRs, Pods, Running int
 }
 
 // NodeStatus is one node.
@@ -229,6 +244,27 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 		st.APIError = err
 		return st, nil
 	}
+	simulated := map[string]bool{}
+	if pid, kwok := proc.Running(s.StateDir, ProcKwok); kwok || s.SimulatedNodes > 0 {
+		st.Simulated = &SimulatedStatus{Want: s.SimulatedNodes, Kwok: pid}
+	}
+	for i := range nodes.Items {
+		kn := &nodes.Items[i]
+		if _, ok := kn.Labels[simnodes.LabelSimulated]; !ok {
+			continue
+		}
+		simulated[kn.Name] = true
+		if st.Simulated == nil {
+			st.Simulated = &SimulatedStatus{}
+		}
+		st.Simulated.Nodes++
+		if kube.NodeReady(kn) {
+			st.Simulated.Ready++
+		}
+		if kn.Spec.PodCIDR != "" {
+			st.Simulated.PodCIDRs++
+		}
+	}
 	for i := range st.Nodes {
 		for _, kn := range nodes.Items {
 			if kn.Name != st.Nodes[i].Name {
@@ -249,6 +285,13 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 		return st, nil
 	}
 	for _, p := range pods.Items {
+		if simulated[p.Spec.NodeName] {
+			st.Simulated.Pods++
+			if p.Status.Phase == corev1.PodRunning {
+				st.Simulated.Running++
+			}
+			continue
+		}
 		ready := 0
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.Ready {
@@ -353,6 +396,14 @@ func (st *Status) Print(w io.Writer) {
 		fmt.Fprintln(tw, row)
 	}
 	tw.Flush()
+	if sim := st.Simulated; sim != nil {
+		kwok := pidOrDown(sim.Kwok)
+		if sim.Want == 0 && sim.Kwok == 0 {
+			kwok = "not running (none wanted)"
+		}
+		fmt.Fprintf(w, "simulated:     %d of %d nodes (%s-sim-NNNNN, InternalIPs in %s): %d Ready, %d with a pod CIDR; %d pods on them, %d Running; kwok %s\n",
+			sim.Nodes, sim.Want, s.Name, orDash(prefixOption(s.SimulatedNodeRange)), sim.Ready, sim.PodCIDRs, sim.Pods, sim.Running, kwok)
+	}
 	fmt.Fprintln(w)
 	if len(st.Drift) > 0 {
 		fmt.Fprintf(w, "missing in the kernel (`flatnet lab up%s` repairs it):\n", nameFlag(s.Name))

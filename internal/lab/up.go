@@ -16,6 +16,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/hostroutes"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
+	"github.com/flatnet/flatnet/internal/lab/simnodes"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
@@ -88,11 +89,21 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	var kwokBin string
+	if s.SimulatedNodes > 0 {
+		if kwokBin, err = simnodes.KwokBinary(); err != nil {
+			return nil, fmt.Errorf("--simulated-nodes %d needs kwok: %w", s.SimulatedNodes, err)
+		}
+	}
 
 	reportBadPIDFiles(s.StateDir, out)
 	obs, fixes, err := observe(k, s)
 	if err != nil {
 		return nil, err
+	}
+	obs.Kwok, obs.KwokOutdated = observeKwok(s, kwokBin)
+	if recorded != nil {
+		obs.SimulatedNodes = recorded.SimulatedNodes
 	}
 	// The record goes first, so that `down` finds everything up creates
 	// even if up stops half way.
@@ -120,6 +131,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	if s.LBPool.IsValid() {
 		layout += fmt.Sprintf(", load-balancer range %s", s.LBPool)
 	}
+	if s.SimulatedNodes > 0 {
+		layout += fmt.Sprintf(", %d simulated nodes (InternalIPs in %s)", s.SimulatedNodes, s.SimulatedNodeRange)
+	}
 	fmt.Fprintf(out, "lab %s: %d nodes, backend %s, %s, cluster CIDR %s (/%d per node), service CIDR %s\n",
 		s.Name, len(s.Nodes), s.Backend, layout, s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR)
 	start := time.Now()
@@ -134,6 +148,7 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		t0 := time.Now()
 		fmt.Fprintf(out, "%s %s ...", prefix, st.What)
 		var err error
+		detail := "" // what the step did, when it says more than done
 		switch st.Kind {
 		case StepStateDir:
 			err = makeStateDirs(s)
@@ -229,6 +244,17 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 				break
 			}
 			err = ensureCRDs(ctx, kubeconfig)
+		case StepKwok:
+			if s.SimulatedNodes == 0 {
+				err = proc.Stop(s.StateDir, ProcKwok, 10*time.Second)
+				break
+			}
+			err = upKwok(s, kwokBin, st.Restart)
+		case StepSimulated:
+			if kubeconfig == "" {
+				kubeconfig = s.Kubeconfig()
+			}
+			detail, err = scaleSimulated(ctx, s, kubeconfig, cfg.ReadyTimeout)
 		}
 		if err != nil {
 			fmt.Fprintf(out, " failed\n")
@@ -239,7 +265,10 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 			return s, fmt.Errorf("lab %s: %s: %w\n(the lab is partly up: fix the cause and run `flatnet lab up%s` again, or remove it with `flatnet lab down%s`)",
 				s.Name, what, err, nameFlag(s.Name), nameFlag(s.Name))
 		}
-		fmt.Fprintf(out, " done (%s)\n", roundDur(time.Since(t0)))
+		if detail != "" {
+			detail = ": " + detail
+		}
+		fmt.Fprintf(out, " done%s (%s)\n", detail, roundDur(time.Since(t0)))
 	}
 	fmt.Fprintf(out, "lab %s is up (%s)\n", s.Name, roundDur(time.Since(start)))
 	fmt.Fprintf(out, "security: etcd and kube-apiserver accept only the lab's certificates (%s, %s: root only)\n"+
@@ -349,7 +378,7 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 		// deploy/'s controller leaves EndpointSlices to the cluster's.
 		disabled = nil
 	}
-	return controlplane.Config{
+	cfg := controlplane.Config{
 		StateDir:            s.StateDir,
 		BinDir:              k8sBin,
 		Addr:                s.HostAddr,
@@ -358,6 +387,17 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 		Controllers:         true,
 		DisabledControllers: disabled,
 	}
+	// Only with simulated nodes, although harmless without: changing
+	// these flags restarts the control plane, which a lab without
+	// simulated nodes has no reason to go through. Simulated nodes renew
+	// no lease, so kube-controller-manager must wait long for their
+	// heartbeats (simnodes.NodeMonitorGracePeriod); thousands of them
+	// need the larger limits.
+	if s.SimulatedNodes > 0 {
+		cfg.NodeMonitorGracePeriod = simnodes.NodeMonitorGracePeriod
+		cfg.ManyNodes = true
+	}
+	return cfg
 }
 
 // controllerArgv is the command line of the lab's flatnet controller.

@@ -290,3 +290,35 @@ func TestNodeKubeconfig(t *testing.T) {
 		t.Error("second call re-issued the node certificate")
 	}
 }
+
+// With ManyNodes the apiserver's in-flight limits and etcd's quota are
+// raised, and the controller manager waits NodeMonitorGracePeriod; the
+// record carries both, so a running control plane started without them is
+// stale.
+func TestArgsManyNodes(t *testing.T) {
+	p := PKI{Dir: "/s/pki"}
+	base := record{Addr: "10.250.0.1", ServiceCIDR: "10.96.0.0/16", APIServerPort: 6443, EtcdClientPort: 40001, EtcdPeerPort: 40002,
+		Controllers: true, ControllerManagerPort: 40003, SchedulerPort: 40004}
+	r := base.want(Config{Controllers: true, ManyNodes: true, NodeMonitorGracePeriod: 2 * time.Hour})
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{apiserverArgs("/bin", "/s", p, *r), "--max-requests-inflight=1600"},
+		{apiserverArgs("/bin", "/s", p, *r), "--max-mutating-requests-inflight=800"},
+		{etcdArgs("/bin", "/s", p, *r), "--quota-backend-bytes=8589934592"},
+		{controllerManagerArgs("/bin", "/s", p, *r), "--node-monitor-grace-period=2h0m0s"},
+	} {
+		if !slices.Contains(c.args, c.want) {
+			t.Errorf("args lack %s: %v", c.want, c.args)
+		}
+	}
+	plain := base.want(Config{Controllers: true})
+	for _, args := range [][]string{apiserverArgs("/bin", "/s", p, *plain), etcdArgs("/bin", "/s", p, *plain), controllerManagerArgs("/bin", "/s", p, *plain)} {
+		if slices.ContainsFunc(args, func(a string) bool {
+			return strings.Contains(a, "inflight") || strings.Contains(a, "quota") || strings.Contains(a, "grace-period")
+		}) {
+			t.Errorf("args without ManyNodes: %v", args)
+		}
+	}
+}
