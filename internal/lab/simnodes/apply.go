@@ -12,9 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flatnet/flatnet/internal/kube"
@@ -191,79 +190,120 @@ type Timings struct {
 
 // WaitReady waits until lab's simulated nodes 1..n all exist, are Ready
 // and have a podCIDR, and returns when each of the last two held for all,
-// measured from start. It watches (an informer on the nodes with
-// Selector), so a wait over thousands of nodes costs one list and their
-// events. It ends with ctx, saying how many are missing what.
+// measured from start. It lists the nodes once and then follows a watch
+// (listing again when the watch ends), so a wait over thousands of nodes
+// costs one list and their events. It ends with ctx, saying how many are
+// missing what.
 func WaitReady(ctx context.Context, c kubernetes.Interface, lab string, n int, start time.Time) (Timings, error) {
 	var t Timings
-	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = Selector(lab)
-	}))
-	inf := f.Core().V1().Nodes().Informer()
-	changed := make(chan struct{}, 1)
-	poke := func(any) {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
-	}); err != nil {
-		return t, fmt.Errorf("watching simulated nodes: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer func() {
-		cancel() // first: Shutdown waits for the informer to stop
-		f.Shutdown()
-	}()
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return t, fmt.Errorf("watching simulated nodes: %w", context.Cause(ctx))
-	}
-	poke(nil)
-	for {
-		select {
-		case <-ctx.Done():
-			missing, noCIDR, notReady := count(inf.GetStore(), lab, n)
-			return t, fmt.Errorf("waiting for %d simulated nodes: %d missing, %d without a podCIDR, %d not Ready: %w",
-				n, missing, noCIDR, notReady, context.Cause(ctx))
-		case <-changed:
-		}
-		missing, noCIDR, notReady := count(inf.GetStore(), lab, n)
+	nodes := map[string]nodeState{} // wanted nodes seen, by name
+	check := func() bool {
+		missing, noCIDR, notReady := count(nodes, n)
 		if t.PodCIDRs == 0 && missing == 0 && noCIDR == 0 {
 			t.PodCIDRs = time.Since(start)
 		}
 		if t.Ready == 0 && missing == 0 && notReady == 0 {
 			t.Ready = time.Since(start)
 		}
-		if t.PodCIDRs != 0 && t.Ready != 0 {
+		return t.PodCIDRs != 0 && t.Ready != 0
+	}
+	fail := func(err error) (Timings, error) {
+		missing, noCIDR, notReady := count(nodes, n)
+		return t, fmt.Errorf("waiting for %d simulated nodes: %d missing, %d without a podCIDR, %d not Ready: %w",
+			n, missing, noCIDR, notReady, err)
+	}
+	opts := metav1.ListOptions{LabelSelector: Selector(lab)}
+	// listWatch lists the nodes into nodes and watches from there on
+	// (no watch when the list shows them all done).
+	listWatch := func() (watch.Interface, error) {
+		list, err := c.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		clear(nodes)
+		for i := range list.Items {
+			track(nodes, lab, n, &list.Items[i], false)
+		}
+		if check() {
+			return nil, nil
+		}
+		wopts := opts
+		wopts.ResourceVersion = list.ResourceVersion
+		return c.CoreV1().Nodes().Watch(ctx, wopts)
+	}
+	for {
+		w, err := listWatch()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fail(context.Cause(ctx))
+		case err != nil:
+			time.Sleep(time.Second) // the apiserver restarts, say
+			continue
+		case w == nil:
 			return t, nil
+		}
+		done, err := follow(ctx, w, nodes, lab, n, check)
+		w.Stop()
+		if done {
+			return t, nil
+		}
+		if err != nil {
+			return fail(err)
 		}
 	}
 }
 
-// count tells how many of nodes 1..n of lab are missing from store, have
-// no podCIDR, are not Ready.
-func count(store cache.Store, lab string, n int) (missing, noCIDR, notReady int) {
-	seen := 0
-	for _, o := range store.List() {
-		node, ok := o.(*corev1.Node)
-		if !ok {
-			continue
+// follow applies w's events to nodes until check holds (true), ctx ends
+// (its cause), or the watch ends (false, nil: list again).
+func follow(ctx context.Context, w watch.Interface, nodes map[string]nodeState, lab string, n int, check func() bool) (bool, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return false, nil
+			}
+			node, isNode := ev.Object.(*corev1.Node)
+			if !isNode {
+				continue // a bookmark, or an error: the watch ends next
+			}
+			track(nodes, lab, n, node, ev.Type == watch.Deleted)
+			if check() {
+				return true, nil
+			}
 		}
-		if i, ok := Index(lab, node.Name); !ok || i > n {
-			continue
-		}
-		seen++
-		if node.Spec.PodCIDR == "" {
+	}
+}
+
+// nodeState is what WaitReady needs of a node.
+type nodeState struct{ podCIDR, ready bool }
+
+// track records node in nodes when it is one of lab's 1..n (removes it
+// when gone).
+func track(nodes map[string]nodeState, lab string, n int, node *corev1.Node, gone bool) {
+	if i, ok := Index(lab, node.Name); !ok || i > n {
+		return
+	}
+	if gone {
+		delete(nodes, node.Name)
+		return
+	}
+	nodes[node.Name] = nodeState{podCIDR: node.Spec.PodCIDR != "", ready: kube.NodeReady(node)}
+}
+
+// count tells how many of nodes 1..n are missing, have no podCIDR, are
+// not Ready.
+func count(nodes map[string]nodeState, n int) (missing, noCIDR, notReady int) {
+	for _, s := range nodes {
+		if !s.podCIDR {
 			noCIDR++
 		}
-		if !kube.NodeReady(node) {
+		if !s.ready {
 			notReady++
 		}
 	}
-	return n - seen, noCIDR, notReady
+	return n - len(nodes), noCIDR, notReady
 }
 
 // Describe says what p does, for people ("create 20, delete 15").

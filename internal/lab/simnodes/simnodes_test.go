@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -295,5 +296,71 @@ func TestKwokVersionPinned(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^require sigs\.k8s\.io/kwok (\S+)$`).FindSubmatch(b)
 	if m == nil || string(m[1]) != KwokVersion {
 		t.Errorf("hack/kwok/go.mod requires kwok %q, KwokVersion is %s", m, KwokVersion)
+	}
+}
+
+// WaitReady returns once every wanted node has a podCIDR and is Ready,
+// following updates; with one node never Ready it ends with the context,
+// counting it.
+func TestWaitReady(t *testing.T) {
+	c := fake.NewClientset()
+	cfg := Config{Lab: "kwk"}
+	ctx := context.Background()
+	if err := Create(ctx, c, cfg, 1, 3, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A node beyond the 3 wanted, never ready: not waited for.
+	if err := Create(ctx, c, cfg, 4, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	set := func(i int, ready bool) {
+		n, err := c.CoreV1().Nodes().Get(ctx, Name("kwk", i), metav1.GetOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		n.Spec.PodCIDR = "10.244." + string(rune('0'+i)) + ".0/24"
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}
+		if _, err := c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	// Node 3 never becomes Ready.
+	tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	go func() {
+		for tctx.Err() == nil {
+			set(1, true)
+			set(2, true)
+			set(3, false)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	_, err := WaitReady(tctx, c, "kwk", 3, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "0 missing, 0 without a podCIDR, 1 not Ready") {
+		t.Errorf("node 3 not Ready: %v", err)
+	}
+	// Now it is (set again and again: the fake watch starts after its list).
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				set(3, true)
+			}
+		}
+	}()
+	tm, err := WaitReady(rctx, c, "kwk", 3, time.Now())
+	if err != nil || tm.PodCIDRs <= 0 || tm.Ready <= 0 {
+		t.Errorf("all Ready: %+v, %v", tm, err)
 	}
 }
