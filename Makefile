@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet 
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s kwok node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway conformance conformance-gateway clean
+.PHONY: all deps build k8s kwok node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway bench-scale conformance conformance-gateway clean
 
 all: build
 
@@ -127,6 +127,14 @@ bench-proxy: build
 # into make k8s's cache on first use. Needs root and make k8s.
 bench-dns: build
 	hack/bench-dns.sh
+
+# bench-scale: the control plane and agent at cluster scale: a lab with
+# one real node and simulated nodes (kwok), Services and pods, then churn
+# (docs/scale.md). SIZE=small (500 nodes, 5,000 pods; minutes) or
+# SIZE=full (5,000 nodes, 100,000 pods, 10,000 Services; half an hour).
+# Needs root, make k8s and make kwok; run alone (it brings up a lab).
+bench-scale: build
+	hack/bench-scale.sh
 
 # bench-policy: NetworkPolicy enforcement, flatnet's against
 # kube-network-policies v0.8.0 (built from the Go module proxy into a cache

@@ -1,0 +1,244 @@
+package main
+
+// What the harness reads from the machine: a process's CPU time and
+// resident memory (/proc), the lab's processes by their pid files, the
+// agent's Prometheus metrics (inside its node's namespace, where it
+// listens on 127.0.0.1), and the routes the agent programmed (ip -n).
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/flatnet/flatnet/internal/netns"
+	"github.com/flatnet/flatnet/internal/proc"
+)
+
+// clockTick is USER_HZ, 100 on every Linux this runs on.
+const clockTick = 100
+
+// usage is one process's CPU time (self, children not included: the
+// daemons here start none worth counting) and memory.
+type usage struct {
+	PID    int     `json:"pid"`
+	CPU    float64 `json:"cpuSeconds"`
+	RSSMiB float64 `json:"rssMiB"`
+	HWMMiB float64 `json:"peakRssMiB"`
+	// Started is how long ago (at the reading) the process started.
+	Started time.Duration `json:"-"`
+}
+
+// readUsage reads /proc/pid/stat and /proc/pid/status.
+func readUsage(pid int) (usage, error) {
+	u := usage{PID: pid}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// The command is in parentheses and may hold spaces: fields after it.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 20 {
+		return u, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	u.CPU = (ut + st) / clockTick
+	start, _ := strconv.ParseFloat(f[19], 64)
+	if up, err := uptime(); err == nil {
+		u.Started = time.Duration((up - start/clockTick) * float64(time.Second))
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		switch k {
+		case "VmRSS":
+			u.RSSMiB = kb / 1024
+		case "VmHWM":
+			u.HWMMiB = kb / 1024
+		}
+	}
+	return u, nil
+}
+
+func uptime() (float64, error) {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("/proc/uptime: empty")
+	}
+	return strconv.ParseFloat(f[0], 64)
+}
+
+// labProcs reads the usage of every running process the lab recorded a
+// pid file for (etcd, kube-apiserver, controller, agent-..., kwok).
+func labProcs(stateDir string) map[string]usage {
+	out := map[string]usage{}
+	files, _ := filepath.Glob(filepath.Join(stateDir, "pids", "*.pid"))
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".pid")
+		pid, ok := proc.Running(stateDir, name)
+		if !ok {
+			continue
+		}
+		if u, err := readUsage(pid); err == nil {
+			out[name] = u
+		}
+	}
+	return out
+}
+
+// metrics fetches and parses the Prometheus text at addr/metrics from
+// inside the namespace at nsPath.
+func metrics(nsPath, addr string) (map[string]*dto.MetricFamily, error) {
+	var conn net.Conn
+	err := netns.Do(nsPath, func() error {
+		var err error
+		conn, err = net.DialTimeout("tcp", addr, 3*time.Second)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	req, err := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("%s/metrics: %s: %s", addr, resp.Status, b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(resp.Body)
+}
+
+// hist is a Prometheus histogram summed over its series: cumulative
+// counts per upper bound.
+type hist struct {
+	Bounds []float64
+	Counts []float64 // cumulative, per bound; the last bound is +Inf
+	Sum    float64
+	Count  float64
+}
+
+func histogram(mf map[string]*dto.MetricFamily, name string) hist {
+	var h hist
+	f := mf[name]
+	if f == nil {
+		return h
+	}
+	byBound := map[float64]float64{}
+	for _, m := range f.GetMetric() {
+		hm := m.GetHistogram()
+		if hm == nil {
+			continue
+		}
+		h.Sum += hm.GetSampleSum()
+		h.Count += float64(hm.GetSampleCount())
+		for _, b := range hm.GetBucket() {
+			byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+		}
+	}
+	for b := range byBound {
+		h.Bounds = append(h.Bounds, b)
+	}
+	sort.Float64s(h.Bounds)
+	for _, b := range h.Bounds {
+		h.Counts = append(h.Counts, byBound[b])
+	}
+	h.Bounds = append(h.Bounds, math.Inf(1))
+	h.Counts = append(h.Counts, h.Count)
+	return h
+}
+
+// minus is h - before: the observations made between the two readings.
+func (h hist) minus(before hist) hist {
+	d := hist{Bounds: h.Bounds, Sum: h.Sum - before.Sum, Count: h.Count - before.Count}
+	for i, c := range h.Counts {
+		if i < len(before.Counts) {
+			c -= before.Counts[i]
+		}
+		d.Counts = append(d.Counts, c)
+	}
+	return d
+}
+
+// quantile interpolates linearly inside the bucket holding q, as
+// Prometheus's histogram_quantile does (the +Inf bucket answers with the
+// highest finite bound). NaN with no observations.
+func (h hist) quantile(q float64) float64 {
+	if h.Count == 0 || len(h.Bounds) == 0 {
+		return math.NaN()
+	}
+	rank := q * h.Count
+	lower, below := 0.0, 0.0
+	for i, b := range h.Bounds {
+		c := h.Counts[i]
+		if c >= rank {
+			if math.IsInf(b, 1) {
+				return lower
+			}
+			if c == below {
+				return b
+			}
+			return lower + (b-lower)*(rank-below)/(c-below)
+		}
+		lower, below = b, c
+	}
+	return lower
+}
+
+// peerRoutes counts the IPv4 routes in the node namespace to pod subnets
+// inside cluster other than own.
+func peerRoutes(netnsName string, cluster, own netip.Prefix) (int, error) {
+	out, err := exec.Command("ip", "-n", netnsName, "-4", "route", "show").Output()
+	if err != nil {
+		return 0, fmt.Errorf("ip -n %s route: %w", netnsName, err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		dst, _, _ := strings.Cut(line, " ")
+		p, err := netip.ParsePrefix(dst)
+		if err != nil || !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() || p.Overlaps(own) {
+			continue
+		}
+		n++
+	}
+	return n, nil
+}

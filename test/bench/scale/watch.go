@@ -1,0 +1,226 @@
+package main
+
+// What the harness watches through the API: simulated Nodes (created,
+// with a podCIDR, Ready: when each first happened), the pod events the
+// controllers receive (counted, to turn CPU into CPU per event), and the
+// ready endpoints in the harness's namespaces' EndpointSlices.
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+type watcher struct {
+	real map[string]bool // the lab's real nodes
+
+	mu        sync.Mutex
+	nodes     map[string]*nodeSeen
+	nodeEv    int            // simulated node adds, deletes and updates that change podCIDR or addresses
+	podEv     int            // pod adds, updates, deletes in the harness's namespaces
+	ready     map[string]int // slice ns/name -> ready endpoints
+	readySum  int
+	lastSlice time.Time
+}
+
+type nodeSeen struct {
+	created, cidr, ready time.Time
+}
+
+func newWatcher(realNodes []string) *watcher {
+	w := &watcher{real: map[string]bool{}, nodes: map[string]*nodeSeen{}, ready: map[string]int{}}
+	for _, n := range realNodes {
+		w.real[n] = true
+	}
+	return w
+}
+
+// stripMeta keeps the informers' caches small: the harness reads names,
+// labels, a node's podCIDR, addresses and conditions, and a slice's
+// endpoints' readiness.
+func stripMeta(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
+		p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP}
+	}
+	return obj, nil
+}
+
+func (w *watcher) start(ctx context.Context, c kubernetes.Interface) error {
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTransform(stripMeta))
+	ni := f.Core().V1().Nodes().Informer()
+	pi := f.Core().V1().Pods().Informer()
+	si := f.Discovery().V1().EndpointSlices().Informer()
+	if _, err := ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.node(nil, o.(*corev1.Node)) },
+		UpdateFunc: func(o, n any) { w.node(o.(*corev1.Node), n.(*corev1.Node)) },
+		DeleteFunc: func(o any) {
+			if n, ok := o.(*corev1.Node); ok && !w.real[n.Name] {
+				w.mu.Lock()
+				delete(w.nodes, n.Name)
+				w.nodeEv++
+				w.mu.Unlock()
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	podEvent := func(o any) {
+		if m, ok := o.(metav1.Object); ok && strings.HasPrefix(m.GetNamespace(), nsPrefix) {
+			w.mu.Lock()
+			w.podEv++
+			w.mu.Unlock()
+		}
+	}
+	if _, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: podEvent, UpdateFunc: func(_, n any) { podEvent(n) }, DeleteFunc: podEvent,
+	}); err != nil {
+		return err
+	}
+	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.slice(o, false) },
+		UpdateFunc: func(_, n any) { w.slice(n, false) },
+		DeleteFunc: func(o any) { w.slice(o, true) },
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return ctx.Err()
+		}
+		_ = typ
+	}
+	return nil
+}
+
+func (w *watcher) node(old, n *corev1.Node) {
+	if w.real[n.Name] {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.nodes[n.Name]
+	if s == nil {
+		s = &nodeSeen{created: now}
+		w.nodes[n.Name] = s
+	}
+	if old == nil || old.Spec.PodCIDR != n.Spec.PodCIDR || !sameAddrs(old, n) {
+		w.nodeEv++
+	}
+	if n.Spec.PodCIDR != "" && s.cidr.IsZero() {
+		s.cidr = now
+	}
+	if s.ready.IsZero() {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				s.ready = now
+			}
+		}
+	}
+}
+
+func sameAddrs(a, b *corev1.Node) bool {
+	if len(a.Status.Addresses) != len(b.Status.Addresses) {
+		return false
+	}
+	for i := range a.Status.Addresses {
+		if a.Status.Addresses[i] != b.Status.Addresses[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *watcher) slice(o any, deleted bool) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok || !strings.HasPrefix(s.Namespace, nsPrefix) {
+		return
+	}
+	n := 0
+	if !deleted {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	key := s.Namespace + "/" + s.Name
+	w.mu.Lock()
+	w.readySum += n - w.ready[key]
+	if n == 0 {
+		delete(w.ready, key)
+	} else {
+		w.ready[key] = n
+	}
+	w.lastSlice = time.Now()
+	w.mu.Unlock()
+}
+
+// nodeStats: simulated nodes known, with a podCIDR, Ready; the first
+// creation and the last podCIDR and Ready seen.
+type nodeStats struct {
+	n, cidr, ready            int
+	firstCreated, lastCreated time.Time
+	lastCIDR, lastReady       time.Time
+}
+
+func (w *watcher) nodeStats() nodeStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var st nodeStats
+	for _, s := range w.nodes {
+		st.n++
+		if st.firstCreated.IsZero() || s.created.Before(st.firstCreated) {
+			st.firstCreated = s.created
+		}
+		if s.created.After(st.lastCreated) {
+			st.lastCreated = s.created
+		}
+		if !s.cidr.IsZero() {
+			st.cidr++
+			if s.cidr.After(st.lastCIDR) {
+				st.lastCIDR = s.cidr
+			}
+		}
+		if !s.ready.IsZero() {
+			st.ready++
+			if s.ready.After(st.lastReady) {
+				st.lastReady = s.ready
+			}
+		}
+	}
+	return st
+}
+
+func (w *watcher) simNodes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.nodes))
+	for n := range w.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (w *watcher) counts() (nodeEv, podEv, ready int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nodeEv, w.podEv, w.readySum
+}
