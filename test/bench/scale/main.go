@@ -155,7 +155,7 @@ func run(ctx context.Context, c config) (*result, error) {
 	if c.Pods/max(1, c.Nodes) > 250 {
 		return nil, fmt.Errorf("%d pods on %d nodes is more than 250 per node (a /24's pool): add nodes", c.Pods, c.Nodes)
 	}
-	if err := b.labUp(ctx, 0); err != nil {
+	if err := b.labUp(ctx, 1); err != nil {
 		return nil, err
 	}
 	if b.spec, err = lab.LoadSpec(c.Root, c.Lab); err != nil {
@@ -244,12 +244,17 @@ func tail(s string, n int) string {
 // waitFor polls cond every interval until it holds or ctx ends.
 func waitFor(ctx context.Context, what string, interval time.Duration, cond func() (bool, string)) error {
 	last := ""
+	said := time.Now()
 	for {
 		ok, state := cond()
 		if ok {
 			return nil
 		}
 		last = state
+		if time.Since(said) > 30*time.Second {
+			fmt.Fprintf(os.Stderr, "scalebench: %s still waiting for %s: %s\n", time.Now().Format("15:04:05"), what, state)
+			said = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s: %w (last: %s)", what, ctx.Err(), last)

@@ -181,12 +181,23 @@ type nodeStats struct {
 	lastCIDR, lastReady       time.Time
 }
 
-func (w *watcher) nodeStats() nodeStats {
+// nodeStats counts every simulated node (known, with a podCIDR, Ready);
+// the times are of those first seen at or after since.
+func (w *watcher) nodeStats(since time.Time) nodeStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var st nodeStats
 	for _, s := range w.nodes {
 		st.n++
+		if !s.cidr.IsZero() {
+			st.cidr++
+		}
+		if !s.ready.IsZero() {
+			st.ready++
+		}
+		if s.created.Before(since) {
+			continue
+		}
 		if st.firstCreated.IsZero() || s.created.Before(st.firstCreated) {
 			st.firstCreated = s.created
 		}
@@ -194,13 +205,11 @@ func (w *watcher) nodeStats() nodeStats {
 			st.lastCreated = s.created
 		}
 		if !s.cidr.IsZero() {
-			st.cidr++
 			if s.cidr.After(st.lastCIDR) {
 				st.lastCIDR = s.cidr
 			}
 		}
 		if !s.ready.IsZero() {
-			st.ready++
 			if s.ready.After(st.lastReady) {
 				st.lastReady = s.ready
 			}
