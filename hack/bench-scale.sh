@@ -13,6 +13,7 @@
 #   BACKEND   host-gw (default) or vxlan
 #   REAL      real lab nodes (default 1)
 #   RESULTS   write the JSON result here (default: a temp file, printed)
+#   TIMEOUT   the whole run (default 60m); phases done by then are reported
 #   LAB       lab name (default scale); the lab is taken down at the end,
 #             also on failure, unless KEEP=1
 #
@@ -42,7 +43,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 rc=0
 "$work/scalebench" -flatnet bin/flatnet -lab "$name" -real-nodes "${REAL:-1}" -backend "${BACKEND:-host-gw}" \
-  -nodes "$nodes" -pods "$pods" -services "$services" -churn-for "$churn" -out "$results" || rc=$?
+  -nodes "$nodes" -pods "$pods" -services "$services" -churn-for "$churn" -timeout "${TIMEOUT:-60m}" -out "$results" || rc=$?
 echo "bench-scale: result in $results"
 [ "$results" != "$work/result.json" ] || cat "$results"
 exit $rc
