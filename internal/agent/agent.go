@@ -401,6 +401,8 @@ func Run(ctx context.Context, o Options) error {
 			}
 		})
 	}
+	// The pods' links parked by the CNI plugins' DEL.
+	wg.Go(func() { collectParked(klog.NewContext(ctx, logger.WithName("parked"))) })
 	for _, p := range proxiers {
 		wg.Go(func() {
 			if err := runProxier(klog.NewContext(ctx, logger.WithName("proxy")), p); err != nil && ctx.Err() == nil {

@@ -74,14 +74,10 @@ func (b *LinkBatch) Flush() error {
 	if n == 0 {
 		return nil
 	}
-	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
-	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(b.group)))
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		if errors.Is(err, unix.ENODEV) {
-			return nil // gone meanwhile (a veth whose peer's namespace was deleted)
-		}
-		return fmt.Errorf("deleting %d links (group %#x): %w", n, b.group, err)
+	// A group found empty: gone meanwhile (a veth whose peer's namespace
+	// was deleted).
+	if _, err := DeleteGroup(b.group); err != nil {
+		return fmt.Errorf("deleting %d links: %w", n, err)
 	}
 	return nil
 }

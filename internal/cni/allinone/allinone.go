@@ -26,7 +26,8 @@
 //
 // DEL takes what every stage put in the kernel down at once (the stages'
 // Unhook, or Del for a stage without one), then releases the address (the
-// stages' Release). Each stage finds what it made by name (the veth, the
+// stages' Release). The links (the veth, the IFB) are parked, not deleted:
+// down at once, removed later by a collector (internal/cni/parking). Each stage finds what it made by name (the veth, the
 // IFB, the chains and map elements) without the others, and each removal
 // waits for the kernel (an RCU grace period per link or nftables commit,
 // ~15 ms apiece here): in a chain those waits add up, here they overlap.
@@ -49,6 +50,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/bandwidth"
 	"github.com/flatnet/flatnet/internal/cni/bridge"
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/portmap"
 	"github.com/flatnet/flatnet/internal/netlinkx"
@@ -67,8 +69,15 @@ type linkBatch interface {
 	Flush() error
 }
 
-// newLinks returns DEL's batch; tests replace it.
-var newLinks = func() linkBatch { return netlinkx.NewLinkBatch() }
+// newLinks returns the batch of a DEL: one that parks the links (down, for
+// a collector: internal/cni/parking), or, undoing a failed ADD, which
+// must leave nothing behind, one that deletes them. Tests replace it.
+var newLinks = func(undo bool) linkBatch {
+	if undo {
+		return netlinkx.NewLinkBatch()
+	}
+	return parking.New()
+}
 
 // Chain runs stages in one process.
 type Chain struct {
@@ -172,7 +181,7 @@ func (c *Chain) Add(args *skel.CmdArgs) (types.Result, error) {
 			prev, err = add(s, prev)
 		}
 		if err != nil {
-			if uerr := c.del(conf, args, undo); uerr != nil {
+			if uerr := c.del(conf, args, undo, true); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("%s: undoing the failed ADD: %w", Name, uerr))
 			}
 			return nil, err
@@ -188,15 +197,15 @@ func (c *Chain) Del(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	return c.del(conf, args, c.stages)
+	return c.del(conf, args, c.stages, false)
 }
 
 // del deletes what stages made: every stage's Unhook (or Del) at once,
 // then, when all succeeded, the Releases (see the top of the file). The
 // failures are joined last stage first, as a chain's DEL meets them.
-func (c *Chain) del(conf config, args *skel.CmdArgs, stages []plugin.Stage) error {
+func (c *Chain) del(conf config, args *skel.CmdArgs, stages []plugin.Stage, undo bool) error {
 	errs := make([]error, len(stages))
-	links := newLinks()
+	links := newLinks(undo)
 	// The links the Unhooks hand over (the veth's host end, the IFB) go
 	// in one request, one wait for the kernel instead of one per link,
 	// as soon as every Unhook has returned: the stages without one

@@ -288,8 +288,9 @@ func TestDelAtOnce(t *testing.T) {
 			}
 		}
 		batch := &fakeBatch{note: note, fail: failing == "flush"}
-		newLinks = func() linkBatch { return batch }
-		t.Cleanup(func() { newLinks = func() linkBatch { return netlinkx.NewLinkBatch() } })
+		newLinks = func(bool) linkBatch { return batch }
+		saved := newLinks
+		t.Cleanup(func() { newLinks = saved })
 		stageDel := func(name string) func(*skel.CmdArgs) error {
 			return func(*skel.CmdArgs) error { return fmt.Errorf("%s's Del called, not its Unhook", name) }
 		}
@@ -337,7 +338,7 @@ func TestDelAtOnce(t *testing.T) {
 		}
 	}
 	// The failures come back last stage first, whatever the timing.
-	newLinks = func() linkBatch { return &fakeBatch{note: func(string) {}} }
+	newLinks = func(bool) linkBatch { return &fakeBatch{note: func(string) {}} }
 	fail := func(name string) plugin.Stage {
 		return plugin.Stage{Name: name, Del: func(*skel.CmdArgs) error {
 			if name == "portmap" {

@@ -39,6 +39,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -94,6 +95,7 @@ func add(args *skel.CmdArgs) (types.Result, error) {
 	if !cfg.Ingress.IsSet() && !cfg.Egress.IsSet() {
 		return asVersion(prev, cfg.CNIVersion)
 	}
+	defer parking.CollectStaleBeside()()
 	owner := Owner{Network: cfg.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	host, err := hostVeth(kernel, args.Netns, args.IfName, prev, cnierr.InvalidConfig)
 	if err != nil {
@@ -126,7 +128,12 @@ func asVersion(r types.Result, v string) (types.Result, error) {
 	return out, nil
 }
 
-func cmdDel(args *skel.CmdArgs) error { return unhook(args, nil) }
+// cmdDel parks the IFB (internal/cni/parking) rather than waiting for the
+// kernel to delete it.
+func cmdDel(args *skel.CmdArgs) error {
+	links := parking.New()
+	return errors.Join(unhook(args, links), links.Flush())
+}
 
 // unhook is DEL handing the IFB to links (nil: deleting it at once).
 func unhook(args *skel.CmdArgs, links netlinkx.LinkDeleter) error {
@@ -179,6 +186,11 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	valid, err := plugin.ValidAttachments(args.StdinData)
 	if err != nil {
+		return err
+	}
+	// Parked IFBs (and veths) go in one request, before the one-by-one
+	// removal of IFBs whose attachment is gone.
+	if _, err := parking.Collect(); err != nil {
 		return err
 	}
 	_, err = collect(kernel, cfg.Name, valid)

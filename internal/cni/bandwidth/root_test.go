@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/veth/vethtest"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/tc"
@@ -110,10 +111,11 @@ func (l *lab) check(list *libcni.NetworkConfigList, p *pod, caps map[string]any)
 // state describes the host namespace's tc state: per link, its kind, the
 // root TBF, whether it has an ingress qdisc, and redirect targets.
 type hostState struct {
-	links map[string]tc.Link
-	root  map[string]*tc.TBF
-	ingr  map[string]bool
-	redir map[string][]string
+	links  map[string]tc.Link // but parked ones (DEL parks the IFB)
+	parked []string
+	root   map[string]*tc.TBF
+	ingr   map[string]bool
+	redir  map[string][]string
 }
 
 func (l *lab) state() hostState {
@@ -131,6 +133,10 @@ func (l *lab) state() hostState {
 		}
 		for _, nl := range all {
 			name, idx := nl.Attrs().Name, nl.Attrs().Index
+			if parking.IsParked(nl) {
+				s.parked = append(s.parked, name)
+				continue
+			}
 			li, _, err := k.LinkByIndex(idx)
 			if err != nil {
 				return err
@@ -237,9 +243,19 @@ func TestAddCheckDel(t *testing.T) {
 		if err := l.del(list, p, caps); err != nil {
 			t.Fatalf("DEL #%d: %v", i+1, err)
 		}
-		if ifbs := l.state().ifbs(); len(ifbs) != 0 {
+		s := l.state()
+		if ifbs := s.ifbs(); len(ifbs) != 0 {
 			t.Errorf("after DEL #%d: IFBs left: %v", i+1, ifbs)
 		}
+		// DEL parks the IFB (down, for a collector) rather than wait
+		// for its removal; a collector takes it.
+		if len(s.parked) != 1 || s.parked[0] != ifbName {
+			t.Errorf("after DEL #%d: parked %v, want the IFB %s", i+1, s.parked, ifbName)
+		}
+	}
+	vethtest.Collect(t, l.Host)
+	if s := l.state(); len(s.parked) != 0 {
+		t.Errorf("collected, parked links left: %v", s.parked)
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
 	"github.com/flatnet/flatnet/internal/cni/ipam"
 	"github.com/flatnet/flatnet/internal/cni/ipmasq"
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/plugin"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/cni/vethplugin"
@@ -86,6 +87,7 @@ func add(args *skel.CmdArgs) (out types.Result, err error) {
 		return nil, err
 	}
 	ctx := context.Background()
+	defer parking.CollectStaleBeside()()
 
 	br, created, err := ensureBridge(n)
 	if err != nil {
@@ -227,8 +229,11 @@ func masqAddrs(linkAddrs []netlink.Addr, prev *current.Result) []netip.Prefix {
 	return out
 }
 
+// cmdDel parks the veth (internal/cni/parking) rather than waiting for
+// the kernel to delete it.
 func cmdDel(args *skel.CmdArgs) error {
-	if err := unhook(args, nil); err != nil {
+	links := parking.New()
+	if err := errors.Join(unhook(args, links), links.Flush()); err != nil {
 		return err
 	}
 	return release(args)
@@ -336,6 +341,9 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	ctx := context.Background()
+	if _, err := parking.Collect(); err != nil {
+		return err
+	}
 	// Rules first, addresses last (as DEL).
 	var atts []ipmasq.Attachment
 	keep := map[[2]string]bool{}

@@ -1,8 +1,11 @@
 package bridge_test
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/veth/vethtest"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -645,5 +649,90 @@ func TestEnableDAD(t *testing.T) {
 	}
 	if err := l.Del("dad", pod); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// DEL parks the veth instead of waiting for its removal: when DEL returns
+// the address answers nowhere and is reused at once, the interface name is
+// free in the container, and the parked links are collected by the next
+// ADD once stale (no agent) or by GC.
+func TestDelParks(t *testing.T) {
+	testutil.RequireFreeRange(t, "10.62.0.0/24")
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,"isGateway":true,
+	 "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.62.0.0/24","rangeStart":"10.62.0.10","rangeEnd":"10.62.0.10"}]]}}`,
+		testutil.Name("park"), testutil.Name("fnb"))
+	l := vethtest.New(t, conf)
+	podA, podB, podC := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
+	ip := net.ParseIP("10.62.0.10")
+	if got := vethtest.IPOf(t, l.MustAdd("ctr-a", podA), true); !got.Equal(ip) {
+		t.Fatalf("pod A got %s, want %s", got, ip)
+	}
+	echoA := vethtest.ServeUDP(t, podA, ip)
+	vethtest.MustExchange(t, l.Host, echoA.Addr)
+	if err := l.Del("ctr-a", podA); err != nil {
+		t.Fatal(err)
+	}
+	links := vethtest.Links(t, podA)
+	if _, ok := links["eth0"]; ok {
+		t.Error("eth0 still in pod A's netns after DEL: its name must be free")
+	}
+	parkedA := vethtest.Parked(t, podA)
+	if len(parkedA) != 1 || !strings.HasPrefix(parkedA[0], "fnpk") {
+		t.Errorf("pod A's netns: parked %v, want its old eth0 as fnpk*", parkedA)
+	}
+	if p := vethtest.Parked(t, l.Host); len(p) != 1 {
+		t.Errorf("host: parked %v, want pod A's host end", p)
+	}
+	if v := vethtest.Veths(t, l.Host); len(v) != 0 {
+		t.Errorf("host: veths up after DEL: %v", v)
+	}
+	var marker string
+	if err := l.InHost(func() (err error) { marker, err = parking.MarkerPath(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("no marker after parking: %v", err)
+	}
+
+	// The only address of the range goes to pod B at once, and only B
+	// answers on it.
+	if got := vethtest.IPOf(t, l.MustAdd("ctr-b", podB), true); !got.Equal(ip) {
+		t.Fatalf("pod B got %s, want %s (freed by A's DEL)", got, ip)
+	}
+	echoB := vethtest.ServeUDP(t, podB, ip)
+	vethtest.MustExchange(t, l.Host, echoB.Addr)
+	if err := vethtest.Exchange(l.Host, echoA.Addr); err == nil {
+		t.Error("pod A's parked interface still answers")
+	}
+	if p := vethtest.Parked(t, l.Host); len(p) != 1 {
+		t.Errorf("a fresh marker: ADD collected (parked now %v)", p)
+	}
+
+	// No collector ran: an ADD after StaleAfter collects, beside its work.
+	if err := l.Del("ctr-b", podB); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-parking.StaleAfter - time.Second)
+	if err := os.Chtimes(marker, old, old); err != nil {
+		t.Fatal(err)
+	}
+	l.MustAdd("ctr-c", podC)
+	if p := vethtest.Parked(t, l.Host); len(p) != 0 {
+		t.Errorf("ADD with a stale marker left parked links %v", p)
+	}
+	if links := vethtest.Links(t, podA); len(links) != 1 {
+		t.Errorf("pod A's netns after collection: %v, want lo only", slices.Collect(maps.Keys(links)))
+	}
+	if err := l.Del("ctr-c", podC); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if p := vethtest.Parked(t, l.Host); len(p) != 0 {
+		t.Errorf("GC left parked links %v", p)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("marker after GC: %v", err)
 	}
 }

@@ -183,8 +183,9 @@ func peerExists(nsPath, name string) (bool, error) {
 // was no such interface. A missing namespace or interface is not an
 // error: DEL must succeed when things are gone. With links, a veth whose
 // host end is in the caller's namespace is removed by that end, handed
-// to links (a batch that removes several links at once); nil deletes at
-// once.
+// to links (a batch that removes several links at once, or a parker that
+// sets them aside for a collector: then the container's end is parked
+// and renamed here); nil deletes at once.
 func DeleteInNS(nsPath, ifName string, links netlinkx.LinkDeleter) (addrs []netlink.Addr, found bool, err error) {
 	if nsPath == "" {
 		return nil, false, nil
@@ -205,6 +206,9 @@ func DeleteInNS(nsPath, ifName string, links netlinkx.LinkDeleter) (addrs []netl
 		}
 		if _, ok := link.(*netlink.Veth); ok && links != nil {
 			index, peer = link.Attrs().Index, link.Attrs().ParentIndex
+			if p, ok := links.(parker); ok && p.Parks() {
+				return park(index)
+			}
 			return nil
 		}
 		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, syscall.ENODEV) {
@@ -226,11 +230,41 @@ func DeleteInNS(nsPath, ifName string, links netlinkx.LinkDeleter) (addrs []netl
 				return addrs, found, links.DeleteLink(peer)
 			}
 		}
-		_, _, err := DeleteInNS(nsPath, ifName, nil)
-		return addrs, found, err
+		// Not ours to batch: delete the container's end (parked or not)
+		// by index.
+		err := netns.Do(nsPath, func() error {
+			err := netlink.LinkDel(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index}})
+			if err != nil && !errors.Is(err, syscall.ENODEV) {
+				return fmt.Errorf("deleting %s: %w", ifName, err)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, netns.ErrNotExist) {
+			return addrs, found, fmt.Errorf("netns %s: %w", nsPath, err)
+		}
+		return addrs, found, nil
 	}
 	return addrs, found, nil
 }
+
+// parker is a LinkDeleter that parks links instead of deleting them
+// (internal/cni/parking).
+type parker interface{ Parks() bool }
+
+// park parks the container's end of a pair (index, in the calling
+// thread's namespace) under a name of its own, so that the container's
+// interface name is free at once; its host end is parked by the caller.
+// The pair goes with the namespace, or with the host end when a
+// collector deletes it.
+func park(index int) error {
+	if err := netlinkx.ParkLink(index); err != nil {
+		return err
+	}
+	return netlinkx.RenameLink(index, ParkedName(index))
+}
+
+// ParkedName is the name of a parked container end: "fnpk" and its index.
+func ParkedName(index int) string { return fmt.Sprintf("fnpk%x", index) }
 
 // DeleteHostEnd deletes the host end a result lists for a container
 // interface that could not be found (the netns is gone). The kernel
@@ -252,6 +286,9 @@ func DeleteHostEnd(name, mac string) error {
 	if _, ok := l.(*netlink.Veth); !ok || (mac != "" && l.Attrs().HardwareAddr.String() != mac) {
 		return nil
 	}
+	if a := l.Attrs(); a.Group == netlinkx.ParkedGroup && a.Flags&net.FlagUp == 0 {
+		return nil // parked by an earlier DEL: a collector removes it
+	}
 	return DeleteHost(name)
 }
 
@@ -260,6 +297,12 @@ func DeleteHostEnd(name, mac string) error {
 func DeleteHost(name string) error {
 	err := netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}})
 	if err != nil && !errors.Is(err, syscall.ENODEV) && !netlinkx.IsNotFound(err) {
+		// A pair whose container netns was just deleted is being torn
+		// down by the kernel meanwhile; the request may then fail (seen:
+		// EINVAL) while the link goes anyway.
+		if _, lerr := netlinkx.LinkByName(name); netlinkx.IsNotFound(lerr) {
+			return nil
+		}
 		return fmt.Errorf("deleting veth %s: %w", name, err)
 	}
 	return nil

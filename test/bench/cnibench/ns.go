@@ -11,6 +11,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 )
@@ -70,6 +71,9 @@ func countRules(dump string) int {
 	return n
 }
 
+// linkNames lists the links of the calling thread's netns but for parked
+// ones: DEL parks a pod's links (down, for a collector), they are
+// counted in parkedLinks and collected at the end (finalChecks).
 func linkNames() ([]string, error) {
 	links, err := netlinkx.LinkList()
 	if err != nil {
@@ -77,10 +81,24 @@ func linkNames() ([]string, error) {
 	}
 	var names []string
 	for _, l := range links {
-		names = append(names, l.Attrs().Name)
+		if !parking.IsParked(l) {
+			names = append(names, l.Attrs().Name)
+		}
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// parkedLinks counts the parked links of the calling thread's netns.
+func parkedLinks() (int, error) {
+	links, err := netlinkx.LinkList()
+	n := 0
+	for _, l := range links {
+		if parking.IsParked(l) {
+			n++
+		}
+	}
+	return n, err
 }
 
 // verifyAdd checks, outside the timed region, that ADD really did its

@@ -24,6 +24,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -47,6 +48,9 @@ func New(t testing.TB, conf string) *Lab {
 	t.Helper()
 	testutil.RequireRoot(t)
 	l := &Lab{T: t, Host: testutil.NewNetNS(t), DataDir: t.TempDir(), CacheDir: t.TempDir()}
+	// Parked links die with the namespace; collecting also removes the
+	// namespace's marker (internal/cni/parking), which would outlive it.
+	t.Cleanup(func() { _ = netns.Do(l.Host, func() error { _, err := parking.Collect(); return err }) })
 	if conf != "" {
 		l.List = l.parse(conf)
 	}
@@ -213,17 +217,40 @@ func Links(t testing.TB, ns string) map[string]netlink.Link {
 	return out
 }
 
-// Veths lists the names of the veths in ns.
+// Veths lists the names of the veths in ns, but for parked ones (DEL
+// parks a pod's veth for a collector: internal/cni/parking; Parked lists
+// them).
 func Veths(t testing.TB, ns string) []string {
 	t.Helper()
 	var out []string
 	for name, l := range Links(t, ns) {
-		if l.Type() == "veth" {
+		if l.Type() == "veth" && !parking.IsParked(l) {
 			out = append(out, name)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Parked lists the names of the parked links in ns.
+func Parked(t testing.TB, ns string) []string {
+	t.Helper()
+	var out []string
+	for name, l := range Links(t, ns) {
+		if parking.IsParked(l) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Collect removes the parked links of ns, as a collector does.
+func Collect(t testing.TB, ns string) {
+	t.Helper()
+	if err := netns.Do(ns, func() error { _, err := parking.Collect(); return err }); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Addrs lists "ip/len" of ifName in ns (global scope only).
