@@ -141,6 +141,7 @@ func CNIPath(t testing.TB) string {
 		bin := filepath.Join(buildDir, "flatnet-cni")
 		cmd := exec.Command("go", "build", "-o", bin, "github.com/flatnet/flatnet/cmd/flatnet-cni")
 		cmd.Dir = moduleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build makes it
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("building flatnet-cni: %v\n%s", err, out)
 			return
