@@ -32,6 +32,26 @@ type Results struct {
 	Notes     []string            `json:"notes,omitempty"`
 }
 
+// Window is ADD+DEL over the measured pods First..Last (1-based).
+type Window struct {
+	First int     `json:"first_pod"`
+	Last  int     `json:"last_pod"`
+	Total Summary `json:"add_plus_del"`
+}
+
+// windows cuts the per-pod times (in pod order) into n windows.
+func windows(ds []time.Duration, n int) []Window {
+	if len(ds) < 2*n {
+		return nil
+	}
+	var out []Window
+	for i := range n {
+		lo, hi := i*len(ds)/n, (i+1)*len(ds)/n
+		out = append(out, Window{First: lo + 1, Last: hi, Total: Summarize(ds[lo:hi])})
+	}
+	return out
+}
+
 // SetResult is one plugin set's figures.
 type SetResult struct {
 	Name      string             `json:"name"`
@@ -44,10 +64,14 @@ type SetResult struct {
 	Total     Summary            `json:"add_plus_del"`
 	Plugins   map[string]Summary `json:"plugin_exec,omitempty"` // "plugin VERB"
 	PluginCPU map[string]Summary `json:"plugin_cpu,omitempty"`  // user+sys incl. children
-	AddRest   Summary            `json:"add_outside_plugins"`
-	DelRest   Summary            `json:"del_outside_plugins"`
-	Traces    []*Trace           `json:"traces,omitempty"`
-	Failures  []Failure          `json:"failures,omitempty"`
+	// Windows is ADD+DEL over the measured pods in five consecutive
+	// windows (pods 1-100, 101-200, ... of 500): flat means no window's
+	// median grows with the pods made before it.
+	Windows  []Window  `json:"add_plus_del_by_window,omitempty"`
+	AddRest  Summary   `json:"add_outside_plugins"`
+	DelRest  Summary   `json:"del_outside_plugins"`
+	Traces   []*Trace  `json:"traces,omitempty"`
+	Failures []Failure `json:"failures,omitempty"`
 }
 
 func (b *bench) results() *Results {
@@ -71,7 +95,7 @@ func (b *bench) results() *Results {
 		sr := SetResult{Name: s.name, Version: s.version, Path: s.binDir, Pods: s.pods, OKPods: s.okPods,
 			Add: Summarize(s.add), Del: Summarize(s.del), Total: Summarize(s.total),
 			Plugins: map[string]Summary{}, PluginCPU: map[string]Summary{}, Failures: s.failures,
-			AddRest: Summarize(s.addRest), DelRest: Summarize(s.delRest)}
+			AddRest: Summarize(s.addRest), DelRest: Summarize(s.delRest), Windows: windows(s.total, 5)}
 		s.exec.mu.Lock()
 		for k, v := range s.exec.times {
 			sr.Plugins[k] = Summarize(v)
@@ -186,6 +210,26 @@ func printReport(w io.Writer, r *Results, verbose bool) {
 		}
 	}
 	tw.Flush()
+	if len(r.Sets) > 0 && len(r.Sets[0].Windows) > 0 {
+		fmt.Fprintf(w, "\nADD+DEL by window of measured pods, median / p90 ms (flat: no growth with the pods made before):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "set\t")
+		for _, win := range r.Sets[0].Windows {
+			fmt.Fprintf(tw, "pods %d-%d\t", win.First, win.Last)
+		}
+		fmt.Fprintln(tw, "last/first median\t")
+		for _, s := range r.Sets {
+			if len(s.Windows) == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t", s.Name)
+			for _, win := range s.Windows {
+				fmt.Fprintf(tw, "%s / %s\t", ms(win.Total.Median), ms(win.Total.P90))
+			}
+			fmt.Fprintf(tw, "%.2f\t\n", Ratio(s.Windows[len(s.Windows)-1].Total.Median, s.Windows[0].Total.Median))
+		}
+		tw.Flush()
+	}
 	for _, set := range ratioSets {
 		if _, ok := r.Ratio[ratioPrefix(set)+"add"]; !ok {
 			continue

@@ -60,3 +60,20 @@ func TestRatio(t *testing.T) {
 		t.Errorf("empty ratios must be n/a")
 	}
 }
+
+func TestWindows(t *testing.T) {
+	var ds []time.Duration
+	for i := range 10 {
+		ds = append(ds, time.Duration(i+1)*time.Millisecond)
+	}
+	w := windows(ds, 5)
+	if len(w) != 5 || w[0].First != 1 || w[0].Last != 2 || w[4].First != 9 || w[4].Last != 10 {
+		t.Fatalf("windows = %+v", w)
+	}
+	if w[4].Total.Median != 9.5 || w[0].Total.N != 2 {
+		t.Errorf("last window %+v, first %+v", w[4].Total, w[0].Total)
+	}
+	if windows(ds[:9], 5) != nil {
+		t.Error("fewer than two pods per window: want none")
+	}
+}
