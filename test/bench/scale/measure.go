@@ -227,18 +227,43 @@ func (h hist) quantile(q float64) float64 {
 // peerRoutes counts the IPv4 routes in the node namespace to pod subnets
 // inside cluster other than own.
 func peerRoutes(netnsName string, cluster, own netip.Prefix) (int, error) {
+	dsts, err := peerRouteDsts(netnsName, cluster, own)
+	return len(dsts), err
+}
+
+// peerRouteDsts lists the destinations of the routes peerRoutes counts.
+func peerRouteDsts(netnsName string, cluster, own netip.Prefix) ([]string, error) {
 	out, err := exec.Command("ip", "-n", netnsName, "-4", "route", "show").Output()
 	if err != nil {
-		return 0, fmt.Errorf("ip -n %s route: %w", netnsName, err)
+		return nil, fmt.Errorf("ip -n %s route: %w", netnsName, err)
 	}
-	n := 0
+	var dsts []string
 	for _, line := range strings.Split(string(out), "\n") {
 		dst, _, _ := strings.Cut(line, " ")
 		p, err := netip.ParsePrefix(dst)
 		if err != nil || !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() || p.Overlaps(own) {
 			continue
 		}
-		n++
+		dsts = append(dsts, dst)
 	}
-	return n, nil
+	return dsts, nil
+}
+
+// deletePeerRoutes deletes, in the lab node's namespace, the routes
+// peerRoutes counts (one ip -batch).
+func deletePeerRoutes(netnsName string, cluster, own netip.Prefix) error {
+	dsts, err := peerRouteDsts(netnsName, cluster, own)
+	if err != nil || len(dsts) == 0 {
+		return err
+	}
+	var batch strings.Builder
+	for _, d := range dsts {
+		fmt.Fprintf(&batch, "route del %s\n", d)
+	}
+	cmd := exec.Command("ip", "-n", netnsName, "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("deleting %d peer routes in %s: %w: %s", len(dsts), netnsName, err, out)
+	}
+	return nil
 }

@@ -62,27 +62,42 @@ func (b *bench) nodes(ctx context.Context, p *phase) error {
 // expectedPeers is how many peer routes a real agent should hold.
 func (b *bench) expectedPeers() int { return len(b.w.simNodes()) + len(b.spec.Nodes) - 1 }
 
-// agentStart: each real agent stopped and started again by lab up; the
-// time from its process start to every peer route in its namespace.
+// agentStart: each real agent stopped, its peer routes deleted (a stopped
+// agent leaves them, as flannel does), and started again by lab up; the
+// time from its process start to every peer route back in its namespace,
+// watched while lab up runs (lab up goes on with its other steps after
+// starting the agent).
 func (b *bench) agentStart(ctx context.Context, p *phase) error {
 	for i, n := range b.spec.Nodes {
 		name, ns, own := b.agent(i)
 		if err := proc.Stop(b.spec.StateDir, name, 10*time.Second); err != nil {
 			return err
 		}
-		if err := b.labUp(ctx, b.c.Nodes); err != nil {
+		if err := deletePeerRoutes(ns, b.cluster, own); err != nil {
 			return err
 		}
+		if got, err := peerRoutes(ns, b.cluster, own); err != nil || got != 0 {
+			return fmt.Errorf("%s: %d peer routes left after deleting them (%v)", n.Name, got, err)
+		}
+		up := make(chan error, 1)
+		go func() { up <- b.labUp(ctx, b.c.Nodes) }()
 		want := b.expectedPeers()
 		var at usage
 		err := waitFor(ctx, n.Name+"'s peer routes", 20*time.Millisecond, func() (bool, string) {
+			u, running := b.agentUsage(name)
+			if !running {
+				return false, "agent not started yet"
+			}
 			got, err := peerRoutes(ns, b.cluster, own)
 			if err != nil || got < want {
 				return false, fmt.Sprintf("%d of %d routes (%v)", got, want, err)
 			}
-			at, _ = b.agentUsage(name)
+			at = u
 			return true, ""
 		})
+		if uerr := <-up; uerr != nil {
+			return uerr
+		}
 		if err != nil {
 			return err
 		}
