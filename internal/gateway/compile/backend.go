@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flatnet/flatnet/internal/gateway/table"
@@ -149,7 +151,27 @@ func (c *compiler) servicePort(ns, name string, port int32) *servicePortInfo {
 	}
 	sp := c.memoPort(k, func() *servicePortInfo { return c.resolvePort(k) })
 	c.ports[k] = sp
+	c.used.add(nn(k.namespace, k.name))
 	return sp
+}
+
+// serviceSet is a set of Services safe for one writer (the compile) and
+// readers on other goroutines.
+type serviceSet struct {
+	mu sync.RWMutex
+	m  map[types.NamespacedName]bool
+}
+
+func (s *serviceSet) add(k types.NamespacedName) {
+	s.mu.Lock()
+	s.m[k] = true
+	s.mu.Unlock()
+}
+
+func (s *serviceSet) has(k types.NamespacedName) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[k]
 }
 
 func (c *compiler) resolvePort(k svcPort) *servicePortInfo {

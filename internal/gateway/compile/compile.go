@@ -138,6 +138,9 @@ func compileAll(c *compiler) *Output {
 type compiler struct {
 	in  *Input
 	out *Output
+	// used holds every Service a backend names (resolved or not), read by
+	// the controller's event handlers while compiles run (Incremental.Uses).
+	used *serviceSet
 
 	classes     map[string]*gwv1.GatewayClass // ours only
 	nsLabels    map[string]map[string]string
@@ -172,6 +175,7 @@ func newCompiler(in *Input) *compiler {
 		gateways: map[types.NamespacedName]*gateway{},
 		ports:    make(map[svcPort]*servicePortInfo, len(in.Services)),
 		names:    make(map[svcPort]string, len(in.Services)),
+		used:     &serviceSet{m: map[types.NamespacedName]bool{}},
 	}
 	for _, gc := range in.GatewayClasses {
 		if gc.Spec.ControllerName == ControllerName {

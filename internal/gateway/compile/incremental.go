@@ -29,6 +29,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,6 +59,17 @@ type Incremental struct {
 	c        *compiler
 	out      *Output
 	reserved map[hostRef]bool // listener hostnames: their Host stays, even empty
+	used     atomic.Pointer[serviceSet]
+}
+
+// Uses reports whether a backend of the last Compile or Routes names the
+// Service namespace/name (resolved or not), or whether nothing was
+// compiled yet: a change to any other Service or its EndpointSlices
+// changes nothing in the output. Safe to call while a compile runs; a
+// Service a running compile adds may be reported only once it returns.
+func (x *Incremental) Uses(namespace, name string) bool {
+	u := x.used.Load()
+	return u == nil || u.has(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 // Compile is a full Compile that keeps its state for Routes.
@@ -66,6 +78,7 @@ func (x *Incremental) Compile(in *Input) *Output {
 	c.recs = map[RouteKey]*routeRec{}
 	out := compileAll(c)
 	x.c, x.out = c, out
+	x.used.Store(c.used)
 	x.reserved = map[hostRef]bool{}
 	for _, g := range c.gwOrder {
 		for _, l := range g.listeners {

@@ -338,3 +338,37 @@ func TestIncrementalConcurrentReads(t *testing.T) {
 	close(tables)
 	<-done
 }
+
+// TestIncrementalUses: every Service a backend names, resolved or not,
+// after Compile and after Routes; everything before the first Compile.
+func TestIncrementalUses(t *testing.T) {
+	var x Incremental
+	if !x.Uses("a", "anything") {
+		t.Fatal("before a Compile, Uses must say yes to everything")
+	}
+	route := func(name string, backends ...string) *gwv1.HTTPRoute {
+		hr := &gwv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, Generation: 1, ResourceVersion: "1"}}
+		hr.Spec.ParentRefs = []gwv1.ParentReference{{Name: "gw", Namespace: ptrTo(gwv1.Namespace("gw"))}}
+		for _, b := range backends {
+			hr.Spec.Rules = append(hr.Spec.Rules, gwv1.HTTPRouteRule{BackendRefs: []gwv1.HTTPBackendRef{
+				{BackendRef: gwv1.BackendRef{BackendObjectReference: gwv1.BackendObjectReference{Name: gwv1.ObjectName(b), Port: ptrTo(gwv1.PortNumber(80))}}}}})
+		}
+		return hr
+	}
+	in := diffWorld()
+	addRoute(in, route("r1", "svc", "missing"))
+	x.Compile(in)
+	for _, c := range []struct {
+		ns, name string
+		want     bool
+	}{{"a", "svc", true}, {"a", "missing", true}, {"a", "other", false}, {"b", "svc", false}} {
+		if got := x.Uses(c.ns, c.name); got != c.want {
+			t.Errorf("after Compile: Uses(%s, %s) = %v, want %v", c.ns, c.name, got, c.want)
+		}
+	}
+	addRoute(in, route("r2", "later"))
+	x.Routes([]RouteKey{{Kind: "HTTPRoute", Namespace: "a", Name: "r2"}}, RoutesIn(in))
+	if !x.Uses("a", "later") || !x.Uses("a", "svc") {
+		t.Errorf("after Routes: later %v, svc %v; want both", x.Uses("a", "later"), x.Uses("a", "svc"))
+	}
+}

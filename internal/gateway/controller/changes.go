@@ -3,6 +3,7 @@ package controller
 import (
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -23,6 +24,49 @@ type changes struct {
 	mu     sync.Mutex
 	full   bool
 	routes map[compile.RouteKey]struct{}
+	// skipped: Services (or their EndpointSlices) whose events were let
+	// pass as changing nothing, and whether Node events were, since the
+	// last recheck (see recheck).
+	skipped      map[types.NamespacedName]bool
+	skippedNodes bool
+}
+
+// skip records an event let pass: a change to Service k (or its slices),
+// or with node, to a Node.
+func (ch *changes) skip(k types.NamespacedName, node bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if node {
+		ch.skippedNodes = true
+		return
+	}
+	if ch.skipped == nil {
+		ch.skipped = map[types.NamespacedName]bool{}
+	}
+	ch.skipped[k] = true
+}
+
+// recheck closes the window in which a compile made an object relevant
+// after its event was let pass: called once a compile's result is
+// published (what it uses, whether frontends exist), it asks for a full
+// compile if any event skipped since the previous recheck now matters,
+// and reports whether it did. Events after it are judged against the
+// published result.
+func (ch *changes) recheck(uses func(types.NamespacedName) bool, nodesMatter bool) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	again := ch.skippedNodes && nodesMatter
+	for k := range ch.skipped {
+		if again {
+			break
+		}
+		again = uses(k)
+	}
+	ch.skipped, ch.skippedNodes = nil, false
+	if again {
+		ch.full, ch.routes = true, nil
+	}
+	return again
 }
 
 // all asks for a full compile.

@@ -5,7 +5,10 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -51,4 +54,67 @@ func TestChanges(t *testing.T) {
 
 func cmpKey(a, b compile.RouteKey) int {
 	return slices.Compare([]string{string(a.Kind), a.Namespace, a.Name}, []string{string(b.Kind), b.Namespace, b.Name})
+}
+
+func TestRelevantService(t *testing.T) {
+	uses := func(ns, name string) bool { return ns == "a" && name == "web" }
+	svc := func(ns, name string, labels map[string]string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+	}
+	slice := func(ns, name string, labels map[string]string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+	}
+	for _, c := range []struct {
+		what string
+		obj  any
+		want bool
+		key  string
+	}{
+		{"a backend's Service", svc("a", "web", nil), true, "a/web"},
+		{"another Service", svc("a", "db", nil), false, "a/db"},
+		{"the same name elsewhere", svc("b", "web", nil), false, "b/web"},
+		{"a Gateway's frontend", svc("gw", "gw-front", map[string]string{LabelGateway: "gw"}), true, "gw/gw-front"},
+		{"the Ingress frontend", svc("gw", IngressService, map[string]string{LabelIngress: "true"}), true, "gw/" + IngressService},
+		{"a backend's slice", slice("a", "web-abc", map[string]string{discoveryv1.LabelServiceName: "web"}), true, "a/web"},
+		{"another slice", slice("a", "db-abc", map[string]string{discoveryv1.LabelServiceName: "db"}), false, "a/db"},
+		{"a slice of ours", slice("gw", "gw-front-x", map[string]string{discoveryv1.LabelManagedBy: SliceManagedBy}), true, "gw/gw-front-x"},
+		{"a slice without a Service", slice("a", "loose", nil), false, "a/"},
+		{"a tombstone", cache.DeletedFinalStateUnknown{Key: "a/web", Obj: svc("a", "web", nil)}, true, "a/web"},
+		{"a tombstone of another", cache.DeletedFinalStateUnknown{Key: "a/db", Obj: slice("a", "db-x", map[string]string{discoveryv1.LabelServiceName: "db"})}, false, "a/db"},
+	} {
+		k, got := relevantService(c.obj, uses)
+		if got != c.want || k.String() != c.key {
+			t.Errorf("%s: %v %s, want %v %s", c.what, got, k, c.want, c.key)
+		}
+	}
+}
+
+// An event let pass while a compile ran is looked at again once the
+// compile's result is out: it asks for a full compile if it now matters.
+func TestRecheck(t *testing.T) {
+	var ch changes
+	web := types.NamespacedName{Namespace: "a", Name: "web"}
+	none := func(types.NamespacedName) bool { return false }
+	ch.skip(web, false)
+	ch.skip(types.NamespacedName{}, true)
+	if ch.recheck(none, false) {
+		t.Fatal("nothing matters, yet recheck asked for a compile")
+	}
+	if full, _ := ch.take(); full {
+		t.Fatal("take: full")
+	}
+	ch.skip(web, false)
+	if !ch.recheck(func(k types.NamespacedName) bool { return k == web }, false) {
+		t.Fatal("a skipped Service now used: recheck did not ask for a compile")
+	}
+	if full, _ := ch.take(); !full {
+		t.Fatal("take after recheck: not full")
+	}
+	if ch.recheck(func(types.NamespacedName) bool { return true }, true) {
+		t.Fatal("recheck remembered what the previous one looked at")
+	}
+	ch.skip(types.NamespacedName{}, true)
+	if !ch.recheck(none, true) {
+		t.Fatal("a skipped Node event with frontends: recheck did not ask for a compile")
+	}
 }

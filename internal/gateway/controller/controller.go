@@ -93,7 +93,8 @@ type Controller struct {
 
 	trigger    chan struct{}
 	changes    changes
-	inc        compile.Incremental // sync's goroutine only
+	inc        compile.Incremental // sync's goroutine only, but for Uses
+	fronts     atomic.Int32        // frontend Services at the last full compile
 	generation uint64              // of the tables handed over (sync's goroutine only)
 	leader     atomic.Bool
 	// latest is the newest compile result for the status loop.
@@ -194,24 +195,49 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 	}
 	for _, i := range []cache.SharedIndexInformer{
 		v1.ReferenceGrants().Informer(),
-		kf.Core().V1().Namespaces().Informer(), kf.Core().V1().Services().Informer(),
-		kf.Discovery().V1().EndpointSlices().Informer(), sf.Core().V1().Secrets().Informer(),
+		kf.Core().V1().Namespaces().Informer(),
+		sf.Core().V1().Secrets().Informer(),
 		kf.Networking().V1().IngressClasses().Informer(),
 	} {
 		add(i, h)
 	}
-	// Nodes matter only to the frontends' EndpointSlices (Ready, InternalIP).
+	// Services and EndpointSlices: only those a backend names or that
+	// front a Gateway matter; in a cluster of 10,000 Services, reacting to
+	// the others made every pod start cost a full compile on every node.
+	serviceChanged := func(o any) {
+		if k, ok := relevantService(o, c.inc.Uses); ok {
+			full(o)
+		} else {
+			c.changes.skip(k, false)
+		}
+	}
+	for _, i := range []cache.SharedIndexInformer{kf.Core().V1().Services().Informer(), kf.Discovery().V1().EndpointSlices().Informer()} {
+		add(i, cache.ResourceEventHandlerFuncs{
+			AddFunc:    serviceChanged,
+			UpdateFunc: func(_, n any) { serviceChanged(n) },
+			DeleteFunc: serviceChanged,
+		})
+	}
+	// Nodes matter only to the frontends' EndpointSlices (Ready,
+	// InternalIP), so only while there are frontends.
+	nodeChanged := func(o any) {
+		if c.fronts.Load() > 0 {
+			full(o)
+		} else {
+			c.changes.skip(types.NamespacedName{}, true)
+		}
+	}
 	nodes := kf.Core().V1().Nodes().Informer()
 	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: full,
+		AddFunc: nodeChanged,
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*corev1.Node)
 			nn, ok2 := n.(*corev1.Node)
 			if !ok1 || !ok2 || kube.NodeReady(on) != kube.NodeReady(nn) || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
-				full(n)
+				nodeChanged(n)
 			}
 		},
-		DeleteFunc: full,
+		DeleteFunc: nodeChanged,
 	})
 	c.synced = append(c.synced, nodes.HasSynced)
 	c.start = func(stop <-chan struct{}) {
@@ -242,6 +268,35 @@ func slim(obj any) (any, error) {
 		}
 	}
 	return obj, nil
+}
+
+// relevantService reports whether a Service or EndpointSlice event (an
+// object or a deletion tombstone) can change the compile's output: its
+// Service is named by a backend of the last compile (uses:
+// compile.Incremental's Uses, every Service before the first), or it is a frontend of ours (or
+// one of their slices); otherwise k is the Service, for changes.skip.
+func relevantService(o any, uses func(namespace, name string) bool) (k types.NamespacedName, relevant bool) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return k, true
+	}
+	lbl := m.GetLabels()
+	k = types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
+	if _, slice := o.(*discoveryv1.EndpointSlice); slice {
+		if lbl[discoveryv1.LabelManagedBy] == SliceManagedBy {
+			return k, true
+		}
+		k.Name = lbl[discoveryv1.LabelServiceName]
+		if k.Name == "" {
+			return k, false // no Service: nothing reads it
+		}
+	} else if _, front := lbl[LabelGateway]; front || lbl[LabelIngress] == "true" {
+		return k, true
+	}
+	return k, uses(k.Namespace, k.Name)
 }
 
 // specChanged reports whether an update changed more than an object's
@@ -303,6 +358,9 @@ func (c *Controller) sync(ctx context.Context) {
 		out = c.inc.Compile(in)
 	} else {
 		out = c.inc.Routes(routes, c.route)
+	}
+	if c.changes.recheck(func(k types.NamespacedName) bool { return c.inc.Uses(k.Namespace, k.Name) }, c.fronts.Load() > 0) {
+		c.Trigger()
 	}
 	c.generation++
 	out.Table.Generation = c.generation
@@ -423,6 +481,7 @@ func (c *Controller) input() (*compile.Input, error) {
 		return nil, err
 	}
 	fronts := frontendServices(in.Services)
+	c.fronts.Store(int32(len(fronts)))
 	in.Binds = map[compile.BindKey]int32{}
 	for k, b := range bindsOf(fronts) {
 		in.Binds[compile.BindKey{Gateway: k.Gateway, Port: k.Port}] = b
