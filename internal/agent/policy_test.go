@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,40 @@ func TestPodChanged(t *testing.T) {
 	b.Labels = map[string]string{"app": "b"}
 	if !podChanged(a, b) {
 		t.Error("a label change did not trigger a sync")
+	}
+}
+
+// trimPod keeps every field the policy reads: the change filter sees no
+// difference, named ports of containers and sidecars stay, the rest goes.
+func TestTrimPod(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "a", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{"big": strings.Repeat("x", 1000)}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", HostNetwork: false,
+			Containers: []corev1.Container{{Name: "app", Image: "img", Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}, {Name: "noports", Image: "img2"}},
+			InitContainers: []corev1.Container{{Name: "side", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}},
+				{Name: "once", Ports: []corev1.ContainerPort{{Name: "x", ContainerPort: 1}}}},
+			Volumes: []corev1.Volume{{Name: "v"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.5", PodIPs: []corev1.PodIP{{IP: "10.0.0.5"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	got, err := stripManagedFields(p.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := got.(*corev1.Pod)
+	if podChanged(p, tp) || localPod(p, "n1") != localPod(tp, "n1") || tp.UID != p.UID || tp.ResourceVersion != p.ResourceVersion {
+		t.Errorf("the trimmed pod differs in what the policy reads: %+v", tp)
+	}
+	if len(tp.Spec.Containers) != 1 || tp.Spec.Containers[0].Ports[0].Name != "http" || tp.Spec.Containers[0].Image != "" {
+		t.Errorf("containers: %+v", tp.Spec.Containers)
+	}
+	if len(tp.Spec.InitContainers) != 1 || tp.Spec.InitContainers[0].Name != "side" || *tp.Spec.InitContainers[0].RestartPolicy != always {
+		t.Errorf("init containers: %+v", tp.Spec.InitContainers)
+	}
+	if tp.Annotations != nil || tp.ManagedFields != nil || tp.Spec.Volumes != nil || tp.Status.Conditions != nil {
+		t.Errorf("kept what the policy never reads: %+v", tp)
 	}
 }

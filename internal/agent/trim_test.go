@@ -110,3 +110,72 @@ func heap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// kubeletPod is a pod as a Deployment and a kubelet leave it: owner,
+// labels, a container with resources, env, a token volume, four
+// conditions and a container status.
+func kubeletPod(i int) *corev1.Pod {
+	ns := fmt.Sprintf("ns-%d", i%50)
+	tr := true
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7d9f8c6b5d-%05d", i), Namespace: ns, UID: "u", ResourceVersion: "1",
+			GenerateName: "web-7d9f8c6b5d-", Labels: map[string]string{"app": "web", "pod-template-hash": "7d9f8c6b5d", "tier": "frontend"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9f8c6b5d", UID: "o", Controller: &tr}},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: "Update", FieldsV1: &metav1.FieldsV1{Raw: []byte(strings.Repeat("{}", 400))}},
+				{Manager: "kubelet", Operation: "Update", Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(strings.Repeat("{}", 500))}}}},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i%100), ServiceAccountName: "default",
+			Containers: []corev1.Container{{Name: "web", Image: "registry.k8s.io/e2e-test-images/agnhost:2.53",
+				Args:  []string{"netexec", "--http-port=8080"},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				Env:   []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}, {Name: "C", Value: "3"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}},
+				TerminationMessagePath: "/dev/termination-log", ImagePullPolicy: corev1.PullIfNotPresent}},
+			Volumes: []corev1.Volume{{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}},
+			Tolerations: []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, HostIP: "10.250.0.11", PodIP: fmt.Sprintf("10.244.%d.%d", i/250, i%250+2),
+			PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.244.%d.%d", i/250, i%250+2)}}, QOSClass: corev1.PodQOSBestEffort,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "web", Ready: true, Image: "registry.k8s.io/e2e-test-images/agnhost:2.53",
+				ImageID: "registry.k8s.io/e2e-test-images/agnhost@sha256:" + strings.Repeat("ab", 32), ContainerID: "containerd://" + strings.Repeat("cd", 32)}}},
+	}
+}
+
+// BenchmarkPolicyPodCache: the policy's pod informer heap per 1,000 pods,
+// with managedFields stripped only (as before) and with trimPod.
+func BenchmarkPolicyPodCache(b *testing.B) {
+	const n = 1000
+	for _, c := range []struct {
+		name  string
+		trans cache.TransformFunc
+	}{{"managedFieldsOnly", func(o any) (any, error) { o.(metav1.Object).SetManagedFields(nil); return o, nil }}, {"trimmed", stripManagedFields}} {
+		b.Run(c.name, func(b *testing.B) {
+			client := fake.NewClientset()
+			for i := range n {
+				if err := client.Tracker().Add(kubeletPod(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var per float64
+			for i := 0; i < b.N; i++ {
+				before := heap()
+				ctx, cancel := context.WithCancel(context.Background())
+				f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(c.trans))
+				inf := f.Core().V1().Pods().Informer()
+				f.Start(ctx.Done())
+				if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+					b.Fatal("no sync")
+				}
+				if got := len(inf.GetStore().List()); got != n {
+					b.Fatalf("%d pods cached", got)
+				}
+				per = float64(heap() - before)
+				runtime.KeepAlive(inf)
+				cancel()
+				f.Shutdown()
+			}
+			b.ReportMetric(per, "heapB/1000pods")
+		})
+	}
+}
