@@ -127,12 +127,15 @@ type policyController struct {
 	renderer *nftables.Renderer
 	syncer   *nftables.Syncer
 	// ipt, when set, renders with iptables instead (--policy-mode).
-	ipt      *iptables.Syncer
-	mode     string
-	runner   *runner.Runner
-	pods     corelisters.PodLister
-	nss      corelisters.NamespaceLister
-	policies networkinglisters.NetworkPolicyLister
+	ipt    *iptables.Syncer
+	mode   string
+	runner *runner.Runner
+	pods   corelisters.PodLister
+	// podsByNode is the pods' indexer with byNode (nil in tests that set
+	// pods alone).
+	podsByNode cache.Indexer
+	nss        corelisters.NamespaceLister
+	policies   networkinglisters.NetworkPolicyLister
 	// cnps is nil while the API does not serve ClusterNetworkPolicy (or
 	// before Run); read it through clusterPolicies.
 	cnpMu sync.Mutex
@@ -237,6 +240,10 @@ func (c *policyController) Run(ctx context.Context) error {
 	nss := factory.Core().V1().Namespaces()
 	nps := factory.Networking().V1().NetworkPolicies()
 	c.pods, c.nss, c.policies = pods.Lister(), nss.Lister(), nps.Lister()
+	if err := pods.Informer().AddIndexers(cache.Indexers{byNode: podNode}); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	c.podsByNode = pods.Informer().GetIndexer()
 	// A NetworkPolicy selects pods of its own namespace only, so its
 	// change needs that namespace's pods recompiled; any other change
 	// (a pod's labels or address, a namespace's labels) may touch the
@@ -368,13 +375,40 @@ func (c *policyController) syncAndLog(ctx context.Context, full bool) error {
 	return err
 }
 
+// byNode indexes pods by spec.nodeName.
+const byNode = "spec.nodeName"
+
+func podNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// podsToCompile lists the pods a sync compiles with: every pod of the
+// cluster (a policy's peers may be any of them), or, when no policy of
+// either kind exists, this node's own only (nobody is anyone's peer):
+// with no policy a sync then costs this node's pods, not the cluster's.
+func (c *policyController) podsToCompile(noPolicy bool) ([]*corev1.Pod, error) {
+	if !noPolicy || c.podsByNode == nil {
+		return c.pods.List(labels.Everything())
+	}
+	objs, err := c.podsByNode.ByIndex(byNode, c.node)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}
+
 func (c *policyController) sync(ctx context.Context, full bool) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	pods, err := c.pods.List(labels.Everything())
-	if err != nil {
-		return err
-	}
 	nss, err := c.nss.List(labels.Everything())
 	if err != nil {
 		return err
@@ -388,6 +422,10 @@ func (c *policyController) sync(ctx context.Context, full bool) error {
 		if cnps, err = l.List(labels.Everything()); err != nil {
 			return err
 		}
+	}
+	pods, err := c.podsToCompile(len(nps) == 0 && len(cnps) == 0)
+	if err != nil {
+		return err
 	}
 	if c.gate == nil {
 		c.gate = newGateState()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/knftables"
 
 	"github.com/flatnet/flatnet/internal/netpol/nftables"
@@ -143,5 +146,35 @@ func TestTrimPod(t *testing.T) {
 	}
 	if tp.Annotations != nil || tp.ManagedFields != nil || tp.Spec.Volumes != nil || tp.Status.Conditions != nil {
 		t.Errorf("kept what the policy never reads: %+v", tp)
+	}
+}
+
+// With no policy of either kind, a sync compiles this node's pods only;
+// with one, every pod of the cluster (any may be a peer).
+func TestPodsToCompile(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byNode: podNode})
+	for _, p := range []*corev1.Pod{policyPod("a", "n1", "10.0.0.2", nil), policyPod("b", "n2", "10.0.1.2", nil), policyPod("c", "n1", "10.0.0.3", nil)} {
+		if err := idx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &policyController{node: "n1", pods: corelisters.NewPodLister(idx), podsByNode: idx}
+	names := func(noPolicy bool) []string {
+		pods, err := c.podsToCompile(noPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range pods {
+			out = append(out, p.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names(true); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("no policy: %v, want this node's a c", got)
+	}
+	if got := names(false); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("with policies: %v, want every pod", got)
 	}
 }
