@@ -342,9 +342,16 @@ func Run(ctx context.Context, o Options) error {
 			"cniBinDir", o.CNIBinDir, "missing", missing)
 	}
 
+	// The lab runtime's CNI timings are served with the proxy's metrics
+	// (the agent's one metrics endpoint; the lab runs every agent with
+	// --proxy).
+	var cniMetrics *process.CNIMetrics
+	if o.LabRuntime {
+		cniMetrics = process.NewCNIMetrics()
+	}
 	var proxiers []*proxier.Proxier
 	if o.Proxy {
-		if proxiers, err = newProxiers(ctx, client, o, cidrs); err != nil {
+		if proxiers, err = newProxiers(ctx, client, o, cidrs, cniMetrics.Collectors()...); err != nil {
 			return err
 		}
 	}
@@ -379,6 +386,7 @@ func Run(ctx context.Context, o Options) error {
 			StateDir: o.RuntimeStateDir, NetnsPrefix: o.NetnsPrefix, PodPath: o.PodPath,
 			CNIConfDir: o.CNIConfDir, CNIBinDir: o.CNIBinDir, CNICacheDir: o.CNICacheDir,
 			ClusterDNS: clusterDNS, ClusterDomain: o.ClusterDomain,
+			CNIMetrics: cniMetrics,
 		}
 		wg.Go(func() {
 			err := process.Run(klog.NewContext(ctx, logger.WithName("runtime")), cfg)

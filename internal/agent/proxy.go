@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -62,6 +63,9 @@ type proxyServersConfig struct {
 	NFTablesExec bool
 	// Profiling serves /debug/pprof/ on the metrics server.
 	Profiling bool
+	// Collectors are served on the metrics server beside the proxy's
+	// (the lab runtime's CNI timings).
+	Collectors []prometheus.Collector
 }
 
 // proxyServers are what a node's proxiers (one per IP family) share: the
@@ -96,6 +100,11 @@ func newProxyServers(client kubernetes.Interface, mode string, cfg proxyServersC
 		return nil, err
 	}
 	m := metrics.New()
+	for _, c := range cfg.Collectors {
+		if err := m.Registry().Register(c); err != nil {
+			return nil, fmt.Errorf("serving more metrics on %s: %w", cfg.MetricsBindAddress, err)
+		}
+	}
 	// kube-proxy answers its own mode here.
 	m.ProxyMode = mode
 	m.Profiling = cfg.Profiling
@@ -212,8 +221,8 @@ func serveRetrying(ctx context.Context, logger klog.Logger, name, addr string, s
 
 // newProxiers returns one Service proxier per family of the cluster CIDRs
 // (--proxy), each on its own nftables table; the first also runs the
-// metrics and health servers.
-func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, cidrs []netip.Prefix) ([]*proxier.Proxier, error) {
+// metrics (with more, the collectors) and health servers.
+func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, cidrs []netip.Prefix, more ...prometheus.Collector) ([]*proxier.Proxier, error) {
 	var renders []nftables.Config
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
 		var famCIDRs []netip.Prefix
@@ -233,6 +242,7 @@ func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, ci
 		HealthzBindAddress: o.HealthzBindAddress,
 		Profiling:          o.ProxyProfiling,
 		NFTablesExec:       o.ProxyNFTablesExec,
+		Collectors:         more,
 	}, renders, syncPeriods{o.ProxyMinSyncPeriod, o.ProxySyncPeriod, o.ProxyFullSyncPeriod}, "--proxy")
 }
 

@@ -5,10 +5,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/knftables"
 
@@ -135,5 +137,24 @@ func TestProxyServersRun(t *testing.T) {
 	}
 	if err := s.run(context.Background()); err == nil || !strings.Contains(err.Error(), "healthz") {
 		t.Errorf("run with a busy healthz address and HardFail: %v", err)
+	}
+}
+
+// Collectors given to the servers are served with the proxy's metrics
+// (the lab runtime's CNI timings); one registered twice is refused.
+func TestProxyServersCollectors(t *testing.T) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "flatnet_test_more_total", Help: "a test counter"})
+	c.Inc()
+	s, err := newProxyServers(nil, ProxyModeNFTables, proxyServersConfig{SyncPeriod: time.Second, Collectors: []prometheus.Collector{c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	s.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body := rec.Body.String(); !strings.Contains(body, "flatnet_test_more_total 1") || !strings.Contains(body, "flatnet_sync_proxy_rules") {
+		t.Errorf("/metrics lacks the added collector or the proxy's own:\n%s", body)
+	}
+	if _, err := newProxyServers(nil, ProxyModeNFTables, proxyServersConfig{SyncPeriod: time.Second, Collectors: []prometheus.Collector{c, c}}); err == nil {
+		t.Error("a collector registered twice was accepted")
 	}
 }

@@ -93,7 +93,8 @@ type processes interface {
 type cniNetwork struct {
 	confDir, cacheDir string
 	binDirs           []string
-	hostNS            string // tests: run plugins in this netns
+	hostNS            string      // tests: run plugins in this netns
+	metrics           *CNIMetrics // nil: not timed
 }
 
 // loadConfList loads the first network configuration in confDir in
@@ -155,7 +156,9 @@ func (n *cniNetwork) add(ctx context.Context, a cniAttachment) ([]string, error)
 	var res types.Result
 	err = n.inHost(func() error {
 		var err error
+		start := time.Now()
 		res, err = n.cni().AddNetworkList(ctx, list, rtConf(a))
+		n.metrics.observe(cniAdd, time.Since(start), err)
 		return err
 	})
 	if err != nil {
@@ -226,7 +229,12 @@ func (n *cniNetwork) del(ctx context.Context, a cniAttachment) error {
 			return fmt.Errorf("CNI DEL: no cached config for sandbox %s and %w", a.SandboxID, err)
 		}
 	}
-	err := n.inHost(func() error { return c.DelNetworkList(ctx, list, rt) })
+	err := n.inHost(func() error {
+		start := time.Now()
+		err := c.DelNetworkList(ctx, list, rt)
+		n.metrics.observe(cniDel, time.Since(start), err)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("CNI DEL (network %q): %w", list.Name, err)
 	}

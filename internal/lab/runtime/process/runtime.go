@@ -74,6 +74,8 @@ type Config struct {
 	// MissingClusterDNS warning, as from a kubelet without --cluster-dns.
 	ClusterDNS    []netip.Addr
 	ClusterDomain string // default cluster.local
+	// CNIMetrics, when set, times every CNI ADD and DEL (cnimetrics.go).
+	CNIMetrics *CNIMetrics
 }
 
 // deps are the runtime's effects and clocks; tests replace them.
@@ -145,7 +147,7 @@ func realDeps(cfg Config, hostNS string) (deps, error) {
 		return deps{}, err
 	}
 	return deps{
-		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir), hostNS: hostNS},
+		net:        &cniNetwork{confDir: cfg.CNIConfDir, cacheDir: cfg.CNICacheDir, binDirs: filepath.SplitList(cfg.CNIBinDir), hostNS: hostNS, metrics: cfg.CNIMetrics},
 		ns:         realNamespaces{},
 		procs:      &realProcesses{initBin: initBin, hostNS: hostNS, owner: cfg.StateDir},
 		prober:     realProber{hostNS: hostNS},
