@@ -47,6 +47,14 @@ func newUp(root, name *string) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Name, o.StateRoot = *name, *root
+			if o.CNIPluginDir != "" {
+				// The agents run elsewhere: a relative path means here.
+				abs, err := filepath.Abs(o.CNIPluginDir)
+				if err != nil {
+					return fmt.Errorf("--cni-bin-dir %s: %w", o.CNIPluginDir, err)
+				}
+				o.CNIPluginDir = abs
+			}
 			changed := map[string]bool{}
 			cmd.Flags().Visit(func(f *pflag.Flag) { changed[f.Name] = true })
 			cfg.Out = cmd.OutOrStdout()
@@ -74,6 +82,8 @@ func newUp(root, name *string) *cobra.Command {
 		" (on a running lab, another mode restarts the agents with it; each removes the old mode's rules)")
 	f.StringVar(&o.CNIConflist, "cni-conflist", subnet.StyleFlatnet, "the agents' CNI conflist: "+subnet.StyleFlatnet+" (one plugin doing bridge, host-local, bandwidth and portmap) or "+
 		subnet.StyleClassic+" (the chain of the three) (on a running lab, the other style restarts the agents with it; pods made under either are torn down under the other)")
+	f.StringVar(&o.CNIPluginDir, "cni-bin-dir", "", "a directory of CNI plugins the agents search before the lab's own (e.g. the reference plugins of containernetworking/plugins): "+
+		"it must hold every plugin of the conflist; flatnet-policy still comes from the lab. \"\" is the lab's own alone (on a running lab, another dir restarts the agents with it; process runtime only)")
 	f.StringVar(&o.ClusterCIDR, "cluster-cidr", DefaultClusterCIDR, "pod network; each node gets a subnet of it")
 	f.StringVar(&o.ServiceCIDR, "service-cidr", DefaultServiceCIDR, "service cluster IP range")
 	f.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", DefaultNodeMask, "prefix length of each node's pod subnet")

@@ -81,6 +81,9 @@ type Observed struct {
 	// was started with ("" when none: an agent from before the flag,
 	// which wrote the classic chain).
 	AgentCNIConflists map[string]string
+	// AgentCNIBinDirs: node name -> the --cni-bin-dir a running agent
+	// was started with.
+	AgentCNIBinDirs map[string]string
 	// AgentsWithoutProxy: node name -> a running agent was started
 	// without --proxy (a lab from before Services): up restarts it.
 	AgentsWithoutProxy map[string]bool
@@ -197,6 +200,10 @@ func Plan(s *Spec, o Observed) []Step {
 		if was := o.AgentCNIConflists[n.Name]; o.Agents[n.Name] && o.AgentCNIConflists != nil && orClassic(was) != s.AgentCNIConflist() {
 			other = true
 			what += fmt.Sprintf("; CNI conflist %s, was %s", s.AgentCNIConflist(), orClassic(was))
+		}
+		if was := o.AgentCNIBinDirs[n.Name]; o.Agents[n.Name] && o.AgentCNIBinDirs != nil && was != s.AgentCNIBinDir() {
+			other = true
+			what += fmt.Sprintf("; CNI plugins from %s, was %s", s.AgentCNIBinDir(), was)
 		}
 		if o.Agents[n.Name] && o.AgentsWithoutProxy[n.Name] {
 			other = true

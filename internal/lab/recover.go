@@ -41,6 +41,7 @@ type runningLab struct {
 	external    bool           // its namespace exists
 	backend     string         // an agent's --backend
 	cniConflist string         // an agent's --cni-conflist
+	cniPlugins  string         // what an agent's --cni-bin-dir puts before the lab's
 	clusterCIDR string         // the controller's or an agent's --cluster-cidr
 	nodeMask    int            // the controller's --node-cidr-mask-size
 	serviceCIDR string         // kube-apiserver's --service-cluster-ip-range
@@ -61,6 +62,7 @@ func (r runningLab) String() string {
 	}
 	add("backend", r.backend)
 	add("CNI conflist", r.cniConflist)
+	add("CNI plugins from", r.cniPlugins)
 	add("cluster CIDR", r.clusterCIDR)
 	add("service CIDR", r.serviceCIDR)
 	add("load-balancer IPs", r.lbPool)
@@ -96,6 +98,7 @@ func recoverSpec(req Request, r runningLab) (*Spec, error) {
 	}
 	set(&o.Backend, r.backend)
 	set(&o.CNIConflist, r.cniConflist)
+	set(&o.CNIPluginDir, r.cniPlugins)
 	set(&o.Runtime, r.runtime)
 	set(&o.ClusterCIDR, r.clusterCIDR)
 	set(&o.ServiceCIDR, r.serviceCIDR)
@@ -184,6 +187,9 @@ func (r *runningLab) addDaemon(stateDir string, argv []string) {
 	case len(argv) > 1 && argv[0] == flatnet && argv[1] == "agent":
 		r.backend = cmp.Or(r.backend, flagIn(argv, "--backend"))
 		r.cniConflist = cmp.Or(r.cniConflist, flagIn(argv, "--cni-conflist"))
+		if dirs := filepath.SplitList(flagIn(argv, "--cni-bin-dir")); len(dirs) == 2 && dirs[1] == filepath.Join(stateDir, "cni-bin") {
+			r.cniPlugins = cmp.Or(r.cniPlugins, dirs[0])
+		}
 		// Only the process runtime's agents are their node's kubelet.
 		if !slices.Contains(argv, "--lab-runtime") {
 			r.runtime = RuntimeContainerd

@@ -39,6 +39,10 @@ func testUpRecoversLabRecord(t *testing.T, rt string) {
 	root := t.TempDir()
 	o := Options{Name: "rec", StateRoot: root, Nodes: 3, Backend: "vxlan", ClusterCIDR: "10.248.0.0/16",
 		ServiceCIDR: "10.97.0.0/16", NodeCIDRMaskSize: 25, Subnets: 2, External: true, LBPool: "10.251.8.0/23", Runtime: rt}
+	if rt == RuntimeProcess {
+		// Plugins from another dir: the agents' --cni-bin-dir tells it.
+		o.CNIPluginDir = "/opt/ref-cni"
+	}
 	made, err := NewSpec(o, netip.MustParsePrefix("10.250.40.0/24"), netip.MustParsePrefix("10.250.41.0/24"))
 	if err != nil {
 		t.Fatal(err)

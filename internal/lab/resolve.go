@@ -118,6 +118,10 @@ func resolve(req Request, recorded *Spec, host, others []netip.Prefix) (*Spec, e
 		if req.Changed["cni-conflist"] {
 			opts.CNIConflist = o.CNIConflist
 		}
+		// And for where the plugins come from ("" is the lab's own).
+		if req.Changed["cni-bin-dir"] {
+			opts.CNIPluginDir = o.CNIPluginDir
+		}
 		// Simulated nodes grow and shrink freely (up creates and deletes
 		// them); their range stays while any exist.
 		if req.Changed["simulated-nodes"] {

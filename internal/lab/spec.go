@@ -86,6 +86,17 @@ func (s *Spec) AgentCNIConflist() string {
 	return s.CNIConflist
 }
 
+// AgentCNIBinDir is the --cni-bin-dir the agents run with: the lab's
+// cni-bin dir, after CNIPluginDir when there is one (a PATH-style list:
+// plugins found there win, and flatnet's own, flatnet-policy, still
+// resolve).
+func (s *Spec) AgentCNIBinDir() string {
+	if s.CNIPluginDir == "" {
+		return s.CNIBinDir()
+	}
+	return s.CNIPluginDir + string(filepath.ListSeparator) + s.CNIBinDir()
+}
+
 // Backends are the cross-node backends the agent implements.
 var Backends = []string{"host-gw", "vxlan", "vxlan-direct"}
 
@@ -135,7 +146,10 @@ type Options struct {
 	// ProxyMode is the agents' --proxy-mode ("" is auto).
 	ProxyMode string
 	// CNIConflist is the agents' --cni-conflist ("" is flatnet).
-	CNIConflist      string
+	CNIConflist string
+	// CNIPluginDir (lab up --cni-bin-dir) is searched for CNI plugins
+	// before the lab's own cni-bin dir ("": that one alone).
+	CNIPluginDir     string
 	ClusterCIDR      string
 	ServiceCIDR      string
 	NodeCIDRMaskSize int
@@ -167,7 +181,10 @@ type Spec struct {
 	ProxyMode string `json:"proxyMode,omitempty"` // "" or auto: the agent picks
 	// CNIConflist is the agents' conflist style (subnet.Styles); ""
 	// in a lab recorded before it: classic (AgentCNIConflist).
-	CNIConflist      string       `json:"cniConflist,omitempty"`
+	CNIConflist string `json:"cniConflist,omitempty"`
+	// CNIPluginDir is searched for the agents' CNI plugins before
+	// CNIBinDir ("": CNIBinDir alone; AgentCNIBinDir).
+	CNIPluginDir     string       `json:"cniPluginDir,omitempty"`
 	ClusterCIDR      netip.Prefix `json:"clusterCIDR"`
 	ServiceCIDR      netip.Prefix `json:"serviceCIDR"`
 	NodeCIDRMaskSize int          `json:"nodeCIDRMaskSize"`
@@ -424,6 +441,10 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	pluginDir, err := specPluginDir(opts.CNIPluginDir, runtime)
+	if err != nil {
+		return nil, err
+	}
 	install, err := specInstall(opts.Install, runtime)
 	if err != nil {
 		return nil, err
@@ -509,6 +530,7 @@ func NewSpec(opts Options, underlays ...netip.Prefix) (*Spec, error) {
 		Backend:          opts.Backend,
 		ProxyMode:        opts.ProxyMode,
 		CNIConflist:      conflist,
+		CNIPluginDir:     pluginDir,
 		ClusterCIDR:      cluster,
 		ServiceCIDR:      service,
 		NodeCIDRMaskSize: mask,
@@ -667,12 +689,29 @@ func (s *Spec) Options() Options {
 	}
 	return Options{
 		Name: s.Name, StateRoot: filepath.Dir(s.StateDir), Nodes: len(s.Nodes), Backend: s.Backend, ProxyMode: s.ProxyMode,
-		CNIConflist: s.AgentCNIConflist(),
+		CNIConflist: s.AgentCNIConflist(), CNIPluginDir: s.CNIPluginDir,
 		ClusterCIDR: s.ClusterCIDR.String(), ServiceCIDR: s.ServiceCIDR.String(), NodeCIDRMaskSize: s.NodeCIDRMaskSize,
 		Underlay: strings.Join(us, ","), Subnets: s.Subnets(), External: s.External != nil,
 		LBPool: prefixOption(s.LBPool), Runtime: s.RuntimeName(), Install: s.InstallName(),
 		SimulatedNodes: s.SimulatedNodes, SimulatedNodeRange: prefixOption(s.SimulatedNodeRange),
 	}
+}
+
+// specPluginDir checks --cni-bin-dir's form (its content is checked by
+// checkCNIPluginDir, when up runs): an absolute path the agents can put
+// before the lab's cni-bin dir, on the process runtime (a containerd node's
+// plugins are containerd's bin_dir, the lab's cni-bin dir).
+func specPluginDir(dir, runtime string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	if runtime == RuntimeContainerd {
+		return "", fmt.Errorf("--cni-bin-dir %s: only for --runtime %s (containerd runs the plugins of its own bin_dir, the lab's cni-bin dir)", dir, RuntimeProcess)
+	}
+	if !filepath.IsAbs(dir) || strings.ContainsRune(dir, filepath.ListSeparator) {
+		return "", fmt.Errorf("--cni-bin-dir %q: want an absolute path without %q", dir, filepath.ListSeparator)
+	}
+	return filepath.Clean(dir), nil
 }
 
 // prefixOption is p as a flag's value ("" when invalid).

@@ -1110,3 +1110,135 @@ func TestManifestAgentWiring(t *testing.T) {
 		}
 	}
 }
+
+// --cni-bin-dir: none for a new lab; a dir is put before the lab's own in
+// the agents' --cni-bin-dir, kept by a running lab unless asked, "" goes
+// back; a relative path, or one on a containerd lab, is refused.
+func TestCNIPluginDir(t *testing.T) {
+	p := netip.MustParsePrefix
+	s, err := NewSpec(opts("lab1", 2), p("10.250.9.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CNIPluginDir != "" || s.AgentCNIBinDir() != s.CNIBinDir() {
+		t.Errorf("new lab: %q %q", s.CNIPluginDir, s.AgentCNIBinDir())
+	}
+	for dir, want := range map[string]string{"ref": "absolute path", "/a:/b": "absolute path without"} {
+		o := opts("lab1", 2)
+		o.CNIPluginDir = dir
+		if _, err := NewSpec(o, p("10.250.9.0/24")); err == nil || !strings.Contains(err.Error(), "--cni-bin-dir") || !strings.Contains(err.Error(), want) {
+			t.Errorf("--cni-bin-dir %q: %v", dir, err)
+		}
+	}
+	o := opts("lab1", 2)
+	o.CNIPluginDir, o.Runtime = "/opt/cni/bin", RuntimeContainerd
+	if _, err := NewSpec(o, p("10.250.9.0/24")); err == nil || !strings.Contains(err.Error(), "--runtime process") {
+		t.Errorf("--cni-bin-dir on containerd: %v", err)
+	}
+
+	req := func(dir string, changed bool) Request {
+		r := Request{Options: opts("lab1", 2), Changed: map[string]bool{"cni-bin-dir": changed}}
+		r.CNIPluginDir = dir
+		return r
+	}
+	ref, err := resolve(req("/opt/ref-cni/", true), s, nil, nil)
+	if err != nil || ref.CNIPluginDir != "/opt/ref-cni" || ref.AgentCNIBinDir() != "/opt/ref-cni:"+s.CNIBinDir() {
+		t.Fatalf("switch to /opt/ref-cni: %v %v", ref, err)
+	}
+	if argv := strings.Join(agentArgv(ref, ref.Nodes[0]), " "); !strings.Contains(argv, " --cni-bin-dir /opt/ref-cni:"+s.CNIBinDir()+" ") {
+		t.Errorf("agent argv: %s", argv)
+	}
+	if again, err := resolve(req("", false), ref, nil, nil); err != nil || again.CNIPluginDir != "/opt/ref-cni" {
+		t.Errorf("up without the flag: %v %v", again, err)
+	}
+	if back, err := resolve(req("", true), ref, nil, nil); err != nil || back.AgentCNIBinDir() != s.CNIBinDir() {
+		t.Errorf("back to the lab's own: %v %v", back, err)
+	}
+	// Recorded and read back.
+	ref.StateDir = filepath.Join(t.TempDir(), "lab1")
+	if err := saveRecord(&record{Spec: *ref}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := loadRecord(filepath.Dir(ref.StateDir), "lab1"); err != nil || rec.CNIPluginDir != "/opt/ref-cni" {
+		t.Errorf("record: %v %v", rec, err)
+	}
+}
+
+// up refuses a --cni-bin-dir that is missing, not a directory, or lacks
+// (as executables) a plugin of the conflist; flatnet-policy is the lab's.
+func TestCheckCNIPluginDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"bridge", "host-local", "bandwidth"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "portmap"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSpec(opts("lab1", 1), netip.MustParsePrefix("10.250.9.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCNIPluginDir(s); err != nil {
+		t.Errorf("no --cni-bin-dir: %v", err)
+	}
+	for _, c := range []struct{ dir, conflist, want string }{
+		{filepath.Join(dir, "none"), "classic", "no such file"},
+		{filepath.Join(dir, "bridge"), "classic", "not a directory"},
+		{dir, "classic", "has no executable portmap, which the classic conflist runs"},
+		{dir, "flatnet", "has no executable flatnet, which the flatnet conflist runs"},
+	} {
+		s.CNIPluginDir, s.CNIConflist = c.dir, c.conflist
+		if err := checkCNIPluginDir(s); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `--cni-bin-dir ""`) {
+			t.Errorf("%s (%s): %v, want %q", c.dir, c.conflist, err, c.want)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "portmap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.CNIPluginDir, s.CNIConflist = dir, "classic"
+	if err := checkCNIPluginDir(s); err != nil {
+		t.Errorf("a dir with the chain: %v", err)
+	}
+}
+
+// A running agent with other plugins is restarted, and the step says so.
+func TestPlanCNIPluginDir(t *testing.T) {
+	s, err := NewSpec(opts("flatnet", 1), DefaultUnderlay("flatnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := *s
+	ref.CNIPluginDir = "/opt/ref-cni"
+	obs := func(binDir string) Observed {
+		return Observed{StateDir: true, Bin: true, Underlay: true, ControlPlane: true, Controller: true,
+			Nodes: map[string]bool{"flatnet-node1": true}, Agents: map[string]bool{"flatnet-node1": true},
+			Gateways: map[string]bool{"flatnet-node1": true}, AgentCNIBinDirs: map[string]string{"flatnet-node1": binDir}}
+	}
+	for _, c := range []struct {
+		s       *Spec
+		running string
+		want    string
+	}{
+		{s, s.CNIBinDir(), "present"},
+		{&ref, ref.AgentCNIBinDir(), "present"},
+		{&ref, s.CNIBinDir(), "restart; CNI plugins from /opt/ref-cni:" + s.CNIBinDir() + ", was " + s.CNIBinDir()},
+		{s, ref.AgentCNIBinDir(), "restart; CNI plugins from " + s.CNIBinDir() + ", was /opt/ref-cni:" + s.CNIBinDir()},
+	} {
+		for _, st := range Plan(c.s, obs(c.running)) {
+			if st.Kind != StepAgent {
+				continue
+			}
+			got := "present"
+			if st.Restart {
+				got = "restart" + strings.TrimPrefix(st.What, "flatnet agent on flatnet-node1 (lab runtime, host-gw)")
+			} else if !st.Present {
+				got = "start"
+			}
+			if got != c.want {
+				t.Errorf("lab %q, agent with %q: %s, want %s", c.s.AgentCNIBinDir(), c.running, got, c.want)
+			}
+		}
+	}
+}

@@ -369,7 +369,11 @@ func (st *Status) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "runtime:       %s\n", runtime)
 	fmt.Fprintf(w, "networks:      cluster %s (/%d per node), services %s, backend %s\n", s.ClusterCIDR, s.NodeCIDRMaskSize, s.ServiceCIDR, s.Backend)
-	fmt.Fprintf(w, "cni:           %s; plugins in %s\n", conflistWhat(s.AgentCNIConflist()), s.CNIBinDir())
+	plugins := s.CNIBinDir()
+	if s.CNIPluginDir != "" {
+		plugins = s.CNIPluginDir + ", then " + plugins + " (--cni-bin-dir)"
+	}
+	fmt.Fprintf(w, "cni:           %s; plugins in %s\n", conflistWhat(s.AgentCNIConflist()), plugins)
 	if s.LBPool.IsValid() {
 		reach := "routed to the nodes from the external host"
 		if s.External == nil {

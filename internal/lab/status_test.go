@@ -78,4 +78,11 @@ func TestStatusPrintTwoSubnets(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
 	}
+	// Plugins from another dir (lab up --cni-bin-dir), then the lab's.
+	s.CNIPluginDir = "/opt/ref-cni"
+	b.Reset()
+	st.Print(&b)
+	if want := "plugins in /opt/ref-cni, then /var/lib/flatnet/lab/flatnet/cni-bin (--cni-bin-dir)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
 }

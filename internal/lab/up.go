@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/hostroutes"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/lab/simnodes"
@@ -73,6 +74,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 	}
 	s, err := resolve(req, recorded, host, otherRanges(root, req.Name))
 	if err != nil {
+		return nil, err
+	}
+	if err := checkCNIPluginDir(s); err != nil {
 		return nil, err
 	}
 
@@ -293,7 +297,7 @@ func nameFlag(name string) string {
 
 // observe reads what of s already runs, and the kernel fixes s needs.
 func observe(k kernel, s *Spec) (Observed, []fix, error) {
-	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentCNIConflists: map[string]string{}, AgentProxyModes: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
+	o := Observed{Nodes: map[string]bool{}, Agents: map[string]bool{}, Kubelets: map[string]bool{}, AgentBackends: map[string]string{}, AgentCNIConflists: map[string]string{}, AgentCNIBinDirs: map[string]string{}, AgentProxyModes: map[string]string{}, AgentsWithoutProxy: map[string]bool{}, AgentsDNSOutdated: map[string]bool{}, Gateways: map[string]bool{}, GatewaysOutdated: map[string]bool{}}
 	if st, err := os.Stat(s.StateDir); err == nil && st.IsDir() {
 		o.StateDir = true
 	}
@@ -323,6 +327,7 @@ func observe(k kernel, s *Spec) (Observed, []fix, error) {
 			o.AgentBackends[n.Name] = flagOf(pid, "--backend")
 			o.AgentProxyModes[n.Name] = flagOf(pid, "--proxy-mode")
 			o.AgentCNIConflists[n.Name] = flagOf(pid, "--cni-conflist")
+			o.AgentCNIBinDirs[n.Name] = flagOf(pid, "--cni-bin-dir")
 			o.AgentsWithoutProxy[n.Name] = !hasFlag(pid, "--proxy")
 			o.AgentsDNSOutdated[n.Name] = !hasFlag(pid, "--dns") || flagOf(pid, "--dns-upstreams") != s.dnsUpstreams()
 		}
@@ -419,6 +424,32 @@ func controllerArgv(s *Spec) []string {
 	return argv
 }
 
+// checkCNIPluginDir refuses a --cni-bin-dir that is not a directory, or
+// lacks a plugin of the agents' conflist: the plugins come from it rather
+// than from the lab (flatnet-policy, the lab's own, is not asked for).
+func checkCNIPluginDir(s *Spec) error {
+	dir := s.CNIPluginDir
+	if dir == "" {
+		return nil
+	}
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("--cni-bin-dir: %w (want a directory of CNI plugins; --cni-bin-dir \"\" for the lab's own)", err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("--cni-bin-dir %s is not a directory (want one of CNI plugins; --cni-bin-dir \"\" for the lab's own)", dir)
+	}
+	var missing []string
+	for _, p := range subnet.Plugins(s.AgentCNIConflist(), false) {
+		if st, err := os.Stat(filepath.Join(dir, p)); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("--cni-bin-dir %s has no executable %s, which the %s conflist runs (%s); install them there, or pass --cni-bin-dir \"\" for the lab's own",
+			dir, strings.Join(missing, ", "), s.AgentCNIConflist(), strings.Join(subnet.Plugins(s.AgentCNIConflist(), false), ", "))
+	}
+	return nil
+}
+
 // sameArgs reports whether process pid runs with want's arguments (the
 // program's path is not compared; false when unreadable).
 func sameArgs(pid int, want []string) bool {
@@ -498,7 +529,7 @@ func agentArgv(s *Spec, n Node) []string {
 		"--backend", s.Backend,
 		"--cni-conf-dir", s.CNIConfDir(n),
 		"--cni-conflist", s.AgentCNIConflist(),
-		"--cni-bin-dir", s.CNIBinDir(),
+		"--cni-bin-dir", s.AgentCNIBinDir(),
 		"--cni-data-dir", s.CNIDataDir(n),
 		"--cni-cache-dir", s.CNICacheDir(n),
 		"--masquerade=true",
