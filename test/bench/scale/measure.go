@@ -2,30 +2,19 @@ package main
 
 // What the harness reads from the machine: a process's CPU time and
 // resident memory (/proc), the lab's processes by their pid files, the
-// agent's Prometheus metrics (inside its node's namespace, where it
-// listens on 127.0.0.1), and the routes the agent programmed (ip -n).
+// agent's Prometheus metrics (../promhist), and the routes the agent
+// programmed (ip -n).
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"math"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
-	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/proc"
 )
 
@@ -111,117 +100,6 @@ func labProcs(stateDir string) map[string]usage {
 		}
 	}
 	return out
-}
-
-// metrics fetches and parses the Prometheus text at addr/metrics from
-// inside the namespace at nsPath.
-func metrics(nsPath, addr string) (map[string]*dto.MetricFamily, error) {
-	var conn net.Conn
-	err := netns.Do(nsPath, func() error {
-		var err error
-		conn, err = net.DialTimeout("tcp", addr, 3*time.Second)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	req, err := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Close = true
-	if err := req.Write(conn); err != nil {
-		return nil, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("%s/metrics: %s: %s", addr, resp.Status, b)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
-}
-
-// hist is a Prometheus histogram summed over its series: cumulative
-// counts per upper bound.
-type hist struct {
-	Bounds []float64
-	Counts []float64 // cumulative, per bound; the last bound is +Inf
-	Sum    float64
-	Count  float64
-}
-
-func histogram(mf map[string]*dto.MetricFamily, name string) hist {
-	var h hist
-	f := mf[name]
-	if f == nil {
-		return h
-	}
-	byBound := map[float64]float64{}
-	for _, m := range f.GetMetric() {
-		hm := m.GetHistogram()
-		if hm == nil {
-			continue
-		}
-		h.Sum += hm.GetSampleSum()
-		h.Count += float64(hm.GetSampleCount())
-		for _, b := range hm.GetBucket() {
-			byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
-		}
-	}
-	for b := range byBound {
-		h.Bounds = append(h.Bounds, b)
-	}
-	sort.Float64s(h.Bounds)
-	for _, b := range h.Bounds {
-		h.Counts = append(h.Counts, byBound[b])
-	}
-	h.Bounds = append(h.Bounds, math.Inf(1))
-	h.Counts = append(h.Counts, h.Count)
-	return h
-}
-
-// minus is h - before: the observations made between the two readings.
-func (h hist) minus(before hist) hist {
-	d := hist{Bounds: h.Bounds, Sum: h.Sum - before.Sum, Count: h.Count - before.Count}
-	for i, c := range h.Counts {
-		if i < len(before.Counts) {
-			c -= before.Counts[i]
-		}
-		d.Counts = append(d.Counts, c)
-	}
-	return d
-}
-
-// quantile interpolates linearly inside the bucket holding q, as
-// Prometheus's histogram_quantile does (the +Inf bucket answers with the
-// highest finite bound). NaN with no observations.
-func (h hist) quantile(q float64) float64 {
-	if h.Count == 0 || len(h.Bounds) == 0 {
-		return math.NaN()
-	}
-	rank := q * h.Count
-	lower, below := 0.0, 0.0
-	for i, b := range h.Bounds {
-		c := h.Counts[i]
-		if c >= rank {
-			if math.IsInf(b, 1) {
-				return lower
-			}
-			if c == below {
-				return b
-			}
-			return lower + (b-lower)*(rank-below)/(c-below)
-		}
-		lower, below = b, c
-	}
-	return lower
 }
 
 // peerRoutes counts the IPv4 routes in the node namespace to pod subnets

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/internal/proc"
+	"github.com/flatnet/flatnet/test/bench/promhist"
 )
 
 var metaGet = metav1.GetOptions{}
@@ -277,22 +278,22 @@ func (b *bench) settleController(ctx context.Context) {
 }
 
 // agentHist reads the first real agent's histograms.
-func (b *bench) agentHist() (map[string]hist, error) {
+func (b *bench) agentHist() (map[string]promhist.Hist, error) {
 	ns := lab.NetnsPath(b.spec.Nodes[0].Netns)
-	mf, err := metrics(ns, metricsAddr)
+	mf, err := promhist.Scrape(ns, metricsAddr)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]hist{}
+	out := map[string]promhist.Hist{}
 	for _, m := range []string{mProgramming, mFullSync, mPartialSync, mSync} {
-		out[m] = histogram(mf, m)
+		out[m] = promhist.Histogram(mf, m)
 	}
 	return out, nil
 }
 
 // settleAgent waits until the agent's sync count stops moving for 3 s.
-func (b *bench) settleAgent(ctx context.Context) (map[string]hist, error) {
-	var last map[string]hist
+func (b *bench) settleAgent(ctx context.Context) (map[string]promhist.Hist, error) {
+	var last map[string]promhist.Hist
 	still := 0
 	for still < 6 {
 		h, err := b.agentHist()
@@ -324,7 +325,7 @@ func (b *bench) proxyRestart(ctx context.Context, p *phase) error {
 	if err := b.labUp(ctx, b.c.Nodes); err != nil {
 		return err
 	}
-	var h map[string]hist
+	var h map[string]promhist.Hist
 	var at usage
 	if err := waitFor(ctx, "the first full proxy sync", 50*time.Millisecond, func() (bool, string) {
 		var err error
@@ -352,16 +353,16 @@ func (b *bench) proxyRestart(ctx context.Context, p *phase) error {
 
 // programmed records the programming latency and partial sync quantiles
 // of the histograms' difference.
-func programmed(p *phase, before, after map[string]hist) {
-	lat := after[mProgramming].minus(before[mProgramming])
-	part := after[mPartialSync].minus(before[mPartialSync])
+func programmed(p *phase, before, after map[string]promhist.Hist) {
+	lat := after[mProgramming].Minus(before[mProgramming])
+	part := after[mPartialSync].Minus(before[mPartialSync])
 	p.Values["programmingCount"] = lat.Count
-	p.Values["programmingP50Seconds"] = round(lat.quantile(0.5), 3)
-	p.Values["programmingP99Seconds"] = round(lat.quantile(0.99), 3)
+	p.Values["programmingP50Seconds"] = round(lat.Quantile(0.5), 3)
+	p.Values["programmingP99Seconds"] = round(lat.Quantile(0.99), 3)
 	p.Values["partialSyncs"] = part.Count
-	p.Values["partialSyncP50Seconds"] = round(part.quantile(0.5), 4)
-	p.Values["partialSyncP99Seconds"] = round(part.quantile(0.99), 4)
-	full := after[mFullSync].minus(before[mFullSync])
+	p.Values["partialSyncP50Seconds"] = round(part.Quantile(0.5), 4)
+	p.Values["partialSyncP99Seconds"] = round(part.Quantile(0.99), 4)
+	full := after[mFullSync].Minus(before[mFullSync])
 	p.Values["fullSyncs"] = full.Count
 }
 
@@ -510,7 +511,7 @@ func (b *bench) servicesChurn(ctx context.Context, p *phase) error {
 		return err
 	}
 	programmed(p, before, after)
-	p.Values["partialSyncsWhileAdding"] = mid[mPartialSync].minus(before[mPartialSync]).Count
+	p.Values["partialSyncsWhileAdding"] = mid[mPartialSync].Minus(before[mPartialSync]).Count
 	return nil
 }
 
