@@ -7,7 +7,7 @@ CNI_PLUGINS := bridge host-local loopback ptp macvlan bandwidth portmap flatnet 
 DESTDIR ?= /opt/cni/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps build k8s kwok node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway bench-scale conformance conformance-gateway clean
+.PHONY: all deps build k8s kwok node images install-cni test test-unit test-e2e-containerd lint fuzz bench-cni demo bench-lab bench-overlay bench-proxy bench-dns bench-policy bench-gateway bench-scale bench-pods conformance conformance-gateway clean
 
 all: build
 
@@ -138,6 +138,16 @@ bench-dns: build
 # Needs root, make k8s and make kwok; run alone (it brings up a lab).
 bench-scale: build
 	hack/bench-scale.sh
+
+# bench-pods: 100 pods created at once on one lab node, then deleted:
+# create -> all Ready and delete -> all gone, with the network's share
+# (the lab runtime's own CNI ADD/DEL timings), for the flatnet conflist,
+# the classic one, and the classic one with the reference plugins
+# (docs/benchmarks.md, "Burst start-up in the lab"; PODS, RUNS, SETS,
+# JSON: see the script). Needs root and make k8s; run alone (it brings up
+# a lab).
+bench-pods: build
+	hack/bench-pods.sh
 
 # bench-policy: NetworkPolicy enforcement, flatnet's against
 # kube-network-policies v0.8.0 (built from the Go module proxy into a cache

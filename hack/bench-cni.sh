@@ -23,21 +23,7 @@ fi
 hack/deps.sh
 
 ref_version=${REF_CNI_VERSION:-v1.10.0}
-ref_dir=${REF_CNI_DIR:-${XDG_CACHE_HOME:-/root/.cache}/flatnet/ref-cni-${ref_version}}
-ref_plugins=(main/bridge ipam/host-local meta/bandwidth meta/portmap main/loopback)
-
-# Reference plugins: built once into the cache, reused after. Another
-# helper may install host-local into the same dir; only what is missing is
-# built, one `go install` per plugin.
-mkdir -p "$ref_dir"
-for p in "${ref_plugins[@]}"; do
-  name=${p##*/}
-  if [ ! -x "$ref_dir/$name" ]; then
-    echo "bench-cni: building reference $name $ref_version into $ref_dir"
-    (cd / && GOBIN="$ref_dir" GOFLAGS=-mod=mod GO111MODULE=on \
-      go install "github.com/containernetworking/plugins/plugins/$p@$ref_version")
-  fi
-done
+ref_dir=$(REF_CNI_VERSION=$ref_version hack/ref-cni.sh)
 
 run_id=fnb$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 work=$(mktemp -d /tmp/flatnet-bench-cni.XXXXXX)

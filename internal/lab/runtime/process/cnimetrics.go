@@ -28,13 +28,16 @@ type CNIMetrics struct {
 	errors   *prometheus.CounterVec
 }
 
-// CNIDurationMetric is the histogram's full name.
-const CNIDurationMetric = "flatnet_runtime_network_plugin_operations_duration_seconds"
+// The metrics' full names.
+const (
+	CNIDurationMetric = "flatnet_runtime_network_plugin_operations_duration_seconds"
+	CNIErrorsMetric   = "flatnet_runtime_network_plugin_operations_errors_total"
+)
 
 // NewCNIMetrics returns unregistered metrics (Collectors lists them).
 func NewCNIMetrics() *CNIMetrics {
 	op := []string{"operation_type"}
-	return &CNIMetrics{
+	m := &CNIMetrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: CNIDurationMetric,
 			Help: "Wall time of the lab runtime's CNI operations (the whole conflist: ADD or DEL through libcni), by verb, failed ones included.",
@@ -44,10 +47,17 @@ func NewCNIMetrics() *CNIMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 1.25, 47),
 		}, op),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flatnet_runtime_network_plugin_operations_errors_total",
+			Name: CNIErrorsMetric,
 			Help: "CNI operations of the lab runtime that failed, by verb.",
 		}, op),
 	}
+	// Both verbs are served from the start, at zero: a reader can tell
+	// "none yet" from "not timed".
+	for _, v := range []string{cniAdd, cniDel} {
+		m.duration.WithLabelValues(v)
+		m.errors.WithLabelValues(v)
+	}
+	return m
 }
 
 // Collectors are what to register to serve the metrics.

@@ -45,12 +45,17 @@ func cniNetworkWith(t *testing.T, plugin string, m *CNIMetrics) *cniNetwork {
 	return &cniNetwork{confDir: conf, cacheDir: filepath.Join(dir, "cache"), binDirs: []string{bin}, metrics: m}
 }
 
-// histogramOf returns the count and sum of the CNI histogram for op.
-func histogramOf(t *testing.T, m *CNIMetrics, op string) (uint64, time.Duration) {
+func registryOf(t *testing.T, m *CNIMetrics) *prometheus.Registry {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.Collectors()...)
-	mfs, err := reg.Gather()
+	return reg
+}
+
+// histogramOf returns the count and sum of the CNI histogram for op.
+func histogramOf(t *testing.T, m *CNIMetrics, op string) (uint64, time.Duration) {
+	t.Helper()
+	mfs, err := registryOf(t, m).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +79,12 @@ func TestCNIMetrics(t *testing.T) {
 	ctx := context.Background()
 	a := cniAttachment{SandboxID: "sandbox1", NetnsPath: "/run/netns/x", IfName: "eth0"}
 	m := NewCNIMetrics()
+	if count, _ := histogramOf(t, m, cniAdd); count != 0 {
+		t.Fatalf("a new histogram has %d ADDs", count)
+	}
+	if n, err := testutil.GatherAndCount(registryOf(t, m), CNIDurationMetric, CNIErrorsMetric); err != nil || n != 4 {
+		t.Errorf("new metrics: %d series (%v), want ADD and DEL of both, at zero", n, err)
+	}
 	n := cniNetworkWith(t, "slow", m)
 	if ips, err := n.add(ctx, a); err != nil || len(ips) != 1 || ips[0] != "10.1.2.3" {
 		t.Fatalf("add = %v, %v", ips, err)
