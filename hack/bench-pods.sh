@@ -48,6 +48,11 @@ cleanup() {
     "$flatnet" lab --state-dir "$root/labs" --name "$name" down >"$root/down.log" 2>&1 ||
       { echo "bench-pods: lab down $name failed:" >&2; cat "$root/down.log" >&2; rc=1; }
   fi
+  # The net for what down left: only this lab's pod namespaces.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^fl-${name}-" || true); do
+    echo "bench-pods: removing leftover netns $ns" >&2
+    ip netns delete "$ns" || true
+  done
   rm -rf "$root"
   exit $rc
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"sync"
@@ -113,6 +114,9 @@ func (b *bench) burst(ctx context.Context, s set, run int) (result, error) {
 		return res, fmt.Errorf("watching pods: %w", err)
 	}
 	defer w.Stop()
+	// The watch is read from the start, also while the creates go out:
+	// the apiserver closes a watch whose reader falls behind.
+	obs := observe(w)
 
 	t0 := time.Now()
 	if err := all(b.c.Pods, func(i int) error {
@@ -121,9 +125,7 @@ func (b *bench) burst(ctx context.Context, s set, run int) (result, error) {
 	}); err != nil {
 		return res, fmt.Errorf("creating pods: %w", err)
 	}
-	readyAt, err := waitFor(ctx, w, b.c.Pods, b.c.Timeout, "Ready", func(ev watch.Event, p *corev1.Pod) bool {
-		return ev.Type != watch.Deleted && podReady(p)
-	})
+	readyAt, err := obs.wait(ctx, b.c.Pods, b.c.Timeout, "Ready", func(o *observed) map[string]time.Time { return o.ready })
 	if err != nil {
 		return res, err
 	}
@@ -138,9 +140,7 @@ func (b *bench) burst(ctx context.Context, s set, run int) (result, error) {
 	}); err != nil {
 		return res, fmt.Errorf("deleting pods: %w", err)
 	}
-	goneAt, err := waitFor(ctx, w, b.c.Pods, b.c.Timeout, "gone", func(ev watch.Event, _ *corev1.Pod) bool {
-		return ev.Type == watch.Deleted
-	})
+	goneAt, err := obs.wait(ctx, b.c.Pods, b.c.Timeout, "gone", func(o *observed) map[string]time.Time { return o.gone })
 	if err != nil {
 		return res, err
 	}
@@ -181,34 +181,72 @@ func all(n int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// waitFor reads w until done is true for n distinct pods, returning when
-// each became so.
-func waitFor(ctx context.Context, w watch.Interface, n int, timeout time.Duration, what string, done func(watch.Event, *corev1.Pod) bool) (map[string]time.Time, error) {
-	at := map[string]time.Time{}
-	deadline := time.After(timeout)
-	for len(at) < n {
-		select {
-		case <-ctx.Done():
-			return at, ctx.Err()
-		case <-deadline:
-			return at, fmt.Errorf("%d of %d pods %s after %s", len(at), n, what, timeout)
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return at, fmt.Errorf("the pod watch ended with %d of %d pods %s", len(at), n, what)
-			}
+// observed is what a pod watch saw: when each pod was first Ready, and
+// when it was deleted.
+type observed struct {
+	mu          sync.Mutex // protects the rest
+	ready, gone map[string]time.Time
+	err         error         // why the watch ended
+	changed     chan struct{} // closed and replaced on every change
+}
+
+// observe reads w in a goroutine until it ends.
+func observe(w watch.Interface) *observed {
+	o := &observed{ready: map[string]time.Time{}, gone: map[string]time.Time{}, changed: make(chan struct{})}
+	go func() {
+		for ev := range w.ResultChan() {
+			now := time.Now()
 			if ev.Type == watch.Error {
-				return at, fmt.Errorf("the pod watch: %v", apierrors.FromObject(ev.Object))
+				o.note(func() { o.err = fmt.Errorf("the pod watch: %w", apierrors.FromObject(ev.Object)) })
+				return
 			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok {
 				continue
 			}
-			if _, seen := at[p.Name]; !seen && done(ev, p) {
-				at[p.Name] = time.Now()
-			}
+			o.note(func() {
+				if _, seen := o.ready[p.Name]; !seen && ev.Type != watch.Deleted && podReady(p) {
+					o.ready[p.Name] = now
+				}
+				if ev.Type == watch.Deleted {
+					o.gone[p.Name] = now
+				}
+			})
+		}
+		o.note(func() { o.err = errors.New("the pod watch ended") })
+	}()
+	return o
+}
+
+func (o *observed) note(fn func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fn()
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// wait returns a copy of which(o) once it holds n pods.
+func (o *observed) wait(ctx context.Context, n int, timeout time.Duration, what string, which func(*observed) map[string]time.Time) (map[string]time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		o.mu.Lock()
+		got, err, changed := maps.Clone(which(o)), o.err, o.changed
+		o.mu.Unlock()
+		if len(got) >= n {
+			return got, nil
+		}
+		if err != nil {
+			return got, fmt.Errorf("%w with %d of %d pods %s", err, len(got), n, what)
+		}
+		select {
+		case <-ctx.Done():
+			return got, ctx.Err()
+		case <-deadline:
+			return got, fmt.Errorf("%d of %d pods %s after %s", len(got), n, what, timeout)
+		case <-changed:
 		}
 	}
-	return at, nil
 }
 
 func podReady(p *corev1.Pod) bool {
