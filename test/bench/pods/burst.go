@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/flatnet/flatnet/internal/lab"
 	"github.com/flatnet/flatnet/test/bench/promhist"
@@ -102,20 +104,30 @@ func (b *bench) burst(ctx context.Context, s set, run int) (result, error) {
 	res := result{Set: s.Name, Run: run, Pods: b.c.Pods}
 	pods := b.client.CoreV1().Pods(namespace)
 	sel := metav1.ListOptions{LabelSelector: label}
-	if l, err := pods.List(ctx, sel); err != nil || len(l.Items) > 0 {
-		return res, fmt.Errorf("pods left from before in %s (%v): %w", namespace, len(l.Items), err)
+	l, err := pods.List(ctx, sel)
+	if err != nil {
+		return res, fmt.Errorf("listing pods: %w", err)
+	}
+	if len(l.Items) > 0 {
+		return res, fmt.Errorf("%d pods left from before in %s", len(l.Items), namespace)
 	}
 	before, err := b.cniHist()
 	if err != nil {
 		return res, err
 	}
-	w, err := pods.Watch(ctx, sel)
+	// From the list's version on, resumed where it stopped if the
+	// apiserver ends it (it did, during 100 creates at once), and read
+	// from the start, also while the creates go out.
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, l.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = label
+			return pods.Watch(ctx, o)
+		},
+	})
 	if err != nil {
 		return res, fmt.Errorf("watching pods: %w", err)
 	}
 	defer w.Stop()
-	// The watch is read from the start, also while the creates go out:
-	// the apiserver closes a watch whose reader falls behind.
 	obs := observe(w)
 
 	t0 := time.Now()
