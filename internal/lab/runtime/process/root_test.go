@@ -329,9 +329,12 @@ func TestRootPodLifecycle(t *testing.T) {
 	if len(ipFiles) != 0 {
 		t.Errorf("host-local still holds %v", ipFiles)
 	}
-	if links := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge); strings.Contains(links, "veth") {
-		t.Errorf("host veth left on the bridge:\n%s", links)
-	}
+	// DEL parks the host veth (down, internal/cni/parking); the kernel
+	// removes the pair with the pod's netns, in the background.
+	l.waitFor("host veth gone from the bridge", func() (bool, string) {
+		links := testutil.RunIn(t, l.nodeNS, "ip", "-o", "link", "show", "master", l.bridge)
+		return !strings.Contains(links, "veth"), links
+	})
 	// The worker removes the pod's dir just after its last API call.
 	l.waitFor("pod state dir removed", func() (bool, string) {
 		_, err := os.Stat(podDir(l.cfg.StateDir, "default", "web"))
