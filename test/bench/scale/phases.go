@@ -353,6 +353,18 @@ func (b *bench) proxyRestart(ctx context.Context, p *phase) error {
 
 // programmed records the programming latency and partial sync quantiles
 // of the histograms' difference.
+// readyLags adds to p the Ready lags the harness saw since t0 (see
+// watcher.readyTransition).
+func (b *bench) readyLags(p *phase, t0 time.Time) {
+	p50, p99, n := b.w.readyLagQuantiles(t0)
+	if n == 0 {
+		return
+	}
+	p.Values["readySeenLagCount"] = float64(n)
+	p.Values["readySeenLagP50Seconds"] = round(p50.Seconds(), 3)
+	p.Values["readySeenLagP99Seconds"] = round(p99.Seconds(), 3)
+}
+
 func programmed(p *phase, before, after map[string]promhist.Hist) {
 	lat := after[mProgramming].Minus(before[mProgramming])
 	part := after[mPartialSync].Minus(before[mPartialSync])
@@ -372,6 +384,7 @@ func (b *bench) burst(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	lagFrom := time.Now()
 	t0 := time.Now()
 	if err := createPods(ctx, b.client, b.makePods("burst", b.c.Burst), b.c.Workers); err != nil {
 		return err
@@ -384,6 +397,7 @@ func (b *bench) burst(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	b.readyLags(p, lagFrom)
 	programmed(p, before, after)
 	return nil
 }
@@ -395,6 +409,7 @@ func (b *bench) churn(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	lagFrom := time.Now()
 	_, pe0, _ := b.w.counts()
 	ctl0 := labProcs(b.spec.StateDir)[lab.ProcController]
 	tick := time.NewTicker(time.Second / time.Duration(max(1, b.c.ChurnRate)))
@@ -423,6 +438,7 @@ func (b *bench) churn(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	b.readyLags(p, lagFrom)
 	programmed(p, before, after)
 	_, pe1, _ := b.w.counts()
 	ctl1 := labProcs(b.spec.StateDir)[lab.ProcController]
@@ -437,6 +453,7 @@ func (b *bench) rolling(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	lagFrom := time.Now()
 	k := len(b.live) / 10
 	old := append([]podRef(nil), b.live[:k]...)
 	b.live = b.live[k:]
@@ -458,6 +475,7 @@ func (b *bench) rolling(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	b.readyLags(p, lagFrom)
 	programmed(p, before, after)
 	b.settleController(ctx)
 	_, pe1, _ := b.w.counts()
@@ -472,6 +490,7 @@ func (b *bench) servicesChurn(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	lagFrom := time.Now()
 	l := b.lay
 	k := max(1, b.c.Services/100)
 	mk := func(i int) *corev1.Service {
@@ -510,6 +529,7 @@ func (b *bench) servicesChurn(ctx context.Context, p *phase) error {
 	if err != nil {
 		return err
 	}
+	b.readyLags(p, lagFrom)
 	programmed(p, before, after)
 	p.Values["partialSyncsWhileAdding"] = mid[mPartialSync].Minus(before[mPartialSync]).Count
 	return nil

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,15 @@ type watcher struct {
 	ready     map[string]int // slice ns/name -> ready endpoints
 	readySum  int
 	lastSlice time.Time
+	// readyLags: when the harness saw a pod turn Ready, and how long after
+	// the Ready condition's own time (what the trigger time is made of).
+	readyLags []readyLag
+}
+
+// readyLag is one pod's Ready transition as the harness saw it.
+type readyLag struct {
+	seen time.Time
+	lag  time.Duration
 }
 
 type nodeSeen struct {
@@ -53,7 +63,11 @@ func stripMeta(obj any) (any, error) {
 	}
 	if p, ok := obj.(*corev1.Pod); ok {
 		p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
-		p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP}
+		var ready []corev1.PodCondition
+		if c := podReady(p); c != nil {
+			ready = []corev1.PodCondition{*c}
+		}
+		p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, Conditions: ready}
 	}
 	return obj, nil
 }
@@ -85,7 +99,12 @@ func (w *watcher) start(ctx context.Context, c kubernetes.Interface) error {
 		}
 	}
 	if _, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: podEvent, UpdateFunc: func(_, n any) { podEvent(n) }, DeleteFunc: podEvent,
+		AddFunc: podEvent,
+		UpdateFunc: func(o, n any) {
+			podEvent(n)
+			w.readyTransition(o, n)
+		},
+		DeleteFunc: podEvent,
 	}); err != nil {
 		return err
 	}
@@ -104,6 +123,56 @@ func (w *watcher) start(ctx context.Context, c kubernetes.Interface) error {
 		_ = typ
 	}
 	return nil
+}
+
+// podReady is p's Ready condition when it is True.
+func podReady(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// readyTransition records a harness pod turning Ready: the time from its
+// Ready condition's own time (second precision, as the trigger time the
+// proxy's latency is counted from) to the harness seeing it through the
+// API. Compared with the programming latency, it tells the simulator's
+// (kwok's) write lag and the API's delivery from flatnet's own part.
+func (w *watcher) readyTransition(o, n any) {
+	op, ok1 := o.(*corev1.Pod)
+	np, ok2 := n.(*corev1.Pod)
+	if !ok1 || !ok2 || !strings.HasPrefix(np.Namespace, nsPrefix) || podReady(op) != nil {
+		return
+	}
+	c := podReady(np)
+	if c == nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.readyLags = append(w.readyLags, readyLag{seen: now, lag: now.Sub(c.LastTransitionTime.Time)})
+	w.mu.Unlock()
+}
+
+// readyLagQuantiles is the p50 and p99 of the Ready lags seen at or after
+// since, and how many there were.
+func (w *watcher) readyLagQuantiles(since time.Time) (p50, p99 time.Duration, n int) {
+	w.mu.Lock()
+	var lags []time.Duration
+	for _, r := range w.readyLags {
+		if !r.seen.Before(since) {
+			lags = append(lags, r.lag)
+		}
+	}
+	w.mu.Unlock()
+	if len(lags) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lags)
+	at := func(q float64) time.Duration { return lags[min(len(lags)-1, int(q*float64(len(lags))))] }
+	return at(0.5), at(0.99), len(lags)
 }
 
 func (w *watcher) node(old, n *corev1.Node) {
