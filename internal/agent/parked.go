@@ -31,6 +31,11 @@ func collectParked(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			// What the last DELs parked, and the marker, before the
+			// agent goes (the node may go with it).
+			if _, err := parking.Collect(); err != nil {
+				logger.Error(err, "Collecting parked pod links at exit")
+			}
 			return
 		case <-tick.C:
 		}

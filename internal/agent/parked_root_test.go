@@ -15,7 +15,9 @@ import (
 // The agent collects what the plugins' DEL parked, within a few seconds.
 func TestRootCollectParked(t *testing.T) {
 	ns := testutil.NewNetNS(t)
+	saved := parking.Dir
 	parking.Dir = t.TempDir()
+	t.Cleanup(func() { parking.Dir = saved })
 	err := netns.Do(ns, func() error {
 		if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: "fnpkagent0"}}); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/veth"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
@@ -147,7 +148,8 @@ func (k netlinkKernel) apply(f fix) error {
 			return fmt.Errorf("netns %s is not under %s", f.ns, netns.RunDir)
 		}
 		if f.op == fixDeleteNetns {
-			return netns.Delete(filepath.Base(f.ns))
+			// A node's parked pod links go with it; their marker too.
+			return errors.Join(parking.Forget(f.ns), netns.Delete(filepath.Base(f.ns)))
 		}
 		_, err := netns.Create(filepath.Base(f.ns))
 		return err

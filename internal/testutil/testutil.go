@@ -18,6 +18,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/hostroutes"
 	"github.com/flatnet/flatnet/internal/netns"
 )
@@ -70,6 +71,11 @@ func NewNetNS(t testing.TB) string {
 		t.Fatalf("creating netns: %v", err)
 	}
 	t.Cleanup(func() {
+		// CNI plugins that ran in it may have left a marker of parked
+		// links (internal/cni/parking); they go with the namespace.
+		if err := parking.Forget(path); err != nil {
+			t.Errorf("netns %s: %v", name, err)
+		}
 		if err := netns.Delete(name); err != nil {
 			t.Errorf("deleting netns %s: %v", name, err)
 		}

@@ -50,11 +50,34 @@ var Dir = "/run/flatnet/parked"
 
 // MarkerPath is the marker of the caller's network namespace.
 func MarkerPath() (string, error) {
+	return markerOf("/proc/thread-self/ns/net")
+}
+
+// markerOf is the marker of the network namespace at nsPath (a
+// /proc/.../ns/net file or a bind mount of one).
+func markerOf(nsPath string) (string, error) {
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("parking: reading the network namespace: %w", err)
+	if err := unix.Stat(nsPath, &st); err != nil {
+		return "", fmt.Errorf("parking: reading the network namespace %s: %w", nsPath, err)
 	}
 	return filepath.Join(Dir, "net-"+strconv.FormatUint(st.Ino, 10)), nil
+}
+
+// Forget removes the marker of the network namespace at nsPath, which is
+// about to be deleted (its parked links go with it): whoever deletes a
+// namespace that plugins ran in calls it, or the marker outlives it.
+func Forget(nsPath string) error {
+	path, err := markerOf(nsPath)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("parking: %w", err)
+	}
+	return nil
 }
 
 // Parker is a netlinkx.LinkDeleter that parks instead of deleting. Its

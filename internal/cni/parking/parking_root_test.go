@@ -1,4 +1,4 @@
-package parking
+package parking_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
@@ -17,7 +18,9 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // Park, mark, collect only when stale or asked, and nothing left.
 func TestRootParkAndCollect(t *testing.T) {
 	ns := testutil.NewNetNS(t)
-	Dir = t.TempDir()
+	saved := parking.Dir
+	parking.Dir = t.TempDir()
+	t.Cleanup(func() { parking.Dir = saved })
 	err := netns.Do(ns, func() error {
 		var idx []int
 		for _, name := range []string{"fnpktest0", "fnpktest1"} {
@@ -33,7 +36,7 @@ func TestRootParkAndCollect(t *testing.T) {
 			}
 			idx = append(idx, l.Attrs().Index)
 		}
-		p := New()
+		p := parking.New()
 		for _, i := range idx {
 			if err := p.DeleteLink(i); err != nil {
 				return err
@@ -50,25 +53,25 @@ func TestRootParkAndCollect(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !IsParked(l) {
+			if !parking.IsParked(l) {
 				t.Errorf("%s after DeleteLink: group %#x, flags %v; want parked", l.Attrs().Name, l.Attrs().Group, l.Attrs().Flags)
 			}
 		}
-		marker, err := MarkerPath()
+		marker, err := parking.MarkerPath()
 		if err != nil {
 			return err
 		}
-		if err := CollectStale(); err != nil {
+		if err := parking.CollectStale(); err != nil {
 			return err
 		}
 		if _, err := netlink.LinkByIndex(idx[0]); err != nil {
 			t.Errorf("a fresh marker, yet collected: %v", err)
 		}
-		old := time.Now().Add(-StaleAfter - time.Second)
+		old := time.Now().Add(-parking.StaleAfter - time.Second)
 		if err := os.Chtimes(marker, old, old); err != nil {
 			return err
 		}
-		if err := CollectStale(); err != nil {
+		if err := parking.CollectStale(); err != nil {
 			return err
 		}
 		for _, i := range idx {
@@ -79,11 +82,11 @@ func TestRootParkAndCollect(t *testing.T) {
 		if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("marker after collection: %v", err)
 		}
-		if found, err := Collect(); found || err != nil {
+		if found, err := parking.Collect(); found || err != nil {
 			t.Errorf("Collect with nothing parked: %v %v", found, err)
 		}
 		// A parker that parked nothing leaves no marker.
-		if err := New().Flush(); err != nil {
+		if err := parking.New().Flush(); err != nil {
 			return err
 		}
 		if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
