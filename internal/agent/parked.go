@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"os"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -39,12 +37,7 @@ func collectParked(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		marked := false
-		if path, err := parking.MarkerPath(); err == nil {
-			_, err := os.Stat(path)
-			marked = !errors.Is(err, os.ErrNotExist)
-		}
-		if !marked && time.Since(lastSweep) < parkedSweepEvery {
+		if _, marked := parking.ParkedSince(); !marked && time.Since(lastSweep) < parkedSweepEvery {
 			continue
 		}
 		lastSweep = time.Now()

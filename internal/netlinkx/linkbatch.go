@@ -16,13 +16,9 @@ package netlinkx
 // name, and the next DEL of their owner removes them.
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
-
-	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 )
 
 // LinkDeleter deletes a link of the caller's network namespace by index,
@@ -48,15 +44,7 @@ func NewLinkBatch() *LinkBatch {
 // DeleteLink marks the link with index for deletion by Flush; a missing
 // link is not an error (it is gone already).
 func (b *LinkBatch) DeleteLink(index int) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(index)
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(b.group)))
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		if errors.Is(err, unix.ENODEV) {
-			return nil
-		}
+	if err := setGroup(index, b.group, false); err != nil {
 		return fmt.Errorf("marking link %d for deletion (group %#x): %w", index, b.group, err)
 	}
 	b.mu.Lock()

@@ -13,7 +13,9 @@ package netlinkx
 import (
 	"errors"
 	"fmt"
+	"net"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
@@ -26,17 +28,31 @@ const ParkedGroup uint32 = 0x666c6e70
 // ParkLink sets the link with index down and puts it in ParkedGroup, in
 // one request; a missing link is not an error.
 func ParkLink(index int) error {
+	if err := setGroup(index, ParkedGroup, true); err != nil {
+		return fmt.Errorf("parking link %d: %w", index, err)
+	}
+	return nil
+}
+
+// IsParked reports whether a link is parked: down and in ParkedGroup.
+func IsParked(l netlink.Link) bool {
+	a := l.Attrs()
+	return a.Group == ParkedGroup && a.Flags&net.FlagUp == 0
+}
+
+// setGroup puts the link with index in group, and sets it down with
+// down, in one RTM_NEWLINK; a missing link is not an error.
+func setGroup(index int, group uint32, down bool) error {
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
 	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
 	msg.Index = int32(index)
-	msg.Change = unix.IFF_UP // and Flags 0: down
+	if down {
+		msg.Change = unix.IFF_UP // and Flags 0: down
+	}
 	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(ParkedGroup)))
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		if errors.Is(err, unix.ENODEV) {
-			return nil
-		}
-		return fmt.Errorf("parking link %d: %w", index, err)
+	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(group)))
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, unix.ENODEV) {
+		return err
 	}
 	return nil
 }

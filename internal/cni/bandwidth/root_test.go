@@ -22,8 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/cni/cnierr"
-	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/cni/veth/vethtest"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/tc"
 	"github.com/flatnet/flatnet/internal/testutil"
@@ -133,7 +133,7 @@ func (l *lab) state() hostState {
 		}
 		for _, nl := range all {
 			name, idx := nl.Attrs().Name, nl.Attrs().Index
-			if parking.IsParked(nl) {
+			if netlinkx.IsParked(nl) {
 				s.parked = append(s.parked, name)
 				continue
 			}

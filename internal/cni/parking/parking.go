@@ -28,14 +28,12 @@ package parking
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/flatnet/flatnet/internal/netlinkx"
@@ -91,9 +89,9 @@ type Parker struct {
 // New returns a Parker.
 func New() *Parker { return &Parker{} }
 
-// Parks tells veth.DeleteInNS to park the container's end too (renamed,
-// so that its name is free) instead of deleting the pair.
-func (p *Parker) Parks() bool { return true }
+// ParksLinks tells veth.DeleteInNS to park the container's end too
+// (renamed, so that its name is free) instead of deleting the pair.
+func (p *Parker) ParksLinks() {}
 
 // DeleteLink parks the link with index; a missing link is not an error.
 func (p *Parker) DeleteLink(index int) error {
@@ -147,34 +145,50 @@ func Collect() (found bool, err error) {
 	return netlinkx.DeleteGroup(netlinkx.ParkedGroup)
 }
 
+// ParkedSince is when the oldest link not yet collected was parked in the
+// caller's network namespace (its marker's time); ok is false when the
+// marker says none is.
+func ParkedSince() (since time.Time, ok bool) {
+	path, err := MarkerPath()
+	if err != nil {
+		return time.Time{}, false
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return st.ModTime(), true
+}
+
 // CollectStale collects when links were parked more than StaleAfter ago
 // in the caller's network namespace (no collector is running); otherwise
 // it only looks at the marker.
 func CollectStale() error {
-	path, err := MarkerPath()
-	if err != nil {
-		return err
-	}
-	st, err := os.Stat(path)
-	if err != nil || time.Since(st.ModTime()) < StaleAfter {
+	if since, ok := ParkedSince(); !ok || time.Since(since) < StaleAfter {
 		return nil
 	}
-	_, err = Collect()
+	_, err := Collect()
 	return err
 }
 
-// CollectStaleBeside runs CollectStale beside the caller's work (ADD's)
-// and returns a func that waits for it. A failure is not ADD's: the links
-// stay parked (down) for the next collector, and GC reports it.
+// staleOnce: a process looks once (the flatnet type runs bridge's and
+// bandwidth's ADD in one process, and both ask).
+var staleOnce sync.Once
+
+// CollectStaleBeside runs CollectStale beside the caller's work (ADD's),
+// the first time a process asks, and returns a func that waits for it. A
+// failure is not ADD's: the links stay parked (down) for the next
+// collector, and GC reports it. It runs on a goroutine of its own, so in
+// the process's network namespace: a plugin's, the host's.
 func CollectStaleBeside() (wait func()) {
 	done := make(chan struct{})
-	go func() { defer close(done); _ = CollectStale() }()
+	ran := false
+	staleOnce.Do(func() {
+		ran = true
+		go func() { defer close(done); _ = CollectStale() }()
+	})
+	if !ran {
+		close(done)
+	}
 	return func() { <-done }
-}
-
-// IsParked reports whether a link is parked: down and in the parked
-// group.
-func IsParked(l netlink.Link) bool {
-	a := l.Attrs()
-	return a.Group == netlinkx.ParkedGroup && a.Flags&net.FlagUp == 0
 }

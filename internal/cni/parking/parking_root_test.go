@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flatnet/flatnet/internal/cni/parking"
+	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 	"github.com/flatnet/flatnet/internal/testutil"
 )
@@ -53,7 +54,7 @@ func TestRootParkAndCollect(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !parking.IsParked(l) {
+			if !netlinkx.IsParked(l) {
 				t.Errorf("%s after DeleteLink: group %#x, flags %v; want parked", l.Attrs().Name, l.Attrs().Group, l.Attrs().Flags)
 			}
 		}

@@ -206,7 +206,7 @@ func DeleteInNS(nsPath, ifName string, links netlinkx.LinkDeleter) (addrs []netl
 		}
 		if _, ok := link.(*netlink.Veth); ok && links != nil {
 			index, peer = link.Attrs().Index, link.Attrs().ParentIndex
-			if p, ok := links.(parker); ok && p.Parks() {
+			if _, ok := links.(parker); ok {
 				return park(index)
 			}
 			return nil
@@ -249,7 +249,7 @@ func DeleteInNS(nsPath, ifName string, links netlinkx.LinkDeleter) (addrs []netl
 
 // parker is a LinkDeleter that parks links instead of deleting them
 // (internal/cni/parking).
-type parker interface{ Parks() bool }
+type parker interface{ ParksLinks() }
 
 // park parks the container's end of a pair (index, in the calling
 // thread's namespace) under a name of its own, so that the container's
@@ -286,7 +286,7 @@ func DeleteHostEnd(name, mac string) error {
 	if _, ok := l.(*netlink.Veth); !ok || (mac != "" && l.Attrs().HardwareAddr.String() != mac) {
 		return nil
 	}
-	if a := l.Attrs(); a.Group == netlinkx.ParkedGroup && a.Flags&net.FlagUp == 0 {
+	if netlinkx.IsParked(l) {
 		return nil // parked by an earlier DEL: a collector removes it
 	}
 	return DeleteHost(name)

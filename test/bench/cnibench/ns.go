@@ -11,7 +11,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
-	"github.com/flatnet/flatnet/internal/cni/parking"
 	"github.com/flatnet/flatnet/internal/netlinkx"
 	"github.com/flatnet/flatnet/internal/netns"
 )
@@ -81,7 +80,7 @@ func linkNames() ([]string, error) {
 	}
 	var names []string
 	for _, l := range links {
-		if !parking.IsParked(l) {
+		if !netlinkx.IsParked(l) {
 			names = append(names, l.Attrs().Name)
 		}
 	}
@@ -94,7 +93,7 @@ func parkedLinks() (int, error) {
 	links, err := netlinkx.LinkList()
 	n := 0
 	for _, l := range links {
-		if parking.IsParked(l) {
+		if netlinkx.IsParked(l) {
 			n++
 		}
 	}

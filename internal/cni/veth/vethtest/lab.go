@@ -224,7 +224,7 @@ func Veths(t testing.TB, ns string) []string {
 	t.Helper()
 	var out []string
 	for name, l := range Links(t, ns) {
-		if l.Type() == "veth" && !parking.IsParked(l) {
+		if l.Type() == "veth" && !netlinkx.IsParked(l) {
 			out = append(out, name)
 		}
 	}
@@ -237,7 +237,7 @@ func Parked(t testing.TB, ns string) []string {
 	t.Helper()
 	var out []string
 	for name, l := range Links(t, ns) {
-		if parking.IsParked(l) {
+		if netlinkx.IsParked(l) {
 			out = append(out, name)
 		}
 	}
