@@ -26,16 +26,17 @@
 //
 // DEL takes what every stage put in the kernel down at once (the stages'
 // Unhook, or Del for a stage without one), then releases the address (the
-// stages' Release). The links (the veth, the IFB) are parked, not deleted:
-// down at once, removed later by a collector (internal/cni/parking). Each stage finds what it made by name (the veth, the
-// IFB, the chains and map elements) without the others, and each removal
-// waits for the kernel (an RCU grace period per link or nftables commit,
-// ~15 ms apiece here): in a chain those waits add up, here they overlap.
-// The links the Unhooks hand over (the veth's host end, the IFB) are
-// removed in one request as soon as those Unhooks returned, while the
-// stages without one still run. The address goes last, alone, and only
-// when every stage came down: no interface or rule of the pod may still
-// hold an address that another pod can already have.
+// stages' Release). Each stage finds what it made by name (the veth, the
+// IFB, the chains and map elements) without the others. Removing a link
+// or a rule waits for the kernel (an RCU grace period apiece, ~15 ms
+// here): in a chain those waits add up, here they overlap, and the links
+// the Unhooks hand over (the veth's host end, the IFB) are not removed
+// but parked (down at once, removed later by a collector:
+// internal/cni/parking) as soon as those Unhooks returned, while the
+// stages without one still run. Undoing a failed ADD deletes them, in
+// one request (netlinkx.LinkBatch). The address goes last, alone, and
+// only when every stage came down: no interface or rule of the pod may
+// still hold an address that another pod can already have.
 package allinone
 
 import (
@@ -206,10 +207,10 @@ func (c *Chain) Del(args *skel.CmdArgs) error {
 func (c *Chain) del(conf config, args *skel.CmdArgs, stages []plugin.Stage, undo bool) error {
 	errs := make([]error, len(stages))
 	links := newLinks(undo)
-	// The links the Unhooks hand over (the veth's host end, the IFB) go
-	// in one request, one wait for the kernel instead of one per link,
-	// as soon as every Unhook has returned: the stages without one
-	// (portmap's rules and conntrack entries) go on meanwhile.
+	// The links the Unhooks hand over (the veth's host end, the IFB) are
+	// parked (or, undoing an ADD, deleted in one request) as soon as every
+	// Unhook has returned: the stages without one (portmap's rules and
+	// conntrack entries) go on meanwhile.
 	var all, hooks sync.WaitGroup
 	for _, s := range stages {
 		if s.Unhook != nil {

@@ -52,7 +52,7 @@ func (ch *changes) skip(k types.NamespacedName, node bool) {
 // compile if any event skipped since the previous recheck now matters,
 // and reports whether it did. Events after it are judged against the
 // published result.
-func (ch *changes) recheck(uses func(types.NamespacedName) bool, nodesMatter bool) bool {
+func (ch *changes) recheck(uses func(namespace, name string) bool, nodesMatter bool) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	again := ch.skippedNodes && nodesMatter
@@ -60,7 +60,7 @@ func (ch *changes) recheck(uses func(types.NamespacedName) bool, nodesMatter boo
 		if again {
 			break
 		}
-		again = uses(k)
+		again = uses(k.Namespace, k.Name)
 	}
 	ch.skipped, ch.skippedNodes = nil, false
 	if again {

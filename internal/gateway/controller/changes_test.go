@@ -94,7 +94,7 @@ func TestRelevantService(t *testing.T) {
 func TestRecheck(t *testing.T) {
 	var ch changes
 	web := types.NamespacedName{Namespace: "a", Name: "web"}
-	none := func(types.NamespacedName) bool { return false }
+	none := func(string, string) bool { return false }
 	ch.skip(web, false)
 	ch.skip(types.NamespacedName{}, true)
 	if ch.recheck(none, false) {
@@ -104,13 +104,13 @@ func TestRecheck(t *testing.T) {
 		t.Fatal("take: full")
 	}
 	ch.skip(web, false)
-	if !ch.recheck(func(k types.NamespacedName) bool { return k == web }, false) {
+	if !ch.recheck(func(ns, name string) bool { return ns == web.Namespace && name == web.Name }, false) {
 		t.Fatal("a skipped Service now used: recheck did not ask for a compile")
 	}
 	if full, _ := ch.take(); !full {
 		t.Fatal("take after recheck: not full")
 	}
-	if ch.recheck(func(types.NamespacedName) bool { return true }, true) {
+	if ch.recheck(func(string, string) bool { return true }, true) {
 		t.Fatal("recheck remembered what the previous one looked at")
 	}
 	ch.skip(types.NamespacedName{}, true)

@@ -273,8 +273,9 @@ func slim(obj any) (any, error) {
 // relevantService reports whether a Service or EndpointSlice event (an
 // object or a deletion tombstone) can change the compile's output: its
 // Service is named by a backend of the last compile (uses:
-// compile.Incremental's Uses, every Service before the first), or it is a frontend of ours (or
-// one of their slices); otherwise k is the Service, for changes.skip.
+// compile.Incremental's Uses, every Service before the first), or it is
+// a frontend of ours (or one of their slices); otherwise k is the
+// Service, for changes.skip.
 func relevantService(o any, uses func(namespace, name string) bool) (k types.NamespacedName, relevant bool) {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
@@ -293,7 +294,7 @@ func relevantService(o any, uses func(namespace, name string) bool) (k types.Nam
 		if k.Name == "" {
 			return k, false // no Service: nothing reads it
 		}
-	} else if _, front := lbl[LabelGateway]; front || lbl[LabelIngress] == "true" {
+	} else if isFrontend(lbl) {
 		return k, true
 	}
 	return k, uses(k.Namespace, k.Name)
@@ -359,7 +360,7 @@ func (c *Controller) sync(ctx context.Context) {
 	} else {
 		out = c.inc.Routes(routes, c.route)
 	}
-	if c.changes.recheck(func(k types.NamespacedName) bool { return c.inc.Uses(k.Namespace, k.Name) }, c.fronts.Load() > 0) {
+	if c.changes.recheck(c.inc.Uses, c.fronts.Load() > 0) {
 		c.Trigger()
 	}
 	c.generation++
@@ -499,11 +500,17 @@ func (c *Controller) input() (*compile.Input, error) {
 func frontendServices(all []*corev1.Service) []*corev1.Service {
 	var out []*corev1.Service
 	for _, s := range all {
-		if _, ok := s.Labels[LabelGateway]; ok || s.Labels[LabelIngress] == "true" {
+		if isFrontend(s.Labels) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// isFrontend reports whether a Service's labels make it one of ours.
+func isFrontend(labels map[string]string) bool {
+	_, gateway := labels[LabelGateway]
+	return gateway || labels[LabelIngress] == "true"
 }
 
 // reconcileFrontends plans and applies the frontend Services.
