@@ -195,9 +195,9 @@ func newPolicyController(ctx context.Context, client kubernetes.Interface, o Opt
 	return c, nil
 }
 
-// stripManagedFields is the informers' transform: the policy needs none
-// of it, and it is most of a Pod's size. Pods are cut further (trimPod).
-func stripManagedFields(obj any) (any, error) {
+// policyTransform is the informers' transform: managedFields go (the
+// policy needs none of them), and Pods keep only what it reads (trimPod).
+func policyTransform(obj any) (any, error) {
 	if p, ok := obj.(*corev1.Pod); ok {
 		return trimPod(p), nil
 	}
@@ -235,7 +235,7 @@ func trimPod(p *corev1.Pod) *corev1.Pod {
 
 // Run watches the API and syncs until ctx ends.
 func (c *policyController) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(stripManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(policyTransform))
 	pods := factory.Core().V1().Pods()
 	nss := factory.Core().V1().Namespaces()
 	nps := factory.Networking().V1().NetworkPolicies()

@@ -173,7 +173,7 @@ func (c *policyController) awaitCNPs(ctx context.Context) {
 // sync on every change; it returns the lister and the informer's synced
 // func.
 func (c *policyController) watchCNPs(ctx context.Context, client cnpclient.Interface) (cnplisters.ClusterNetworkPolicyLister, cache.InformerSynced, error) {
-	factory := cnpinformers.NewSharedInformerFactoryWithOptions(client, 0, cnpinformers.WithTransform(stripManagedFields))
+	factory := cnpinformers.NewSharedInformerFactoryWithOptions(client, 0, cnpinformers.WithTransform(policyTransform))
 	inf := factory.Policy().V1beta1().ClusterNetworkPolicies()
 	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.dirty.markAll(); c.runner.Run() },

@@ -130,7 +130,7 @@ func TestTrimPod(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.5", PodIPs: []corev1.PodIP{{IP: "10.0.0.5"}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
-	got, err := stripManagedFields(p.DeepCopy())
+	got, err := policyTransform(p.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
