@@ -285,6 +285,11 @@ func (c *core) startWorker(ctx context.Context, rec *podRecord, pod, next *v1.Po
 	c.mu.Lock()
 	c.workers[w.key] = w
 	c.mu.Unlock()
+	c.launch(ctx, w)
+}
+
+// launch runs w, which is in c.workers.
+func (c *core) launch(ctx context.Context, w *worker) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -300,38 +305,49 @@ func (c *core) podChanged(ctx context.Context, obj any) {
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
+	// Looked up, updated or started under c.mu, so an update cannot slip
+	// between a worker taking its successor and leaving the map
+	// (workerDone), and two callers cannot start two workers for one name.
 	c.mu.Lock()
-	w := c.workers[key]
-	c.mu.Unlock()
-	if w != nil {
+	if w := c.workers[key]; w != nil {
 		w.update(pod)
+		c.mu.Unlock()
 		return
 	}
 	finished := pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
 	if finished && pod.DeletionTimestamp == nil {
 		// Finished before (this agent has no record of it): nothing to run.
+		c.mu.Unlock()
 		return
 	}
-	c.startWorker(ctx, newRecord(pod, c.d.now()), pod, nil)
+	w := newWorker(c, newRecord(pod, c.d.now()), pod)
+	c.workers[key] = w
+	c.mu.Unlock()
+	c.launch(ctx, w)
 }
 
 // podGone tells the worker of a Pod that it is gone from the API.
 func (c *core) podGone(key string, uid types.UID) {
 	c.mu.Lock()
-	w := c.workers[key]
-	c.mu.Unlock()
-	if w != nil {
+	defer c.mu.Unlock()
+	if w := c.workers[key]; w != nil {
 		w.gone(uid)
 	}
 }
 
 // workerDone is called by a worker that has nothing left to do. A newer
 // pod of the same name that waited for it gets its own worker.
-func (c *core) workerDone(ctx context.Context, w *worker, next *v1.Pod) {
+func (c *core) workerDone(ctx context.Context, w *worker) {
+	// The successor is read as the worker leaves the map, both under c.mu
+	// (podChanged updates under it too): a pod of the same name that
+	// arrives later finds no worker and starts its own.
 	c.mu.Lock()
 	if c.workers[w.key] == w {
 		delete(c.workers, w.key)
 	}
+	w.mu.Lock()
+	next := w.next
+	w.mu.Unlock()
 	c.mu.Unlock()
 	if next == nil || ctx.Err() != nil {
 		return

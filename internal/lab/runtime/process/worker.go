@@ -302,11 +302,8 @@ func (w *worker) finish(ctx context.Context) {
 	if err := os.RemoveAll(w.dir); err != nil {
 		w.log.Error(err, "Removing the pod state dir failed")
 	}
-	w.mu.Lock()
-	next := w.next
-	w.mu.Unlock()
 	w.log.Info("Pod cleaned up")
-	w.c.workerDone(ctx, w, next)
+	w.c.workerDone(ctx, w)
 }
 
 // syncStatus writes the pod's status when it differs from what the API
