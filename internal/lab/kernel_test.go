@@ -170,16 +170,17 @@ func TestStopInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ip netns exec enters the namespace, then execs sleep: wait until the
-	// process in the namespace is sleep, not ip half-way through its exec.
+	// process in the namespace is sleep, not ip half-way through its exec
+	// (ip's own command line names "sleep 600" too; mid-exec it reads empty).
 	for range 250 {
 		pids := proc.Scan(func(pid int) bool { i, ok := pidNetns(pid); return ok && i == ino })
-		if len(pids) > 0 && strings.Contains(cmdline(pids[0]), "sleep 600") {
+		if len(pids) > 0 && strings.HasPrefix(cmdline(pids[0]), "sleep 600") {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopped, err := stopInNetns(map[uint64]bool{ino: true}, 2*time.Second)
-	if err != nil || len(stopped) != 1 || !strings.Contains(stopped[0], "sleep 600") {
+	if err != nil || len(stopped) != 1 || !strings.HasSuffix(stopped[0], " sleep 600") {
 		t.Fatalf("stopped %v, %v", stopped, err)
 	}
 	<-done
