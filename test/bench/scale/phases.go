@@ -351,19 +351,26 @@ func (b *bench) proxyRestart(ctx context.Context, p *phase) error {
 	return nil
 }
 
+// readyLags adds to p the lags the harness saw since t0: pods' Ready
+// (watcher.readyTransition) and slices' trigger times
+// (watcher.sliceTriggered).
+func (b *bench) readyLags(p *phase, t0 time.Time) {
+	for _, l := range []struct {
+		name  string
+		slice bool
+	}{{"readySeenLag", false}, {"sliceSeenLag", true}} {
+		p50, p99, n := b.w.lagQuantiles(l.slice, t0)
+		if n == 0 {
+			continue
+		}
+		p.Values[l.name+"Count"] = float64(n)
+		p.Values[l.name+"P50Seconds"] = round(p50.Seconds(), 3)
+		p.Values[l.name+"P99Seconds"] = round(p99.Seconds(), 3)
+	}
+}
+
 // programmed records the programming latency and partial sync quantiles
 // of the histograms' difference.
-// readyLags adds to p the Ready lags the harness saw since t0 (see
-// watcher.readyTransition).
-func (b *bench) readyLags(p *phase, t0 time.Time) {
-	p50, p99, n := b.w.readyLagQuantiles(t0)
-	if n == 0 {
-		return
-	}
-	p.Values["readySeenLagCount"] = float64(n)
-	p.Values["readySeenLagP50Seconds"] = round(p50.Seconds(), 3)
-	p.Values["readySeenLagP99Seconds"] = round(p99.Seconds(), 3)
-}
 
 func programmed(p *phase, before, after map[string]promhist.Hist) {
 	lat := after[mProgramming].Minus(before[mProgramming])

@@ -4,6 +4,15 @@ package main
 // with a podCIDR, Ready: when each first happened), the pod events the
 // controllers receive (counted, to turn CPU into CPU per event), and the
 // ready endpoints in the harness's namespaces' EndpointSlices.
+//
+// Two lags split the programming latency (trigger time to the proxy's
+// rules) into its stages, each seen through the API: a pod's Ready
+// condition time to the harness seeing the pod Ready (the simulator's
+// write and the API's delivery), and a slice's trigger time to the
+// harness seeing the slice carry it (that plus the EndpointSlice
+// controller's queue, sync and write). What the programming latency adds
+// to the second is the agent's: its watch, its proxy's coalescing, sync
+// and commit.
 
 import (
 	"context"
@@ -32,13 +41,35 @@ type watcher struct {
 	lastSlice time.Time
 	// readyLags: when the harness saw a pod turn Ready, and how long after
 	// the Ready condition's own time (what the trigger time is made of).
-	readyLags []readyLag
+	readyLags lagLog
+	// sliceLags: when the harness saw a slice with a new trigger time, and
+	// how long after that time.
+	sliceLags lagLog
 }
 
-// readyLag is one pod's Ready transition as the harness saw it.
-type readyLag struct {
+// lagLog is a list of lags, each with when the harness saw it.
+type lagLog []seenLag
+
+type seenLag struct {
 	seen time.Time
 	lag  time.Duration
+}
+
+// quantiles is the p50 and p99 of the lags seen at or after since, and
+// how many there were.
+func (l lagLog) quantiles(since time.Time) (p50, p99 time.Duration, n int) {
+	var lags []time.Duration
+	for _, r := range l {
+		if !r.seen.Before(since) {
+			lags = append(lags, r.lag)
+		}
+	}
+	if len(lags) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lags)
+	at := func(q float64) time.Duration { return lags[min(len(lags)-1, int(q*float64(len(lags))))] }
+	return at(0.5), at(0.99), len(lags)
 }
 
 type nodeSeen struct {
@@ -55,11 +86,15 @@ func newWatcher(realNodes []string) *watcher {
 
 // stripMeta keeps the informers' caches small: the harness reads names,
 // labels, a node's podCIDR, addresses and conditions, and a slice's
-// endpoints' readiness.
+// endpoints' readiness and trigger time.
 func stripMeta(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
-		m.SetAnnotations(nil)
+		var keep map[string]string
+		if t, ok := m.GetAnnotations()[corev1.EndpointsLastChangeTriggerTime]; ok {
+			keep = map[string]string{corev1.EndpointsLastChangeTriggerTime: t}
+		}
+		m.SetAnnotations(keep)
 	}
 	if p, ok := obj.(*corev1.Pod); ok {
 		p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
@@ -109,8 +144,11 @@ func (w *watcher) start(ctx context.Context, c kubernetes.Interface) error {
 		return err
 	}
 	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.slice(o, false) },
-		UpdateFunc: func(_, n any) { w.slice(n, false) },
+		AddFunc: func(o any) { w.slice(o, false) },
+		UpdateFunc: func(o, n any) {
+			w.slice(n, false)
+			w.sliceTriggered(o, n)
+		},
 		DeleteFunc: func(o any) { w.slice(o, true) },
 	}); err != nil {
 		return err
@@ -152,27 +190,43 @@ func (w *watcher) readyTransition(o, n any) {
 	}
 	now := time.Now()
 	w.mu.Lock()
-	w.readyLags = append(w.readyLags, readyLag{seen: now, lag: now.Sub(c.LastTransitionTime.Time)})
+	w.readyLags = append(w.readyLags, seenLag{seen: now, lag: now.Sub(c.LastTransitionTime.Time)})
 	w.mu.Unlock()
 }
 
-// readyLagQuantiles is the p50 and p99 of the Ready lags seen at or after
-// since, and how many there were.
-func (w *watcher) readyLagQuantiles(since time.Time) (p50, p99 time.Duration, n int) {
+// sliceTriggered records a harness slice updated with a new trigger time
+// (as the proxy counts it: an update whose trigger time changed), with
+// its lag from that time. A slice's first version is not counted: its
+// trigger time can be a Service's creation.
+func (w *watcher) sliceTriggered(o, n any) {
+	os, ok1 := o.(*discoveryv1.EndpointSlice)
+	ns, ok2 := n.(*discoveryv1.EndpointSlice)
+	if !ok1 || !ok2 || !strings.HasPrefix(ns.Namespace, nsPrefix) {
+		return
+	}
+	v := ns.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	if v == "" || v == os.Annotations[corev1.EndpointsLastChangeTriggerTime] {
+		return
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return
+	}
+	now := time.Now()
 	w.mu.Lock()
-	var lags []time.Duration
-	for _, r := range w.readyLags {
-		if !r.seen.Before(since) {
-			lags = append(lags, r.lag)
-		}
-	}
+	w.sliceLags = append(w.sliceLags, seenLag{seen: now, lag: now.Sub(t)})
 	w.mu.Unlock()
-	if len(lags) == 0 {
-		return 0, 0, 0
+}
+
+// lagQuantiles is the p50 and p99 of the Ready lags (slice: the trigger
+// time lags) seen at or after since, and how many there were.
+func (w *watcher) lagQuantiles(slice bool, since time.Time) (p50, p99 time.Duration, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if slice {
+		return w.sliceLags.quantiles(since)
 	}
-	slices.Sort(lags)
-	at := func(q float64) time.Duration { return lags[min(len(lags)-1, int(q*float64(len(lags))))] }
-	return at(0.5), at(0.99), len(lags)
+	return w.readyLags.quantiles(since)
 }
 
 func (w *watcher) node(old, n *corev1.Node) {
