@@ -8,6 +8,16 @@ package endpointslice
 // before the cache has caught up with our own writes would otherwise
 // create the same slices twice. Slices of a deleted Service are deleted
 // here (the lab runs no garbage collector to follow the ownerReference).
+//
+// A sync that finds the slice cache behind its own writes (a slice it
+// created not there yet, one it deleted still there, one it updated at an
+// older generation) or whose update is refused as a conflict does not
+// write: it waits for the slice informer, whose event for that write
+// queues the Service again, with a fallback recheck after staleRecheck.
+// It is not a failure and goes nowhere near the queue's rate limiter,
+// which in a burst of pod events (every Service synced several times
+// within milliseconds) held such retries to 10 a second: seconds of
+// network programming latency.
 // The trigger time tracker (triggertime.go) is consulted once per sync
 // that gets as far as planning, after the stale-cache check (a sync that
 // must wait does not consume the changes it saw), and forgets a Service
@@ -53,6 +63,7 @@ type Controller struct {
 	pods        corelisters.PodLister
 	nodes       corelisters.NodeLister
 	slices      discoverylisters.EndpointSliceLister
+	sliceIndex  cache.Indexer // our slices, with slicesByService
 	synced      []cache.InformerSynced
 	queue       workqueue.TypedRateLimitingInterface[string]
 	maxPerSlice int
@@ -60,9 +71,35 @@ type Controller struct {
 	podIndex    cache.Indexer // pods, with podsByLabel and podsByNode
 	index       *serviceIndex // Services by selector (index.go)
 
-	mu      sync.Mutex                 // protects pending
-	pending map[string]map[string]bool // service key -> slice name -> true: created, false: deleted; not yet in the cache
+	mu      sync.Mutex                        // protects pending
+	pending map[string]map[string]expectation // service key -> slice name -> our last write, not yet in the cache
 }
+
+// expectation is a write of ours the slice cache must show before the
+// Service is synced again.
+type expectation struct {
+	kind       writeKind
+	generation int64 // updated: the generation the API gave our write
+	at         time.Time
+}
+
+type writeKind int
+
+const (
+	wroteCreate writeKind = iota
+	wroteUpdate
+	wroteDelete
+)
+
+// staleRecheck is when a sync that found the cache behind its writes
+// looks again if no slice event has queued it sooner; pendingTimeout is
+// when an expectation the cache never showed is given up (a watch that
+// relisted past a slice created and deleted again), so that a missed
+// event cannot hold a Service for good.
+const (
+	staleRecheck   = time.Second
+	pendingTimeout = time.Minute
+)
 
 // New returns a controller over factory's informers (it registers them;
 // start the factory afterwards). maxPerSlice < 1 means 100.
@@ -80,16 +117,20 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByLabel: podLabelIndex, podsByNode: podNodeIndex}); err != nil {
 		return nil, fmt.Errorf("endpointslice: adding pod indexes (start the factory after New): %w", err)
 	}
+	if err := sliceInf.Informer().AddIndexers(cache.Indexers{slicesByService: sliceServiceIndex}); err != nil {
+		return nil, fmt.Errorf("endpointslice: adding the slice index (start the factory after New): %w", err)
+	}
 	c := &Controller{
 		client:      client,
 		services:    svcInf.Lister(),
 		pods:        podInf.Lister(),
 		nodes:       nodeInf.Lister(),
 		slices:      sliceInf.Lister(),
+		sliceIndex:  sliceInf.Informer().GetIndexer(),
 		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice"}),
 		maxPerSlice: maxPerSlice,
 		triggers:    NewTriggerTimeTracker(),
-		pending:     map[string]map[string]bool{},
+		pending:     map[string]map[string]expectation{},
 		podIndex:    podInf.Informer().GetIndexer(),
 		index:       newServiceIndex(),
 	}
@@ -335,7 +376,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return err
 	}
 	logger.Info("Started", "maxEndpointsPerSlice", c.maxPerSlice)
-	kube.RunWorkers(ctx, c.queue, workers, c.Sync, func(ctx context.Context, key string, err error) {
+	kube.RunWorkers(ctx, c.queue, workers, c.syncOrWait, func(ctx context.Context, key string, err error) {
 		klog.FromContext(ctx).Error(err, "Sync failed, will retry", "service", key)
 	})
 	return nil
@@ -344,14 +385,24 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // errStale says the slice cache has not seen our last writes yet.
 var errStale = errors.New("endpointslice cache is behind our own writes")
 
+// syncOrWait is Sync for the workers: a stale cache waits for the slice
+// informer (see the top of the file), not for the rate limiter.
+func (c *Controller) syncOrWait(ctx context.Context, key string) error {
+	err := c.Sync(ctx, key)
+	if errors.Is(err, errStale) {
+		c.queue.AddAfter(key, staleRecheck)
+		return nil
+	}
+	return err
+}
+
 // Sync makes the slices of Service key ("ns/name") match its pods.
 func (c *Controller) Sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return err
 	}
-	sel := labels.SelectorFromSet(labels.Set{discovery.LabelServiceName: name, discovery.LabelManagedBy: ManagedBy})
-	existing, err := c.slices.EndpointSlices(ns).List(sel)
+	existing, err := c.servicesSlices(key)
 	if err != nil {
 		return err
 	}
@@ -413,13 +464,31 @@ func (c *Controller) selectedPods(namespace string, selector map[string]string) 
 	return pods, nil
 }
 
+// servicesSlices are our slices of Service key, from the index.
+func (c *Controller) servicesSlices(key string) ([]*discovery.EndpointSlice, error) {
+	objs, err := c.sliceIndex.ByIndex(slicesByService, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*discovery.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discovery.EndpointSlice); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
 func (c *Controller) getNode(name string) (*corev1.Node, bool) {
 	n, err := c.nodes.Get(name)
 	return n, err == nil
 }
 
-// cacheCaughtUp reports whether the cache holds every slice we created
-// for key and none we deleted; it forgets what the cache has shown.
+// cacheCaughtUp reports whether the cache shows every write of ours for
+// key: the slices we created, none we deleted, the ones we updated at
+// their new generation or later (or gone: someone deleted them since).
+// It forgets what the cache has shown, and what it has not shown for
+// pendingTimeout.
 func (c *Controller) cacheCaughtUp(key string, existing []*discovery.EndpointSlice) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -427,12 +496,23 @@ func (c *Controller) cacheCaughtUp(key string, existing []*discovery.EndpointSli
 	if len(p) == 0 {
 		return true
 	}
-	seen := map[string]bool{}
+	seen := map[string]*discovery.EndpointSlice{}
 	for _, s := range existing {
-		seen[s.Name] = true
+		seen[s.Name] = s
 	}
-	for n, created := range p {
-		if seen[n] == created {
+	now := time.Now()
+	for n, e := range p {
+		s := seen[n]
+		var shown bool
+		switch e.kind {
+		case wroteCreate:
+			shown = s != nil
+		case wroteDelete:
+			shown = s == nil
+		case wroteUpdate:
+			shown = s == nil || s.Generation >= e.generation
+		}
+		if shown || now.Sub(e.at) > pendingTimeout {
 			delete(p, n)
 		}
 	}
@@ -443,13 +523,13 @@ func (c *Controller) cacheCaughtUp(key string, existing []*discovery.EndpointSli
 	return false
 }
 
-func (c *Controller) expect(key, name string, created bool) {
+func (c *Controller) expect(key, name string, kind writeKind, generation int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pending[key] == nil {
-		c.pending[key] = map[string]bool{}
+		c.pending[key] = map[string]expectation{}
 	}
-	c.pending[key][name] = created
+	c.pending[key][name] = expectation{kind: kind, generation: generation, at: time.Now()}
 }
 
 // apply writes plan: every item is tried; the errors are joined.
@@ -465,12 +545,22 @@ func (c *Controller) apply(ctx context.Context, key string, plan Plan) error {
 			errs = append(errs, fmt.Errorf("creating EndpointSlice for %s: %w", key, err))
 			continue
 		}
-		c.expect(key, s.Name, true)
+		c.expect(key, s.Name, wroteCreate, 0)
 	}
+	stale := false
 	for _, s := range plan.Update {
-		if _, err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
+		got, err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			// Our copy is older than the API's: the informer brings the
+			// newer one, and its event queues the Service again.
+			stale = true
+			continue
 		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("updating EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
+			continue
+		}
+		c.expect(key, s.Name, wroteUpdate, got.Generation)
 	}
 	for _, s := range plan.Delete {
 		err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
@@ -478,7 +568,10 @@ func (c *Controller) apply(ctx context.Context, key string, plan Plan) error {
 			errs = append(errs, fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
 			continue
 		}
-		c.expect(key, s.Name, false)
+		c.expect(key, s.Name, wroteDelete, 0)
+	}
+	if stale && len(errs) == 0 {
+		return fmt.Errorf("service %s: an update was refused as a conflict: %w", key, errStale)
 	}
 	return errors.Join(errs...)
 }

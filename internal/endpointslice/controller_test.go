@@ -9,12 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 type fixture struct {
@@ -253,7 +255,7 @@ func TestControllerWaitsForItsOwnWrites(t *testing.T) {
 	// Pretend the cache has not seen the create yet.
 	f.c.mu.Lock()
 	for _, p := range f.c.pending {
-		p["s-notyet"] = true
+		p["s-notyet"] = expectation{kind: wroteCreate, at: time.Now()}
 	}
 	f.c.mu.Unlock()
 	f.client.ClearActions()
@@ -262,6 +264,93 @@ func TestControllerWaitsForItsOwnWrites(t *testing.T) {
 	}
 	if cr, up, del := writes(f.client); cr+up+del != 0 {
 		t.Errorf("stale cache: writes %d/%d/%d, want none", cr, up, del)
+	}
+}
+
+// An update of ours is waited for until the cache shows its generation
+// (or the slice gone); an expectation the cache never shows is given up
+// after pendingTimeout.
+func TestControllerWaitsForItsOwnUpdates(t *testing.T) {
+	f := newFixture(t, objects(service("s"), manyPods("s", 2))...)
+	f.sync("s")
+	f.waitSlices()
+	name := list(t, f.client)[0].Name
+	f.c.expect(ns+"/s", name, wroteUpdate, 3)
+	f.client.ClearActions()
+	if err := f.c.Sync(f.ctx, ns+"/s"); !errors.Is(err, errStale) {
+		t.Fatalf("sync with the cache at an older generation: %v, want errStale", err)
+	}
+	if cr, up, del := writes(f.client); cr+up+del != 0 {
+		t.Errorf("stale cache: writes %d/%d/%d, want none", cr, up, del)
+	}
+	// The API's copy reaches generation 3 (the real API server counts
+	// them; the fake keeps what it is given).
+	sl, err := f.client.DiscoveryV1().EndpointSlices(ns).Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.Generation = 3
+	if _, err := f.client.DiscoveryV1().EndpointSlices(ns).Update(f.ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("generation 3 in the cache", func() bool {
+		got, err := f.c.slices.EndpointSlices(ns).Get(name)
+		return err == nil && got.Generation == 3
+	})
+	if got := f.sync("s"); got != [3]int{} {
+		t.Errorf("caught up: writes %v, want none", got)
+	}
+	// Never shown, but given up in time.
+	f.c.mu.Lock()
+	f.c.pending[ns+"/s"] = map[string]expectation{"s-never": {kind: wroteCreate, at: time.Now().Add(-pendingTimeout - time.Second)}}
+	f.c.mu.Unlock()
+	if got := f.sync("s"); got != [3]int{} {
+		t.Errorf("expectation past its timeout: writes %v, want none", got)
+	}
+}
+
+// An update refused as a conflict (our cached copy is older than the
+// API's) is a stale cache, not a failure: the workers leave it to the
+// slice informer and a recheck, not to the rate limiter, whose shared
+// bucket held a burst's retries to 10 a second.
+func TestControllerConflictWaitsForTheInformer(t *testing.T) {
+	pods := manyPods("s", 2)
+	f := newFixture(t, objects(service("s"), pods)...)
+	f.sync("s")
+	f.waitSlices()
+	conflicts := 0
+	f.client.PrependReactor("update", "endpointslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts > 0 {
+			return false, nil, nil
+		}
+		conflicts++
+		return true, nil, apierrors.NewConflict(discovery.Resource("endpointslices"), "x", errors.New("the object has been modified"))
+	})
+	p := pods[0].DeepCopy()
+	notReady(p)
+	if _, err := f.client.CoreV1().Pods(ns).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("pod update in cache", func() bool {
+		got, err := f.c.pods.Pods(ns).Get(p.Name)
+		return err == nil && !podReady(got)
+	})
+	key := ns + "/s"
+	if err := f.c.Sync(f.ctx, key); !errors.Is(err, errStale) {
+		t.Fatalf("sync refused as a conflict: %v, want errStale", err)
+	}
+	// Through the workers' path: no error, no rate-limited retry, the
+	// key back after staleRecheck.
+	conflicts = 0
+	if err := f.c.syncOrWait(f.ctx, key); err != nil {
+		t.Fatalf("syncOrWait: %v", err)
+	}
+	if n := f.c.queue.NumRequeues(key); n != 0 {
+		t.Errorf("%d rate-limited requeues, want 0", n)
+	}
+	f.waitFor("the recheck", func() bool { return f.c.queue.Len() == 1 })
+	if got := f.sync("s"); got != [3]int{0, 1, 0} {
+		t.Errorf("after the conflict: writes %v, want the update", got)
 	}
 }
 
@@ -360,7 +449,7 @@ func TestControllerStampsTriggerTime(t *testing.T) {
 	// A sync that must wait for the cache does not use up the change:
 	// the one after it still stamps it.
 	setReady(pods[0], true, at(40))
-	f.c.expect(ns+"/s", "s-notyet", true)
+	f.c.expect(ns+"/s", "s-notyet", wroteCreate, 0)
 	if err := f.c.Sync(f.ctx, ns+"/s"); !errors.Is(err, errStale) {
 		t.Fatalf("sync on a stale cache: %v, want errStale", err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -243,5 +245,28 @@ func TestPodDeletionReachesTheTriggerTimeTracker(t *testing.T) {
 	}
 	if got := f.c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, nil); !got.Equal(removed["p1"]) {
 		t.Errorf("sync after the delete: trigger time %v, want %v", got, removed["p1"])
+	}
+}
+
+// Our slices are indexed by their Service's key; others' slices, and ours
+// without a Service name, are not.
+func TestSliceServiceIndex(t *testing.T) {
+	slice := func(managedBy, svc string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x",
+			Labels: map[string]string{discovery.LabelManagedBy: managedBy, discovery.LabelServiceName: svc}}}
+	}
+	for _, c := range []struct {
+		s    any
+		want []string
+	}{
+		{slice(ManagedBy, "web"), []string{"ns/web"}},
+		{slice("endpointslice-controller.k8s.io", "web"), nil},
+		{slice(ManagedBy, ""), nil},
+		{&corev1.Pod{}, nil},
+	} {
+		got, err := sliceServiceIndex(c.s)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%+v: %v, %v; want %v", c.s, got, err, c.want)
+		}
 	}
 }

@@ -154,7 +154,7 @@ func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*cor
 	// Ours sees what its informers keep: the transformed objects.
 	pods, nodes = transformed(t, pods), transformed(t, nodes)
 	plan, _ := Reconcile(svc, pods, nodeGetter(nodes), existing, max, trigger)
-	ctrl := &Controller{client: c, pending: map[string]map[string]bool{}}
+	ctrl := &Controller{client: c, pending: map[string]map[string]expectation{}}
 	if err := ctrl.apply(context.Background(), ns+"/"+svc.Name, plan); err != nil {
 		t.Fatal(err)
 	}
