@@ -42,6 +42,9 @@ type Options struct {
 	Workers           int
 	// NodeIPAMWorkers is how many Nodes get their podCIDR patched at once.
 	NodeIPAMWorkers int
+	// EndpointSliceWorkers is how many Services the EndpointSlice
+	// controller syncs at once.
+	EndpointSliceWorkers int
 	// KubeAPIQPS and KubeAPIBurst limit the controller's API client, as
 	// kube-controller-manager's flags of the same names do.
 	KubeAPIQPS   float32
@@ -83,6 +86,9 @@ const (
 	DefaultKubeAPIQPS      = 300
 	DefaultKubeAPIBurst    = 600
 	DefaultNodeIPAMWorkers = 16
+	// DefaultEndpointSliceWorkers: see docs/scale.md "Where the programming
+	// latency goes".
+	DefaultEndpointSliceWorkers = 16
 )
 
 // DefaultOptions are the flags' defaults.
@@ -93,6 +99,7 @@ func DefaultOptions() Options {
 		AllocateNodeCIDRs:    true,
 		Workers:              2,
 		NodeIPAMWorkers:      DefaultNodeIPAMWorkers,
+		EndpointSliceWorkers: DefaultEndpointSliceWorkers,
 		KubeAPIQPS:           DefaultKubeAPIQPS,
 		KubeAPIBurst:         DefaultKubeAPIBurst,
 		MaxEndpointsPerSlice: endpointslice.DefaultMaxEndpointsPerSlice,
@@ -115,6 +122,9 @@ func (o Options) validate() error {
 	}
 	if o.AllocateNodeCIDRs && (o.NodeIPAMWorkers < 1 || o.NodeIPAMWorkers > 256) {
 		return fmt.Errorf("--node-ipam-workers must be 1..256 (got %d)", o.NodeIPAMWorkers)
+	}
+	if o.EndpointSlices && (o.EndpointSliceWorkers < 1 || o.EndpointSliceWorkers > 256) {
+		return fmt.Errorf("--endpointslice-workers must be 1..256 (got %d)", o.EndpointSliceWorkers)
 	}
 	// client-go reads 0 as its default (5) and a negative QPS as no limit
 	// at all: neither is what a flag value should mean.
@@ -172,8 +182,9 @@ the addresses on every node.`,
 	fs.StringVar(&o.LoadBalancerIPPool, "load-balancer-ip-pool", "", "addresses for Services of type LoadBalancer with spec.loadBalancerClass unset or "+lbipam.Class+
 		": comma-separated CIDRs, a-b ranges or addresses, IPv4 and/or IPv6 (empty: none unless --load-balancer-ip-pool-configmap)")
 	fs.StringVar(&o.LoadBalancerIPPoolConfigMap, "load-balancer-ip-pool-configmap", "", "namespace/name of a ConfigMap whose key \"pool\" (same syntax) adds to --load-balancer-ip-pool; watched, so an edit takes effect")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "concurrent syncs per controller (but node IPAM, see --node-ipam-workers)")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "concurrent syncs per controller (but node IPAM and EndpointSlices, see --node-ipam-workers and --endpointslice-workers)")
 	fs.IntVar(&o.NodeIPAMWorkers, "node-ipam-workers", o.NodeIPAMWorkers, "Nodes whose podCIDR is patched at once (1..256); each waits for its PATCH, so this many requests are in flight")
+	fs.IntVar(&o.EndpointSliceWorkers, "endpointslice-workers", o.EndpointSliceWorkers, "--endpointslices: Services synced at once (1..256; kube-controller-manager's --concurrent-service-endpoint-syncs); a sync waits for its writes, so this many can be in flight")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "most requests a second, on average, to the API server (client-side limit)")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "most requests at once to the API server above --kube-api-qps")
 	kube.AddLogFlags(fs)
@@ -247,7 +258,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		if err != nil {
 			return err
 		}
-		runners = append(runners, withWorkers{e, o.Workers})
+		runners = append(runners, withWorkers{e, o.EndpointSliceWorkers})
 	}
 	if o.lbIPAM() {
 		lbCfg, err := o.lbConfig()

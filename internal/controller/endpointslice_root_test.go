@@ -28,7 +28,7 @@ func TestEndpointSlicesOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	o := Options{ClusterCIDR: "10.244.0.0/22", NodeCIDRMaskSize: 24, EndpointSlices: true, MaxEndpointsPerSlice: 100, Workers: 2,
+	o := Options{ClusterCIDR: "10.244.0.0/22", NodeCIDRMaskSize: 24, EndpointSlices: true, MaxEndpointsPerSlice: 100, Workers: 2, EndpointSliceWorkers: 4,
 		KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst}
 	stop := startController(t, client, o)
 	defer stop()
