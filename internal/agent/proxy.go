@@ -34,7 +34,7 @@ const (
 // addProxyFlags registers the Service proxy's tuning and server flags.
 func addProxyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ProxyMode, "proxy-mode", ProxyModeAuto, "--proxy, --proxy-only: how Services are served: nftables, iptables, userspace (Go proxies on the service addresses), or auto (the first of those that works here; the choice is logged). The other modes' rules are removed at start")
-	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", time.Second, "--proxy: the least time between two rule syncs (bursts of changes are coalesced)")
+	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", 0, "--proxy: the least time between two rule syncs (bursts of changes are coalesced). Apart from it a sync after a partial one that took d waits 10 d, so syncs take at most a tenth of the time; kube-proxy's fixed 1s made every change under steady churn wait up to a second (docs/proxy.md)")
 	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: kube-proxy's syncPeriod: /healthz fails when a change waits more than twice it, and a failed sync is retried at least this often")
 	fs.DurationVar(&o.ProxyFullSyncPeriod, "proxy-full-sync-period", time.Hour, "--proxy, --proxy-only: how often the Service rules are listed and rewritten in full (kube-proxy's fixed full-sync period, an hour), repairing drift such as a foreign edit of the table; every other sync writes only what changed; 0: every --proxy-sync-period")
 	fs.BoolVar(&o.ProxyProfiling, "profiling", false, "--proxy: also serve Go's /debug/pprof/ (heap, CPU, goroutine profiles) on --metrics-bind-address, as kube-proxy's --profiling does")
@@ -277,8 +277,9 @@ func buildProxiers(ctx context.Context, client kubernetes.Interface, mode string
 			Backend:  b,
 			IPv6:     r.Family == knftables.IPv6Family,
 			NodeName: r.NodeName,
-			// kube-proxy's defaults: minSyncPeriod 1s, syncPeriod 30s,
-			// a full sync hourly.
+			// --proxy-only: kube-proxy's defaults, minSyncPeriod 1s,
+			// syncPeriod 30s, a full sync hourly; --proxy: no fixed
+			// minimum (spaced by the syncs' own duration), 30s, hourly.
 			MinSyncInterval:  periods.min,
 			MaxSyncInterval:  periods.max,
 			FullSyncInterval: periods.full,

@@ -26,7 +26,7 @@ func TestProxyFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.MetricsBindAddress != "127.0.0.1:10249" || o.HealthzBindAddress != "127.0.0.1:10256" ||
-		o.ProxyMinSyncPeriod != time.Second || o.ProxySyncPeriod != 30*time.Second || o.ProxyFullSyncPeriod != time.Hour {
+		o.ProxyMinSyncPeriod != 0 || o.ProxySyncPeriod != 30*time.Second || o.ProxyFullSyncPeriod != time.Hour {
 		t.Errorf("defaults: %+v", o)
 	}
 	if err := fs.Parse([]string{"--metrics-bind-address=0.0.0.0:9100", "--healthz-bind-address="}); err != nil {

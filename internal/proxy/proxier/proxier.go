@@ -72,8 +72,9 @@ type Config struct {
 	NodeName string
 	NFT      NFT
 	Render   nftables.Config
-	// MinSyncInterval bounds how often syncs start; MaxSyncInterval caps
-	// the backoff of retries; FullSyncInterval is the period of full
+	// MinSyncInterval bounds how often syncs start (and so does each
+	// partial sync's duration: runner.PartialSyncSpacing); MaxSyncInterval
+	// caps the backoff of retries; FullSyncInterval is the period of full
 	// resyncs (MaxSyncInterval when 0).
 	MinSyncInterval  time.Duration
 	MaxSyncInterval  time.Duration
@@ -136,6 +137,7 @@ func New(cfg Config) *Proxier {
 	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
 		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, FullInterval: cfg.FullSyncInterval, Clock: cfg.Clock,
+		PartialSpacing: runner.PartialSyncSpacing,
 	})
 	return p
 }

@@ -7,6 +7,14 @@
 //     coalesced into one, so a burst of API events costs one transaction;
 //   - two syncs start at least MinInterval apart (a request arriving sooner
 //     waits for the interval to pass, then runs);
+//   - with PartialSpacing, a sync after a partial one that took d also
+//     starts no sooner than PartialSpacing times d after that one started,
+//     so partial syncs take at most 1/PartialSpacing of the time under a
+//     steady stream of requests. That bounds the CPU the way a fixed
+//     MinInterval does (kube-proxy's 1 s was set for iptables-restore runs
+//     of tens or hundreds of milliseconds), while a change waits for a
+//     few of the proxy's own syncs' worth of time rather than for up to a
+//     second: a partial sync that takes 5 ms holds the next for 50 ms;
 //   - a sync is full when it is the first, when the one before failed, or
 //     when the last successful full sync started FullInterval ago or more
 //     (MaxInterval when FullInterval is 0).
@@ -70,13 +78,20 @@ type Config struct {
 	MaxInterval   time.Duration
 	FullInterval  time.Duration
 	RetryInterval time.Duration
-	Clock         Clock // Real when nil
+	// PartialSpacing, when > 0, spaces syncs after a partial one by this
+	// many times its duration (at least MinInterval).
+	PartialSpacing int
+	Clock          Clock // Real when nil
 }
 
 // FullSyncSpacing bounds the share of time spent in full resyncs: the
 // next one is due no sooner than this many times the last one's duration
 // after it started.
 const FullSyncSpacing = 10
+
+// PartialSyncSpacing is the Service proxy's PartialSpacing: partial syncs
+// take at most a tenth of the time, however busy the cluster.
+const PartialSyncSpacing = 10
 
 // Runner coalesces sync requests. Create it with New and start Loop.
 type Runner struct {
@@ -118,9 +133,12 @@ type schedule struct {
 	last     time.Time     // start of the last sync; zero before the first
 	lastFull time.Time     // start of the last successful full sync
 	fullTook time.Duration // how long that sync took
-	failures int           // consecutive failed syncs
-	retryAt  time.Time     // when failures > 0: the earliest retry
-	pending  bool          // a request arrived since the last sync started
+	// partialTook is how long the last sync took when it was a successful
+	// partial one, else 0.
+	partialTook time.Duration
+	failures    int       // consecutive failed syncs
+	retryAt     time.Time // when failures > 0: the earliest retry
+	pending     bool      // a request arrived since the last sync started
 }
 
 // Loop runs syncs until ctx ends. The first sync starts at once and is
@@ -137,6 +155,10 @@ func (r *Runner) Loop(ctx context.Context) {
 			err := r.fn(ctx, full)
 			if ctx.Err() != nil {
 				return
+			}
+			s.partialTook = 0
+			if err == nil && !full {
+				s.partialTook = r.cfg.Clock.Now().Sub(now)
 			}
 			if err != nil {
 				s.failures++
@@ -171,7 +193,8 @@ func (r *Runner) fullPeriod(s schedule) time.Duration {
 }
 
 // due is when the next sync may start: at once for the first; after a
-// failure at the retry; on a request MinInterval after the last sync;
+// failure at the retry; on a request MinInterval (or PartialSpacing times
+// the last partial sync's duration, if longer) after the last sync;
 // without one when the next full resync is due.
 func (r *Runner) due(s schedule) time.Time {
 	if s.last.IsZero() {
@@ -186,7 +209,8 @@ func (r *Runner) due(s schedule) time.Time {
 	default:
 		next = s.lastFull.Add(r.fullPeriod(s))
 	}
-	if earliest := s.last.Add(r.cfg.MinInterval); next.Before(earliest) {
+	gap := max(r.cfg.MinInterval, time.Duration(r.cfg.PartialSpacing)*s.partialTook)
+	if earliest := s.last.Add(gap); next.Before(earliest) {
 		next = earliest
 	}
 	return next

@@ -318,3 +318,49 @@ func TestFullIntervalApartFromMaxInterval(t *testing.T) {
 		last = h.clock.Now()
 	}
 }
+
+// With PartialSpacing and no MinInterval, a request runs at once after a
+// full sync, and after a partial sync that took d no sooner than
+// PartialSpacing times d after its start.
+func TestPartialSyncsSpacedByTheirDuration(t *testing.T) {
+	var took time.Duration // how long each sync takes
+	var h *harness
+	h = start(t, Config{MaxInterval: maxI, RetryInterval: retryI, PartialSpacing: 10}, func(runnertest.Event) error {
+		h.clock.Advance(took)
+		return nil
+	})
+	t0 := h.clock.Now()
+	if syncs := h.clock.Idle(t); len(syncs) != 1 || !syncs[0].Full {
+		t.Fatalf("first syncs %+v, want one full", syncs)
+	}
+	took = 30 * time.Millisecond
+	h.r.Run()
+	if syncs := h.clock.Idle(t); len(syncs) != 1 || syncs[0].Full || !syncs[0].At.Equal(t0) {
+		t.Fatalf("after a full sync: %+v, want one partial at once", syncs)
+	}
+	h.r.Run()
+	if h.clock.Idle(t); !h.clock.Deadline().Equal(t0.Add(300 * time.Millisecond)) {
+		t.Fatalf("after a 30 ms partial sync the loop waits until +%v, want +300ms", h.clock.Deadline().Sub(t0))
+	}
+	took = 0
+	if syncs := h.clock.Step(t, 270*time.Millisecond); len(syncs) != 1 || !syncs[0].At.Equal(t0.Add(300*time.Millisecond)) {
+		t.Fatalf("syncs %+v, want one at +300ms", syncs)
+	}
+	// That one took no time: the next request runs at once.
+	h.r.Run()
+	if syncs := h.clock.Idle(t); len(syncs) != 1 || !syncs[0].At.Equal(t0.Add(300*time.Millisecond)) {
+		t.Fatalf("syncs %+v, want one at once", syncs)
+	}
+}
+
+// MinInterval stays the floor under PartialSpacing.
+func TestPartialSpacingKeepsMinInterval(t *testing.T) {
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI, PartialSpacing: 10}, func(runnertest.Event) error { return nil })
+	t0 := h.clock.Now()
+	h.clock.Idle(t)
+	h.r.Run()
+	h.clock.Idle(t)
+	if !h.clock.Deadline().Equal(t0.Add(minI)) {
+		t.Fatalf("loop waits until +%v, want MinInterval after the last sync", h.clock.Deadline().Sub(t0))
+	}
+}
