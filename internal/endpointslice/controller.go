@@ -18,6 +18,12 @@ package endpointslice
 // which in a burst of pod events (every Service synced several times
 // within milliseconds) held such retries to 10 a second: seconds of
 // network programming latency.
+//
+// The slice event that is only the echo of our own write (the cache now
+// shows the slice at the resourceVersion our write returned, or gone
+// after our delete) queues nothing, unless a sync of that Service is
+// waiting for the cache: the sync that wrote it knew everything the
+// event says, and re-syncing on it doubled the controller's syncs.
 // The trigger time tracker (triggertime.go) is consulted once per sync
 // that gets as far as planning, after the stale-cache check (a sync that
 // must wait does not consume the changes it saw), and forgets a Service
@@ -71,16 +77,18 @@ type Controller struct {
 	podIndex    cache.Indexer // pods, with podsByLabel and podsByNode
 	index       *serviceIndex // Services by selector (index.go)
 
-	mu      sync.Mutex                        // protects pending
+	mu      sync.Mutex                        // protects pending, waiting
 	pending map[string]map[string]expectation // service key -> slice name -> our last write, not yet in the cache
+	waiting map[string]bool                   // service keys whose last sync found the cache behind
 }
 
 // expectation is a write of ours the slice cache must show before the
 // Service is synced again.
 type expectation struct {
-	kind       writeKind
-	generation int64 // updated: the generation the API gave our write
-	at         time.Time
+	kind            writeKind
+	generation      int64  // updated: the generation the API gave our write
+	resourceVersion string // created, updated: the resourceVersion it gave
+	at              time.Time
 }
 
 type writeKind int
@@ -131,6 +139,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		maxPerSlice: maxPerSlice,
 		triggers:    NewTriggerTimeTracker(),
 		pending:     map[string]map[string]expectation{},
+		waiting:     map[string]bool{},
 		podIndex:    podInf.Informer().GetIndexer(),
 		index:       newServiceIndex(),
 	}
@@ -154,9 +163,9 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 			DeleteFunc: c.onNodeAddOrDelete,
 		}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.sliceChanged,
-			UpdateFunc: func(_, n any) { c.sliceChanged(n) },
-			DeleteFunc: c.sliceChanged,
+			AddFunc:    func(o any) { c.sliceChanged(o, false) },
+			UpdateFunc: func(_, n any) { c.sliceChanged(n, false) },
+			DeleteFunc: func(o any) { c.sliceChanged(o, true) },
 		}},
 	}
 	for _, h := range handlers {
@@ -211,8 +220,11 @@ func (c *Controller) enqueueSelecting(namespace string, labels map[string]string
 	c.index.matching(namespace, labels, c.queue.Add)
 }
 
+// onPodAdd queues the Services that select a new pod, when it can be an
+// endpoint: a pod is created without an address (its sync would be a
+// no-op; the update that gives it one queues them).
 func (c *Controller) onPodAdd(obj any) {
-	if pod := podFrom(obj); pod != nil {
+	if pod := podFrom(obj); pod != nil && podWanted(pod) {
 		c.enqueueSelecting(pod.Namespace, pod.Labels)
 	}
 }
@@ -347,8 +359,9 @@ func (c *Controller) enqueueForNode(name string) {
 }
 
 // sliceChanged queues the Service of one of our slices (someone else
-// editing or deleting it gets it rewritten).
-func (c *Controller) sliceChanged(obj any) {
+// editing or deleting it gets it rewritten), unless the event is the echo
+// of our own write.
+func (c *Controller) sliceChanged(obj any, deleted bool) {
 	s, ok := obj.(*discovery.EndpointSlice)
 	if !ok {
 		t, ok := obj.(cache.DeletedFinalStateUnknown)
@@ -363,7 +376,11 @@ func (c *Controller) sliceChanged(obj any) {
 	if name == "" || s.Labels[discovery.LabelManagedBy] != ManagedBy {
 		return
 	}
-	c.queue.Add(s.Namespace + "/" + name)
+	key := s.Namespace + "/" + name
+	if c.echo(key, s, deleted) {
+		return
+	}
+	c.queue.Add(key)
 }
 
 // Run syncs until ctx ends.
@@ -389,7 +406,15 @@ var errStale = errors.New("endpointslice cache is behind our own writes")
 // informer (see the top of the file), not for the rate limiter.
 func (c *Controller) syncOrWait(ctx context.Context, key string) error {
 	err := c.Sync(ctx, key)
-	if errors.Is(err, errStale) {
+	stale := errors.Is(err, errStale)
+	c.mu.Lock()
+	if stale {
+		c.waiting[key] = true
+	} else {
+		delete(c.waiting, key)
+	}
+	c.mu.Unlock()
+	if stale {
 		c.queue.AddAfter(key, staleRecheck)
 		return nil
 	}
@@ -523,13 +548,37 @@ func (c *Controller) cacheCaughtUp(key string, existing []*discovery.EndpointSli
 	return false
 }
 
-func (c *Controller) expect(key, name string, kind writeKind, generation int64) {
+func (c *Controller) expect(key, name string, e expectation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pending[key] == nil {
 		c.pending[key] = map[string]expectation{}
 	}
-	c.pending[key][name] = expectation{kind: kind, generation: generation, at: time.Now()}
+	e.at = time.Now()
+	c.pending[key][name] = e
+}
+
+// echo reports whether a slice event only shows our own last write of
+// that slice (see the top of the file), forgetting that write if so; it
+// is never an echo while a sync of the Service waits for the cache.
+func (c *Controller) echo(key string, s *discovery.EndpointSlice, deleted bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.pending[key][s.Name]
+	if !ok || c.waiting[key] {
+		return false
+	}
+	switch {
+	case deleted && e.kind == wroteDelete:
+	case !deleted && e.kind != wroteDelete && e.resourceVersion != "" && e.resourceVersion == s.ResourceVersion:
+	default:
+		return false
+	}
+	delete(c.pending[key], s.Name)
+	if len(c.pending[key]) == 0 {
+		delete(c.pending, key)
+	}
+	return true
 }
 
 // apply writes plan: every item is tried; the errors are joined.
@@ -538,14 +587,15 @@ func (c *Controller) apply(ctx context.Context, key string, plan Plan) error {
 	for _, s := range plan.Create {
 		s = s.DeepCopy()
 		s.Name = s.GenerateName + utilrand.String(5)
-		if _, err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		got, err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+		if err != nil {
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 				continue
 			}
 			errs = append(errs, fmt.Errorf("creating EndpointSlice for %s: %w", key, err))
 			continue
 		}
-		c.expect(key, s.Name, wroteCreate, 0)
+		c.expect(key, s.Name, expectation{kind: wroteCreate, resourceVersion: got.ResourceVersion})
 	}
 	stale := false
 	for _, s := range plan.Update {
@@ -560,7 +610,7 @@ func (c *Controller) apply(ctx context.Context, key string, plan Plan) error {
 			errs = append(errs, fmt.Errorf("updating EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
 			continue
 		}
-		c.expect(key, s.Name, wroteUpdate, got.Generation)
+		c.expect(key, s.Name, expectation{kind: wroteUpdate, generation: got.Generation, resourceVersion: got.ResourceVersion})
 	}
 	for _, s := range plan.Delete {
 		err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
@@ -568,7 +618,7 @@ func (c *Controller) apply(ctx context.Context, key string, plan Plan) error {
 			errs = append(errs, fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
 			continue
 		}
-		c.expect(key, s.Name, wroteDelete, 0)
+		c.expect(key, s.Name, expectation{kind: wroteDelete})
 	}
 	if stale && len(errs) == 0 {
 		return fmt.Errorf("service %s: an update was refused as a conflict: %w", key, errStale)

@@ -275,7 +275,7 @@ func TestControllerWaitsForItsOwnUpdates(t *testing.T) {
 	f.sync("s")
 	f.waitSlices()
 	name := list(t, f.client)[0].Name
-	f.c.expect(ns+"/s", name, wroteUpdate, 3)
+	f.c.expect(ns+"/s", name, expectation{kind: wroteUpdate, generation: 3})
 	f.client.ClearActions()
 	if err := f.c.Sync(f.ctx, ns+"/s"); !errors.Is(err, errStale) {
 		t.Fatalf("sync with the cache at an older generation: %v, want errStale", err)
@@ -351,6 +351,59 @@ func TestControllerConflictWaitsForTheInformer(t *testing.T) {
 	f.waitFor("the recheck", func() bool { return f.c.queue.Len() == 1 })
 	if got := f.sync("s"); got != [3]int{0, 1, 0} {
 		t.Errorf("after the conflict: writes %v, want the update", got)
+	}
+}
+
+// The slice event that only shows our own write queues nothing (and
+// forgets the write); another version, or any event while a sync of the
+// Service waits for the cache, queues the Service.
+func TestControllerIgnoresTheEchoOfItsWrites(t *testing.T) {
+	f := newFixture(t)
+	key := ns + "/s"
+	slice := func(name, rv string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv,
+			Labels: map[string]string{discovery.LabelServiceName: "s", discovery.LabelManagedBy: ManagedBy}}}
+	}
+	queued := func() bool {
+		if f.c.queue.Len() == 0 {
+			return false
+		}
+		k, _ := f.c.queue.Get()
+		f.c.queue.Done(k)
+		return true
+	}
+	f.c.expect(key, "a", expectation{kind: wroteUpdate, generation: 2, resourceVersion: "10"})
+	f.c.expect(key, "b", expectation{kind: wroteCreate, resourceVersion: "11"})
+	f.c.expect(key, "c", expectation{kind: wroteDelete})
+	f.c.sliceChanged(slice("a", "9"), false) // an older version than ours
+	if !queued() {
+		t.Error("an older version of the slice did not queue the Service")
+	}
+	for _, ev := range []struct {
+		s       *discovery.EndpointSlice
+		deleted bool
+	}{{slice("a", "10"), false}, {slice("b", "11"), false}, {slice("c", "3"), true}} {
+		f.c.sliceChanged(ev.s, ev.deleted)
+		if queued() {
+			t.Errorf("the echo of our write of %s queued the Service", ev.s.Name)
+		}
+	}
+	if len(f.c.pending) != 0 {
+		t.Errorf("writes left expected after their echoes: %v", f.c.pending)
+	}
+	// The same version again is no longer ours to ignore.
+	f.c.sliceChanged(slice("a", "10"), false)
+	if !queued() {
+		t.Error("a second event for a version already seen did not queue the Service")
+	}
+	// A sync waiting for the cache takes every slice event.
+	f.c.expect(key, "a", expectation{kind: wroteUpdate, resourceVersion: "12"})
+	f.c.mu.Lock()
+	f.c.waiting[key] = true
+	f.c.mu.Unlock()
+	f.c.sliceChanged(slice("a", "12"), false)
+	if !queued() {
+		t.Error("the echo did not queue a Service whose sync waits for it")
 	}
 }
 
@@ -449,7 +502,7 @@ func TestControllerStampsTriggerTime(t *testing.T) {
 	// A sync that must wait for the cache does not use up the change:
 	// the one after it still stamps it.
 	setReady(pods[0], true, at(40))
-	f.c.expect(ns+"/s", "s-notyet", wroteCreate, 0)
+	f.c.expect(ns+"/s", "s-notyet", expectation{kind: wroteCreate})
 	if err := f.c.Sync(f.ctx, ns+"/s"); !errors.Is(err, errStale) {
 		t.Fatalf("sync on a stale cache: %v, want errStale", err)
 	}

@@ -270,3 +270,17 @@ func TestSliceServiceIndex(t *testing.T) {
 		}
 	}
 }
+
+// A pod created without an address can be no endpoint yet: its creation
+// queues nothing; the update that gives it one queues its Services.
+func TestPodAddedWithoutAddressQueuesNothing(t *testing.T) {
+	f := newHandlerFixture(t)
+	f.addService(service("a"))
+	f.queued()
+	early := pod("p0", "a", "node-a")
+	early.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	f.addPod(early)
+	f.expectQueued("pod added without an address")
+	f.updatePod(early, func(p *corev1.Pod) { p.Status.PodIP = "10.1.0.9"; p.Status.Phase = corev1.PodRunning })
+	f.expectQueued("pod given an address", ns+"/a")
+}
