@@ -213,10 +213,9 @@ func (b *bench) objects(ctx context.Context, p *phase) error {
 		return err
 	}
 	p.Values["servicesCreateSeconds"] = round(time.Since(t0).Seconds(), 2)
-	_, pe0, _ := b.w.counts()
-	ctl0 := labProcs(b.spec.StateDir)[lab.ProcController]
+	m0 := b.controllerMark()
 	t1 := time.Now()
-	pods := b.makePods("pod", c.Pods)
+	pods := b.makePods("pod", 0, c.Pods)
 	if err := createPods(ctx, b.client, pods, c.Workers); err != nil {
 		return err
 	}
@@ -226,22 +225,44 @@ func (b *bench) objects(ctx context.Context, p *phase) error {
 	}
 	p.Values["allEndpointsReadySeconds"] = round(time.Since(t1).Seconds(), 2)
 	b.settleController(ctx)
-	ctl1 := labProcs(b.spec.StateDir)[lab.ProcController]
-	_, pe1, _ := b.w.counts()
-	p.Values["podEvents"] = float64(pe1 - pe0)
-	p.Values["controllerCPUSeconds"] = round(ctl1.CPU-ctl0.CPU, 2)
-	p.Values["controllerMillisecondsPerPodEvent"] = round((ctl1.CPU-ctl0.CPU)/float64(max(1, pe1-pe0))*1e3, 3)
+	ctl1 := b.controllerCost(p, m0)
 	p.Values["controllerRSSMiB"] = round(ctl1.RSSMiB, 1)
 	p.Values["controllerPeakRSSMiB"] = round(ctl1.HWMMiB, 1)
 	return nil
 }
 
-// makePods makes n pod objects of series prefix, spread over the
-// namespaces and nodes, and records them as live.
-func (b *bench) makePods(prefix string, n int) []*corev1.Pod {
+// controllerMark is where a phase's controller cost is counted from.
+type controllerMark struct {
+	podEv, sliceEv int
+	cpu            float64
+}
+
+func (b *bench) controllerMark() controllerMark {
+	_, pe, _ := b.w.counts()
+	return controllerMark{podEv: pe, sliceEv: b.w.sliceEvents(), cpu: labProcs(b.spec.StateDir)[lab.ProcController].CPU}
+}
+
+// controllerCost records the controller's cost since m0: its CPU, the pod
+// events it received and the slice events its writes made (creates,
+// updates, deletes: a write each), and the CPU per pod event. It returns
+// the controller's usage now.
+func (b *bench) controllerCost(p *phase, m0 controllerMark) usage {
+	u := labProcs(b.spec.StateDir)[lab.ProcController]
+	m1 := b.controllerMark()
+	pe := m1.podEv - m0.podEv
+	p.Values["podEvents"] = float64(pe)
+	p.Values["sliceWrites"] = float64(m1.sliceEv - m0.sliceEv)
+	p.Values["controllerCPUSeconds"] = round(u.CPU-m0.cpu, 2)
+	p.Values["controllerMillisecondsPerPodEvent"] = round((u.CPU-m0.cpu)/float64(max(1, pe))*1e3, 3)
+	return u
+}
+
+// makePods makes pods from..from+n-1 of series prefix, spread over the
+// namespaces, their Services and the nodes, and records them as live.
+func (b *bench) makePods(prefix string, from, n int) []*corev1.Pod {
 	l := b.lay
 	out := make([]*corev1.Pod, 0, n)
-	for i := range n {
+	for i := from; i < from+n; i++ {
 		ns := i % l.Namespaces
 		pod := l.pod(prefix, ns, i/l.Namespaces, b.seq)
 		b.seq++
@@ -393,7 +414,7 @@ func (b *bench) burst(ctx context.Context, p *phase) error {
 	}
 	lagFrom := time.Now()
 	t0 := time.Now()
-	if err := createPods(ctx, b.client, b.makePods("burst", b.c.Burst), b.c.Workers); err != nil {
+	if err := createPods(ctx, b.client, b.makePods("burst", 0, b.c.Burst), b.c.Workers); err != nil {
 		return err
 	}
 	if err := b.waitEndpoints(ctx); err != nil {
@@ -417,8 +438,7 @@ func (b *bench) churn(ctx context.Context, p *phase) error {
 		return err
 	}
 	lagFrom := time.Now()
-	_, pe0, _ := b.w.counts()
-	ctl0 := labProcs(b.spec.StateDir)[lab.ProcController]
+	m0 := b.controllerMark()
 	tick := time.NewTicker(time.Second / time.Duration(max(1, b.c.ChurnRate)))
 	defer tick.Stop()
 	end := time.Now().Add(b.c.ChurnFor)
@@ -431,7 +451,10 @@ func (b *bench) churn(ctx context.Context, p *phase) error {
 		}
 		old := b.live[0]
 		b.live = b.live[1:]
-		pod := b.makePods(fmt.Sprintf("churn%d", n), 1)[0]
+		// One series, so the churn spreads over the Services as the
+		// other phases do (each pod its own series put them all in one
+		// Service of one namespace: a single hot Service).
+		pod := b.makePods("churn", n, 1)[0]
 		n++
 		go func() {
 			_, _ = b.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
@@ -447,10 +470,8 @@ func (b *bench) churn(ctx context.Context, p *phase) error {
 	}
 	b.readyLags(p, lagFrom)
 	programmed(p, before, after)
-	_, pe1, _ := b.w.counts()
-	ctl1 := labProcs(b.spec.StateDir)[lab.ProcController]
 	p.Values["podsReplaced"] = float64(n)
-	p.Values["controllerMillisecondsPerPodEvent"] = round((ctl1.CPU-ctl0.CPU)/float64(max(1, pe1-pe0))*1e3, 3)
+	b.controllerCost(p, m0)
 	return nil
 }
 
@@ -464,13 +485,12 @@ func (b *bench) rolling(ctx context.Context, p *phase) error {
 	k := len(b.live) / 10
 	old := append([]podRef(nil), b.live[:k]...)
 	b.live = b.live[k:]
-	_, pe0, _ := b.w.counts()
-	ctl0 := labProcs(b.spec.StateDir)[lab.ProcController]
+	m0 := b.controllerMark()
 	t0 := time.Now()
 	if err := deletePods(ctx, b.client, old, b.c.Workers); err != nil {
 		return err
 	}
-	if err := createPods(ctx, b.client, b.makePods("roll", k), b.c.Workers); err != nil {
+	if err := createPods(ctx, b.client, b.makePods("roll", 0, k), b.c.Workers); err != nil {
 		return err
 	}
 	if err := b.waitEndpoints(ctx); err != nil {
@@ -485,9 +505,7 @@ func (b *bench) rolling(ctx context.Context, p *phase) error {
 	b.readyLags(p, lagFrom)
 	programmed(p, before, after)
 	b.settleController(ctx)
-	_, pe1, _ := b.w.counts()
-	ctl1 := labProcs(b.spec.StateDir)[lab.ProcController]
-	p.Values["controllerMillisecondsPerPodEvent"] = round((ctl1.CPU-ctl0.CPU)/float64(max(1, pe1-pe0))*1e3, 3)
+	b.controllerCost(p, m0)
 	return nil
 }
 

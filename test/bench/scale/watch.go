@@ -36,6 +36,7 @@ type watcher struct {
 	nodes     map[string]*nodeSeen
 	nodeEv    int            // simulated node adds, deletes and updates that change podCIDR or addresses
 	podEv     int            // pod adds, updates, deletes in the harness's namespaces
+	sliceEv   int            // slice adds, updates, deletes there
 	ready     map[string]int // slice ns/name -> ready endpoints
 	readySum  int
 	lastSlice time.Time
@@ -293,6 +294,7 @@ func (w *watcher) slice(o any, deleted bool) {
 		w.ready[key] = n
 	}
 	w.lastSlice = time.Now()
+	w.sliceEv++
 	w.mu.Unlock()
 }
 
@@ -349,6 +351,13 @@ func (w *watcher) simNodes() []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// sliceEvents is how many slice events the harness's namespaces saw.
+func (w *watcher) sliceEvents() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sliceEv
 }
 
 func (w *watcher) counts() (nodeEv, podEv, ready int) {
