@@ -58,6 +58,20 @@ func (f *fixture) sync(s string) [3]int {
 	return [3]int{cr, up, del}
 }
 
+// makeNotReady turns pod not ready in the API and waits for the cache.
+func (f *fixture) makeNotReady(pod *corev1.Pod) {
+	f.t.Helper()
+	p := pod.DeepCopy()
+	notReady(p)
+	if _, err := f.client.CoreV1().Pods(ns).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.waitFor("pod update in cache", func() bool {
+		got, err := f.c.pods.Pods(ns).Get(p.Name)
+		return err == nil && !podReady(got)
+	})
+}
+
 // waitSlices waits until the slice cache matches the API (our writes seen).
 func (f *fixture) waitSlices() {
 	f.t.Helper()
@@ -143,15 +157,7 @@ func TestControllerWritesUpdatesAndRemoves(t *testing.T) {
 	}
 
 	// One pod turns not ready: one slice updated, no churn.
-	p := pods[42].DeepCopy()
-	notReady(p)
-	if _, err := f.client.CoreV1().Pods(ns).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("pod update in cache", func() bool {
-		got, err := f.c.pods.Pods(ns).Get(p.Name)
-		return err == nil && !podReady(got)
-	})
+	f.makeNotReady(pods[42])
 	ptrs, copies = f.cachedCopies()
 	if got := f.sync("s"); got != [3]int{0, 1, 0} {
 		t.Errorf("one pod changed: writes %v, want 1 update", got)
@@ -167,7 +173,7 @@ func TestControllerWritesUpdatesAndRemoves(t *testing.T) {
 			t.Errorf("new slice %s after one pod changed", s.Name)
 		}
 		for _, e := range s.Endpoints {
-			if e.TargetRef.Name == p.Name {
+			if e.TargetRef.Name == pods[42].Name {
 				found = true
 				if *e.Conditions.Ready || *e.Conditions.Serving {
 					t.Errorf("endpoint of not-ready pod: %+v", e.Conditions)
@@ -176,7 +182,7 @@ func TestControllerWritesUpdatesAndRemoves(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("pod %s lost its endpoint", p.Name)
+		t.Errorf("pod %s lost its endpoint", pods[42].Name)
 	}
 	f.waitSlices()
 
@@ -326,15 +332,7 @@ func TestControllerConflictWaitsForTheInformer(t *testing.T) {
 		conflicts++
 		return true, nil, apierrors.NewConflict(discovery.Resource("endpointslices"), "x", errors.New("the object has been modified"))
 	})
-	p := pods[0].DeepCopy()
-	notReady(p)
-	if _, err := f.client.CoreV1().Pods(ns).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("pod update in cache", func() bool {
-		got, err := f.c.pods.Pods(ns).Get(p.Name)
-		return err == nil && !podReady(got)
-	})
+	f.makeNotReady(pods[0])
 	key := ns + "/s"
 	if err := f.c.Sync(f.ctx, key); !errors.Is(err, errStale) {
 		t.Fatalf("sync refused as a conflict: %v, want errStale", err)
