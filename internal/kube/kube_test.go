@@ -1,0 +1,28 @@
+package kube
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Every flatnet client speaks protobuf and asks for no gzip (see Config).
+func TestConfigProtobufWithoutCompression(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Config(kc, "flatnet-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.DisableCompression || cfg.ContentType != "application/vnd.kubernetes.protobuf" || cfg.UserAgent != "flatnet-test" {
+		t.Errorf("config: compression off %v, content type %q, user agent %q", cfg.DisableCompression, cfg.ContentType, cfg.UserAgent)
+	}
+}
