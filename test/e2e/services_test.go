@@ -580,8 +580,9 @@ var drainingNetexec = []string{"sh", "-c",
 // lastTransitionTime has only whole seconds) to the first request it
 // answers is logged, and must be within scaleBound. The path: runtime ->
 // API -> EndpointSlice controller -> API -> proxy's watch -> nft
-// transaction, with the proxy's 1 s --proxy-min-sync-period between two
-// syncs; an idle machine takes about a second.
+// transaction, the proxy's syncs spaced by ten times their own duration
+// (no fixed minimum since --proxy-min-sync-period is 0 by default); an
+// idle machine takes under a second.
 //
 // Scale down: once the client's node has dropped the deleted pod from its
 // table (the positive signal, logged and bounded by scaleBound), no
