@@ -8,7 +8,7 @@ import (
 
 func TestRateFlags(t *testing.T) {
 	cmd := NewCommand()
-	for name, want := range map[string]string{"kube-api-qps": "300", "kube-api-burst": "600", "node-ipam-workers": "16", "workers": "2"} {
+	for name, want := range map[string]string{"kube-api-qps": "300", "kube-api-burst": "600", "node-ipam-workers": "16", "endpointslice-workers": "16", "workers": "2"} {
 		if f := cmd.Flags().Lookup(name); f == nil || f.DefValue != want {
 			t.Errorf("--%s: %+v, want a flag defaulting to %s", name, f, want)
 		}
@@ -23,6 +23,8 @@ func TestRateFlags(t *testing.T) {
 		{func(o *Options) { o.KubeAPIBurst = 0 }, "--kube-api-burst must be at least 1 (got 0)"},
 		{func(o *Options) { o.NodeIPAMWorkers = 0 }, "--node-ipam-workers must be 1..256 (got 0)"},
 		{func(o *Options) { o.NodeIPAMWorkers = 257 }, "--node-ipam-workers must be 1..256 (got 257)"},
+		{func(o *Options) { o.EndpointSlices, o.EndpointSliceWorkers = true, 0 }, "--endpointslice-workers must be 1..256 (got 0)"},
+		{func(o *Options) { o.EndpointSlices, o.EndpointSliceWorkers = true, 257 }, "--endpointslice-workers must be 1..256 (got 257)"},
 	} {
 		o := DefaultOptions()
 		o.Kubeconfig = "/nonexistent"
