@@ -54,7 +54,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -68,8 +67,7 @@ type Controller struct {
 	services    corelisters.ServiceLister
 	pods        corelisters.PodLister
 	nodes       corelisters.NodeLister
-	slices      discoverylisters.EndpointSliceLister
-	sliceIndex  cache.Indexer // our slices, with slicesByService
+	sliceIndex  cache.Indexer // slices, with slicesByService
 	synced      []cache.InformerSynced
 	queue       workqueue.TypedRateLimitingInterface[string]
 	maxPerSlice int
@@ -133,7 +131,6 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		services:    svcInf.Lister(),
 		pods:        podInf.Lister(),
 		nodes:       nodeInf.Lister(),
-		slices:      sliceInf.Lister(),
 		sliceIndex:  sliceInf.Informer().GetIndexer(),
 		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice"}),
 		maxPerSlice: maxPerSlice,

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -72,17 +73,22 @@ func (f *fixture) makeNotReady(pod *corev1.Pod) {
 	})
 }
 
+// sliceLister reads the controller's slice cache.
+func (f *fixture) sliceLister() discoverylisters.EndpointSliceLister {
+	return discoverylisters.NewEndpointSliceLister(f.c.sliceIndex)
+}
+
 // waitSlices waits until the slice cache matches the API (our writes seen).
 func (f *fixture) waitSlices() {
 	f.t.Helper()
 	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		api := list(f.t, f.client)
-		cached, err := f.c.slices.List(labels.Everything())
+		cached, err := f.sliceLister().List(labels.Everything())
 		if err != nil || len(api) != len(cached) {
 			return false, err
 		}
 		for _, a := range api {
-			got, err := f.c.slices.EndpointSlices(a.Namespace).Get(a.Name)
+			got, err := f.sliceLister().EndpointSlices(a.Namespace).Get(a.Name)
 			if err != nil || got.ResourceVersion != a.ResourceVersion || len(got.Endpoints) != len(a.Endpoints) {
 				return false, nil
 			}
@@ -107,7 +113,7 @@ func (f *fixture) cachedCopies() (ptrs, copies []runtime.Object) {
 	svcs, _ := f.c.services.List(labels.Everything())
 	pods, _ := f.c.pods.List(labels.Everything())
 	nodes, _ := f.c.nodes.List(labels.Everything())
-	sls, _ := f.c.slices.List(labels.Everything())
+	sls, _ := f.sliceLister().List(labels.Everything())
 	for _, o := range svcs {
 		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
 	}
@@ -300,7 +306,7 @@ func TestControllerWaitsForItsOwnUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitFor("generation 3 in the cache", func() bool {
-		got, err := f.c.slices.EndpointSlices(ns).Get(name)
+		got, err := f.sliceLister().EndpointSlices(ns).Get(name)
 		return err == nil && got.Generation == 3
 	})
 	if got := f.sync("s"); got != [3]int{} {
