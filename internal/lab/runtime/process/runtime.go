@@ -305,25 +305,25 @@ func (c *core) podChanged(ctx context.Context, obj any) {
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
+	// A pod that finished before has nothing to run (this agent has no
+	// record of it).
+	finished := (pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed) && pod.DeletionTimestamp == nil
 	// Looked up, updated or started under c.mu, so an update cannot slip
 	// between a worker taking its successor and leaving the map
 	// (workerDone), and two callers cannot start two workers for one name.
 	c.mu.Lock()
-	if w := c.workers[key]; w != nil {
+	w, start := c.workers[key], false
+	switch {
+	case w != nil:
 		w.update(pod)
-		c.mu.Unlock()
-		return
+	case !finished:
+		w, start = newWorker(c, newRecord(pod, c.d.now()), pod), true
+		c.workers[key] = w
 	}
-	finished := pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
-	if finished && pod.DeletionTimestamp == nil {
-		// Finished before (this agent has no record of it): nothing to run.
-		c.mu.Unlock()
-		return
-	}
-	w := newWorker(c, newRecord(pod, c.d.now()), pod)
-	c.workers[key] = w
 	c.mu.Unlock()
-	c.launch(ctx, w)
+	if start {
+		c.launch(ctx, w)
+	}
 }
 
 // podGone tells the worker of a Pod that it is gone from the API.
