@@ -234,12 +234,12 @@ func (b *bench) objects(ctx context.Context, p *phase) error {
 // controllerMark is where a phase's controller cost is counted from.
 type controllerMark struct {
 	podEv, sliceEv int
-	cpu            float64
+	usage          usage // the controller process's
 }
 
 func (b *bench) controllerMark() controllerMark {
 	_, pe, _ := b.w.counts()
-	return controllerMark{podEv: pe, sliceEv: b.w.sliceEvents(), cpu: labProcs(b.spec.StateDir)[lab.ProcController].CPU}
+	return controllerMark{podEv: pe, sliceEv: b.w.sliceEvents(), usage: labProcs(b.spec.StateDir)[lab.ProcController]}
 }
 
 // controllerCost records the controller's cost since m0: its CPU, the pod
@@ -247,14 +247,13 @@ func (b *bench) controllerMark() controllerMark {
 // updates, deletes: a write each), and the CPU per pod event. It returns
 // the controller's usage now.
 func (b *bench) controllerCost(p *phase, m0 controllerMark) usage {
-	u := labProcs(b.spec.StateDir)[lab.ProcController]
 	m1 := b.controllerMark()
-	pe := m1.podEv - m0.podEv
+	pe, cpu := m1.podEv-m0.podEv, m1.usage.CPU-m0.usage.CPU
 	p.Values["podEvents"] = float64(pe)
 	p.Values["sliceWrites"] = float64(m1.sliceEv - m0.sliceEv)
-	p.Values["controllerCPUSeconds"] = round(u.CPU-m0.cpu, 2)
-	p.Values["controllerMillisecondsPerPodEvent"] = round((u.CPU-m0.cpu)/float64(max(1, pe))*1e3, 3)
-	return u
+	p.Values["controllerCPUSeconds"] = round(cpu, 2)
+	p.Values["controllerMillisecondsPerPodEvent"] = round(cpu/float64(max(1, pe))*1e3, 3)
+	return m1.usage
 }
 
 // makePods makes pods from..from+n-1 of series prefix, spread over the
