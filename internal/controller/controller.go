@@ -247,11 +247,11 @@ func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, 
 		runners = append(runners, withWorkers{b, o.Workers})
 	}
 	if o.EndpointSlices {
-		// Its own factory (its transform keeps only what the controller
-		// reads): with --bind-pods the shared factory's Pod
+		// Its own factory (New sets a transform on its informers that
+		// keeps only what the controller reads): with --bind-pods the shared factory's Pod
 		// informer is the binder's, filtered to unbound pods, and the
 		// slices would never see a bound (running) pod.
-		esFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(endpointslice.Transform))
+		esFactory := informers.NewSharedInformerFactory(client, 0)
 		defer esFactory.Shutdown()
 		startFactories = append(startFactories, esFactory)
 		e, err := endpointslice.New(client, esFactory, o.MaxEndpointsPerSlice)

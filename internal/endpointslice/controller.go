@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -48,7 +47,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
@@ -65,7 +63,6 @@ import (
 type Controller struct {
 	client      kubernetes.Interface
 	services    corelisters.ServiceLister
-	pods        corelisters.PodLister
 	nodes       corelisters.NodeLister
 	sliceIndex  cache.Indexer // slices, with slicesByService
 	synced      []cache.InformerSynced
@@ -107,8 +104,9 @@ const (
 	pendingTimeout = time.Minute
 )
 
-// New returns a controller over factory's informers (it registers them;
-// start the factory afterwards). maxPerSlice < 1 means 100.
+// New returns a controller over factory's informers (it registers them
+// and sets Transform on them, so the factory must be the controller's
+// own; start it afterwards). maxPerSlice < 1 means 100.
 func New(client kubernetes.Interface, factory informers.SharedInformerFactory, maxPerSlice int) (*Controller, error) {
 	if maxPerSlice < 1 {
 		maxPerSlice = DefaultMaxEndpointsPerSlice
@@ -120,6 +118,11 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
+	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), podInf.Informer(), nodeInf.Informer(), sliceInf.Informer()} {
+		if err := inf.SetTransform(Transform); err != nil {
+			return nil, fmt.Errorf("endpointslice: setting the informers' transform (start the factory after New): %w", err)
+		}
+	}
 	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByLabel: podLabelIndex, podsByNode: podNodeIndex}); err != nil {
 		return nil, fmt.Errorf("endpointslice: adding pod indexes (start the factory after New): %w", err)
 	}
@@ -129,7 +132,6 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 	c := &Controller{
 		client:      client,
 		services:    svcInf.Lister(),
-		pods:        podInf.Lister(),
 		nodes:       nodeInf.Lister(),
 		sliceIndex:  sliceInf.Informer().GetIndexer(),
 		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice"}),
@@ -204,11 +206,11 @@ func (c *Controller) onServiceDelete(obj any) {
 }
 
 // podFrom is the pod of an event's object (a tombstone's too); nil if none.
-func podFrom(obj any) *corev1.Pod {
+func podFrom(obj any) *Pod {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	pod, _ := obj.(*corev1.Pod)
+	pod, _ := obj.(*Pod)
 	return pod
 }
 
@@ -221,7 +223,7 @@ func (c *Controller) enqueueSelecting(namespace string, labels map[string]string
 // endpoint: a pod is created without an address (its sync would be a
 // no-op; the update that gives it one queues them).
 func (c *Controller) onPodAdd(obj any) {
-	if pod := podFrom(obj); pod != nil && podWanted(pod) {
+	if pod := podFrom(obj); pod != nil && pod.wanted() {
 		c.enqueueSelecting(pod.Namespace, pod.Labels)
 	}
 }
@@ -233,7 +235,7 @@ func (c *Controller) onPodDelete(obj any) {
 	if pod == nil {
 		return
 	}
-	if !podWanted(pod) {
+	if !pod.wanted() {
 		c.enqueueSelecting(pod.Namespace, pod.Labels)
 		return
 	}
@@ -254,7 +256,7 @@ func (c *Controller) onPodUpdate(old, cur any) {
 		return
 	}
 	relabelled := !maps.Equal(o.Labels, n.Labels)
-	changed := podEndpointsChanged(o, n)
+	changed := o.endpointsChanged(n)
 	switch {
 	case changed && !relabelled:
 		c.enqueueSelecting(n.Namespace, n.Labels)
@@ -274,50 +276,6 @@ func (c *Controller) onPodUpdate(old, cur any) {
 			c.queue.Add(k) // left
 		}
 	}
-}
-
-// podEndpointsChanged reports whether cur differs from old in anything
-// Reconcile or the trigger time tracker reads, labels aside (as
-// upstream's podEndpointsChanged, but also phase, node, hostname,
-// ports, and by value rather than by pointer).
-func podEndpointsChanged(old, cur *corev1.Pod) bool {
-	if !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
-		!ptrEqual(old.DeletionGracePeriodSeconds, cur.DeletionGracePeriodSeconds) ||
-		old.UID != cur.UID ||
-		old.Status.Phase != cur.Status.Phase ||
-		old.Status.PodIP != cur.Status.PodIP ||
-		!slices.Equal(old.Status.PodIPs, cur.Status.PodIPs) ||
-		old.Spec.NodeName != cur.Spec.NodeName ||
-		old.Spec.Hostname != cur.Spec.Hostname ||
-		old.Spec.Subdomain != cur.Spec.Subdomain {
-		return true
-	}
-	or, cr := readyCondition(old), readyCondition(cur)
-	if (or == nil) != (cr == nil) || or != nil && (or.Status != cr.Status || !or.LastTransitionTime.Equal(&cr.LastTransitionTime)) {
-		return true
-	}
-	return !containerPortsEqual(old.Spec.Containers, cur.Spec.Containers) ||
-		!containerPortsEqual(old.Spec.InitContainers, cur.Spec.InitContainers)
-}
-
-func ptrEqual[T ~int64 | ~string](a, b *T) bool {
-	return a == b || a != nil && b != nil && *a == *b
-}
-
-// containerPortsEqual compares what FindPort reads.
-func containerPortsEqual(a, b []corev1.Container) bool {
-	return slices.EqualFunc(a, b, func(x, y corev1.Container) bool {
-		return ptrEqual(x.RestartPolicy, y.RestartPolicy) && slices.Equal(x.Ports, y.Ports)
-	})
-}
-
-func readyCondition(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // onNodeAddOrDelete queues the Services of the pods on the node: only
@@ -349,7 +307,7 @@ func (c *Controller) enqueueForNode(name string) {
 		return
 	}
 	for _, o := range objs {
-		if pod, ok := o.(*corev1.Pod); ok {
+		if pod, ok := o.(*Pod); ok {
 			c.enqueueSelecting(pod.Namespace, pod.Labels)
 		}
 	}
@@ -459,12 +417,16 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 // selectedPods are the pods of namespace that selector (non-nil) matches:
 // those of the smallest podsByLabel bucket among its pairs that match the
 // rest, or every pod of the namespace for an empty selector.
-func (c *Controller) selectedPods(namespace string, selector map[string]string) ([]*corev1.Pod, error) {
-	if len(selector) == 0 {
-		return c.pods.Pods(namespace).List(labels.Everything())
-	}
+func (c *Controller) selectedPods(namespace string, selector map[string]string) ([]*Pod, error) {
 	var smallest []any
 	first := true
+	if len(selector) == 0 {
+		objs, err := c.podIndex.ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			return nil, err
+		}
+		smallest = objs
+	}
 	for k, v := range selector {
 		objs, err := c.podIndex.ByIndex(podsByLabel, labelIndexValue(namespace, k, v))
 		if err != nil {
@@ -477,9 +439,9 @@ func (c *Controller) selectedPods(namespace string, selector map[string]string) 
 			break
 		}
 	}
-	pods := make([]*corev1.Pod, 0, len(smallest))
+	pods := make([]*Pod, 0, len(smallest))
 	for _, o := range smallest {
-		if p, ok := o.(*corev1.Pod); ok && selects(selector, p.Labels) {
+		if p, ok := o.(*Pod); ok && selects(selector, p.Labels) {
 			pods = append(pods, p)
 		}
 	}

@@ -33,7 +33,8 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	client := fake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Transform))
+	// No WithTransform: New sets Transform on the informers it uses.
+	factory := informers.NewSharedInformerFactory(client, 0)
 	c, err := New(client, factory, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -68,9 +69,18 @@ func (f *fixture) makeNotReady(pod *corev1.Pod) {
 		f.t.Fatal(err)
 	}
 	f.waitFor("pod update in cache", func() bool {
-		got, err := f.c.pods.Pods(ns).Get(p.Name)
-		return err == nil && !podReady(got)
+		got, ok := f.cachedPod(p.Name)
+		return ok && !got.ready()
 	})
+}
+
+// cachedPod is pod name (of ns) in the controller's cache.
+func (f *fixture) cachedPod(name string) (*Pod, bool) {
+	o, ok, err := f.c.podIndex.GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return o.(*Pod), true
 }
 
 // sliceLister reads the controller's slice cache.
@@ -111,14 +121,15 @@ func (f *fixture) waitFor(what string, cond func() bool) {
 // pointers, and deep copies to compare them with later.
 func (f *fixture) cachedCopies() (ptrs, copies []runtime.Object) {
 	svcs, _ := f.c.services.List(labels.Everything())
-	pods, _ := f.c.pods.List(labels.Everything())
+	pods := f.c.podIndex.List()
 	nodes, _ := f.c.nodes.List(labels.Everything())
 	sls, _ := f.sliceLister().List(labels.Everything())
 	for _, o := range svcs {
 		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
 	}
 	for _, o := range pods {
-		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
+		p := o.(*Pod)
+		ptrs, copies = append(ptrs, p), append(copies, p.DeepCopy())
 	}
 	for _, o := range nodes {
 		ptrs, copies = append(ptrs, o), append(copies, o.DeepCopy())
@@ -476,8 +487,8 @@ func TestControllerStampsTriggerTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.waitFor("pod update in cache", func() bool {
-			got, err := f.c.pods.Pods(ns).Get(p.Name)
-			return err == nil && podTriggerTime(got).Equal(since)
+			got, ok := f.cachedPod(p.Name)
+			return ok && got.triggerTime().Equal(since)
 		})
 	}
 

@@ -71,6 +71,15 @@ func pod(name, app, node string, ips ...string) *corev1.Pod {
 	return p
 }
 
+// podsOf is what the controller's cache keeps of ps.
+func podsOf(ps ...*corev1.Pod) []*Pod {
+	out := make([]*Pod, len(ps))
+	for i, p := range ps {
+		out[i] = PodOf(p)
+	}
+	return out
+}
+
 func with(p *corev1.Pod, opts ...podOpt) *corev1.Pod {
 	for _, o := range opts {
 		o(p)

@@ -61,7 +61,7 @@ func labelIndexValue(namespace, k, v string) string { return namespace + "/" + k
 
 // podLabelIndex is the podsByLabel index function.
 func podLabelIndex(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*Pod)
 	if !ok {
 		return nil, nil
 	}
@@ -74,11 +74,11 @@ func podLabelIndex(obj any) ([]string, error) {
 
 // podNodeIndex is the podsByNode index function.
 func podNodeIndex(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
+	pod, ok := obj.(*Pod)
+	if !ok || pod.NodeName == "" {
 		return nil, nil
 	}
-	return []string{pod.Spec.NodeName}, nil
+	return []string{pod.NodeName}, nil
 }
 
 // selects reports whether selector (non-nil) matches labels, as

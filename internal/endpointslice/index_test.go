@@ -69,20 +69,20 @@ func (f *handlerFixture) addService(s *corev1.Service) {
 
 func (f *handlerFixture) addPod(p *corev1.Pod) {
 	f.t.Helper()
-	if err := f.pods.Add(p); err != nil {
+	if err := f.pods.Add(PodOf(p)); err != nil {
 		f.t.Fatal(err)
 	}
-	f.c.onPodAdd(p)
+	f.c.onPodAdd(PodOf(p))
 }
 
 func (f *handlerFixture) updatePod(old *corev1.Pod, change func(*corev1.Pod)) *corev1.Pod {
 	f.t.Helper()
 	p := old.DeepCopy()
 	change(p)
-	if err := f.pods.Update(p); err != nil {
+	if err := f.pods.Update(PodOf(p)); err != nil {
 		f.t.Fatal(err)
 	}
-	f.c.onPodUpdate(old, p)
+	f.c.onPodUpdate(PodOf(old), PodOf(p))
 	return p
 }
 
@@ -178,10 +178,10 @@ func TestPodEventsQueueTheServicesThatSelectThePod(t *testing.T) {
 	f.expectQueued("service deleted", ns+"/b")
 
 	// The pod deleted, its last state unknown to the informer.
-	if err := f.pods.Delete(p); err != nil {
+	if err := f.pods.Delete(PodOf(p)); err != nil {
 		t.Fatal(err)
 	}
-	f.c.onPodDelete(cache.DeletedFinalStateUnknown{Key: ns + "/p1", Obj: p})
+	f.c.onPodDelete(cache.DeletedFinalStateUnknown{Key: ns + "/p1", Obj: PodOf(p)})
 	f.expectQueued("pod deleted (tombstone)", ns+"/a", ns+"/everything", ns+"/web-a")
 	if got := f.selected("a"); len(got) != 0 {
 		t.Errorf("pods of a after the delete: %v, want none", got)
@@ -227,14 +227,14 @@ func TestPodDeletionReachesTheTriggerTimeTracker(t *testing.T) {
 	f.addPod(withIP)
 	f.addPod(noIP)
 	f.queued()
-	f.c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, []*corev1.Pod{withIP, noIP}) // a's first sync
+	f.c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, podsOf(withIP, noIP)) // a's first sync
 
 	before := time.Now()
 	for _, p := range []*corev1.Pod{withIP, noIP} {
-		if err := f.pods.Delete(p); err != nil {
+		if err := f.pods.Delete(PodOf(p)); err != nil {
 			t.Fatal(err)
 		}
-		f.c.onPodDelete(cache.DeletedFinalStateUnknown{Key: ns + "/" + p.Name, Obj: p})
+		f.c.onPodDelete(cache.DeletedFinalStateUnknown{Key: ns + "/" + p.Name, Obj: PodOf(p)})
 	}
 	f.expectQueued("pods deleted", ns+"/a")
 	f.c.triggers.mu.Lock()

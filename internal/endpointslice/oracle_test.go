@@ -152,8 +152,8 @@ func runOurs(t *testing.T, svc *corev1.Service, pods []*corev1.Pod, nodes []*cor
 	}
 	c := fake.NewClientset(objs...)
 	// Ours sees what its informers keep: the transformed objects.
-	pods, nodes = transformed(t, pods), transformed(t, nodes)
-	plan, _ := Reconcile(svc, pods, nodeGetter(nodes), existing, max, trigger)
+	nodes = transformed(t, nodes)
+	plan, _ := Reconcile(svc, transformedPods(t, pods), nodeGetter(nodes), existing, max, trigger)
 	ctrl := &Controller{client: c, pending: map[string]map[string]expectation{}}
 	if err := ctrl.apply(context.Background(), ns+"/"+svc.Name, plan); err != nil {
 		t.Fatal(err)
@@ -173,6 +173,20 @@ func transformed[T interface{ DeepCopyObject() runtime.Object }](t *testing.T, o
 			t.Fatal(err)
 		}
 		out = append(out, got.(T))
+	}
+	return out
+}
+
+// transformedPods are deep copies of pods through Transform.
+func transformedPods(t *testing.T, pods []*corev1.Pod) []*Pod {
+	t.Helper()
+	out := make([]*Pod, 0, len(pods))
+	for _, p := range pods {
+		got, err := Transform(p.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, got.(*Pod))
 	}
 	return out
 }

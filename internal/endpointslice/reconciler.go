@@ -77,12 +77,12 @@ func (e *MissingNodeError) Error() string {
 // svc). The slices it creates or updates carry triggerTime (see
 // TriggerTimeTracker; zero: none). It never modifies its arguments. A
 // non-nil error is a *MissingNodeError; the plan is to be applied anyway.
-func Reconcile(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, existing []*discovery.EndpointSlice, maxPerSlice int, triggerTime time.Time) (Plan, error) {
+func Reconcile(svc *corev1.Service, pods []*Pod, nodes NodeGetter, existing []*discovery.EndpointSlice, maxPerSlice int, triggerTime time.Time) (Plan, error) {
 	if maxPerSlice < 1 {
 		maxPerSlice = DefaultMaxEndpointsPerSlice
 	}
 	pods = slices.Clone(pods)
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(pods, func(a, b *Pod) int { return cmp.Compare(a.Name, b.Name) })
 
 	var plan Plan
 	families := addressTypes(svc)
@@ -124,7 +124,7 @@ type group struct {
 	order []string                      // keys in pod order
 }
 
-func reconcileType(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, existing []*discovery.EndpointSlice, at discovery.AddressType, maxPerSlice int) (Plan, []string) {
+func reconcileType(svc *corev1.Service, pods []*Pod, nodes NodeGetter, existing []*discovery.EndpointSlice, at discovery.AddressType, maxPerSlice int) (Plan, []string) {
 	var plan Plan
 	existingByPorts := map[string][]*discovery.EndpointSlice{}
 	for _, s := range existing {
@@ -140,12 +140,12 @@ func reconcileType(svc *corev1.Service, pods []*corev1.Pod, nodes NodeGetter, ex
 	var groupOrder []string
 	var missing []string
 	for _, pod := range pods {
-		if !podWanted(pod) {
+		if !pod.wanted() {
 			continue
 		}
 		// A pod whose node is unknown (or unset) is left out, unless the
 		// Service publishes everything, as upstream does.
-		node, ok := nodes(pod.Spec.NodeName)
+		node, ok := nodes(pod.NodeName)
 		if !ok && !svc.Spec.PublishNotReadyAddresses {
 			missing = append(missing, pod.Namespace+"/"+pod.Name)
 			continue
@@ -310,28 +310,10 @@ func stampTriggerTime(s *discovery.EndpointSlice, t time.Time) {
 	s.Annotations[corev1.EndpointsLastChangeTriggerTime] = t.UTC().Format(time.RFC3339Nano)
 }
 
-// podWanted: not finished (Succeeded/Failed) and has an IP. Terminating
-// pods stay, with their conditions saying so.
-func podWanted(pod *corev1.Pod) bool {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	return pod.Status.PodIP != "" || len(pod.Status.PodIPs) > 0
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // podEndpoint is pod's endpoint of address type at (no addresses when the
 // pod has none of that family).
-func podEndpoint(pod *corev1.Pod, node *corev1.Node, svc *corev1.Service, at discovery.AddressType) discovery.Endpoint {
-	serving := podReady(pod)
+func podEndpoint(pod *Pod, node *corev1.Node, svc *corev1.Service, at discovery.AddressType) discovery.Endpoint {
+	serving := pod.ready()
 	terminating := pod.DeletionTimestamp != nil
 	// ready is never true for a terminating pod, unless the Service asks
 	// for not-ready addresses.
@@ -343,8 +325,8 @@ func podEndpoint(pod *corev1.Pod, node *corev1.Node, svc *corev1.Service, at dis
 		},
 		TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 	}
-	if pod.Spec.NodeName != "" {
-		n := pod.Spec.NodeName
+	if pod.NodeName != "" {
+		n := pod.NodeName
 		ep.NodeName = &n
 	}
 	if node != nil {
@@ -352,23 +334,19 @@ func podEndpoint(pod *corev1.Pod, node *corev1.Node, svc *corev1.Service, at dis
 			ep.Zone = &z
 		}
 	}
-	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == svc.Name && pod.Namespace == svc.Namespace {
-		h := pod.Spec.Hostname
+	if pod.Hostname != "" && pod.Subdomain == svc.Name && pod.Namespace == svc.Namespace {
+		h := pod.Hostname
 		ep.Hostname = &h
 	}
 	return ep
 }
 
-func podAddresses(pod *corev1.Pod, at discovery.AddressType) []string {
-	ips := pod.Status.PodIPs
-	if len(ips) == 0 && pod.Status.PodIP != "" {
-		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
-	}
+func podAddresses(pod *Pod, at discovery.AddressType) []string {
 	var out []string
-	for _, ip := range ips {
-		a, err := netip.ParseAddr(ip.IP)
+	for _, ip := range pod.IPs {
+		a, err := netip.ParseAddr(ip)
 		if err != nil {
-			a, err = parseSloppy(ip.IP)
+			a, err = parseSloppy(ip)
 			if err != nil {
 				continue
 			}
@@ -401,7 +379,7 @@ func parseSloppy(s string) (netip.Addr, error) {
 
 // endpointPorts resolves svc's ports for pod; a named targetPort the pod
 // does not have is left out for that pod.
-func endpointPorts(svc *corev1.Service, pod *corev1.Pod) []discovery.EndpointPort {
+func endpointPorts(svc *corev1.Service, pod *Pod) []discovery.EndpointPort {
 	out := []discovery.EndpointPort{}
 	if len(svc.Spec.Ports) == 0 && svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return out
@@ -421,23 +399,13 @@ func endpointPorts(svc *corev1.Service, pod *corev1.Pod) []discovery.EndpointPor
 // FindPort is the container port sp's targetPort means in pod: a number
 // as is, a name looked up (same protocol) in the containers and in
 // restartable (sidecar) init containers.
-func FindPort(pod *corev1.Pod, sp *corev1.ServicePort) (int32, bool) {
+func FindPort(pod *Pod, sp *corev1.ServicePort) (int32, bool) {
 	tp := sp.TargetPort
 	if tp.Type == intstr.Int {
 		return int32(tp.IntValue()), true
 	}
-	for _, c := range pod.Spec.Containers {
-		for _, p := range c.Ports {
-			if p.Name == tp.StrVal && p.Protocol == sp.Protocol {
-				return p.ContainerPort, true
-			}
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-			continue
-		}
-		for _, p := range c.Ports {
+	for _, ports := range [2][]corev1.ContainerPort{pod.Ports, pod.SidecarPorts} {
+		for _, p := range ports {
 			if p.Name == tp.StrVal && p.Protocol == sp.Protocol {
 				return p.ContainerPort, true
 			}

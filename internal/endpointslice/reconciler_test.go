@@ -162,11 +162,12 @@ func TestReconcileFromNothing(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			before := make([]*corev1.Pod, len(tc.pods))
-			for i, p := range tc.pods {
+			pods := podsOf(tc.pods...)
+			before := make([]*Pod, len(pods))
+			for i, p := range pods {
 				before[i] = p.DeepCopy()
 			}
-			plan, err := Reconcile(tc.svc, tc.pods, nodeGetter(nodes), nil, tc.max, time.Time{})
+			plan, err := Reconcile(tc.svc, pods, nodeGetter(nodes), nil, tc.max, time.Time{})
 			var me *MissingNodeError
 			if tc.wantErr != errors.As(err, &me) {
 				t.Fatalf("error %v, want error: %v", err, tc.wantErr)
@@ -189,7 +190,7 @@ func TestReconcileFromNothing(t *testing.T) {
 					t.Errorf("generateName %q namespace %q", s.GenerateName, s.Namespace)
 				}
 			}
-			if !equality.Semantic.DeepEqual(before, tc.pods) {
+			if !equality.Semantic.DeepEqual(before, pods) {
 				t.Error("Reconcile modified its pods")
 			}
 		})
@@ -225,7 +226,7 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 	nodes := nodeGetter([]*corev1.Node{node("node-a", "zone-a"), node("node-b", "")})
 	svc := service("s")
 	pods := manyPods("s", 250)
-	plan, err := Reconcile(svc, pods, nodes, nil, 100, time.Time{})
+	plan, err := Reconcile(svc, podsOf(pods...), nodes, nil, 100, time.Time{})
 	if err != nil || len(plan.Create) != 3 {
 		t.Fatalf("first: %d creates, err %v", len(plan.Create), err)
 	}
@@ -257,7 +258,7 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 		st.change()
 		before := snapshot()
 		at := base.Add(time.Duration(i) * time.Second)
-		plan, err := Reconcile(svc, pods, nodes, state, 100, at)
+		plan, err := Reconcile(svc, podsOf(pods...), nodes, state, 100, at)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -296,7 +297,7 @@ func TestReconcileUpdatesRatherThanChurns(t *testing.T) {
 		// Idempotent: planning again on the result writes nothing, even
 		// with another trigger time (the annotation alone is no reason
 		// to write).
-		if again, _ := Reconcile(svc, pods, nodes, state, 100, at.Add(time.Hour)); !again.Empty() {
+		if again, _ := Reconcile(svc, podsOf(pods...), nodes, state, 100, at.Add(time.Hour)); !again.Empty() {
 			t.Errorf("%s: second run not empty: %d/%d/%d", st.name, len(again.Create), len(again.Update), len(again.Delete))
 		}
 	}
@@ -306,7 +307,7 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	nodes := nodeGetter([]*corev1.Node{node("node-b", "")})
 	svc := service("s")
 	pods := []*corev1.Pod{pod("p1", "s", "node-b", "10.1.0.1")}
-	first, _ := Reconcile(svc, pods, nodes, nil, 0, time.Time{})
+	first, _ := Reconcile(svc, podsOf(pods...), nodes, nil, 0, time.Time{})
 	state := named(first, nil)
 
 	// A slice of an earlier Service of the same name (other UID) is
@@ -314,10 +315,10 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	// rewritten instead (same name, new owner).
 	old := service("s")
 	old.UID = "uid-old"
-	oldPlan, _ := Reconcile(old, pods, nodes, nil, 0, time.Time{})
+	oldPlan, _ := Reconcile(old, podsOf(pods...), nodes, nil, 0, time.Time{})
 	stale := named(oldPlan, nil)[0]
 	stale.Name = "s-stale"
-	plan, _ := Reconcile(svc, pods, nodes, []*discovery.EndpointSlice{stale}, 0, time.Time{})
+	plan, _ := Reconcile(svc, podsOf(pods...), nodes, []*discovery.EndpointSlice{stale}, 0, time.Time{})
 	if len(plan.Create) != 1 || len(plan.Delete) != 1 || len(plan.Update) != 0 {
 		t.Errorf("old owner: %d/%d/%d, want a create and a delete (never adopt another owner's slice)", len(plan.Create), len(plan.Update), len(plan.Delete))
 	}
@@ -325,14 +326,14 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	// A slice of a family the Service no longer has is deleted.
 	v6 := state[0].DeepCopy()
 	v6.Name, v6.AddressType = "s-v6", discovery.AddressTypeIPv6
-	plan, _ = Reconcile(svc, pods, nodes, append(slices.Clone(state), v6), 0, time.Time{})
+	plan, _ = Reconcile(svc, podsOf(pods...), nodes, append(slices.Clone(state), v6), 0, time.Time{})
 	if len(plan.Delete) != 1 || plan.Delete[0].Name != "s-v6" || len(plan.Create)+len(plan.Update) != 0 {
 		t.Errorf("other family: %v", plan)
 	}
 
 	// Ports changed: the slice is rewritten, not deleted and created.
 	svc2 := service("s", withPorts(corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(9000)}))
-	plan, _ = Reconcile(svc2, pods, nodes, state, 0, time.Time{})
+	plan, _ = Reconcile(svc2, podsOf(pods...), nodes, state, 0, time.Time{})
 	if len(plan.Create)+len(plan.Delete) != 0 || len(plan.Update) != 1 || plan.Update[0].Name != state[0].Name {
 		t.Fatalf("ports changed: %d/%d/%d", len(plan.Create), len(plan.Update), len(plan.Delete))
 	}
@@ -343,7 +344,7 @@ func TestReconcileForeignAndStaleSlices(t *testing.T) {
 	// A Service being deleted gets no new slices.
 	gone := service("s")
 	gone.DeletionTimestamp = pods[0].CreationTimestamp.DeepCopy()
-	if plan, _ := Reconcile(gone, pods, nodes, nil, 0, time.Time{}); len(plan.Create) != 0 {
+	if plan, _ := Reconcile(gone, podsOf(pods...), nodes, nil, 0, time.Time{}); len(plan.Create) != 0 {
 		t.Errorf("deleting service: %d creates", len(plan.Create))
 	}
 }
@@ -356,7 +357,7 @@ func TestReconcileStampsTriggerTime(t *testing.T) {
 
 	// Created slices carry the time in UTC, nanoseconds kept.
 	t0 := time.Date(2026, 1, 2, 4, 4, 5, 123456789, time.FixedZone("CET", 3600))
-	plan, _ := Reconcile(svc, pods, nodes, nil, 100, t0)
+	plan, _ := Reconcile(svc, podsOf(pods...), nodes, nil, 100, t0)
 	if len(plan.Create) != 2 {
 		t.Fatalf("first: %d creates, want 2", len(plan.Create))
 	}
@@ -378,7 +379,7 @@ func TestReconcileStampsTriggerTime(t *testing.T) {
 	// other keeps its old one (it is not in the plan at all).
 	notReady(pods[120])
 	t1 := t0.Add(time.Minute)
-	plan, _ = Reconcile(svc, pods, nodes, state, 100, t1)
+	plan, _ = Reconcile(svc, podsOf(pods...), nodes, state, 100, t1)
 	if len(plan.Create)+len(plan.Delete) != 0 || len(plan.Update) != 1 {
 		t.Fatalf("one pod changed: %d/%d/%d, want one update", len(plan.Create), len(plan.Update), len(plan.Delete))
 	}
@@ -394,7 +395,7 @@ func TestReconcileStampsTriggerTime(t *testing.T) {
 	// A write with no known trigger removes the annotation instead of
 	// leaving a stale time; other annotations stay.
 	pods = pods[:110]
-	plan, _ = Reconcile(svc, pods, nodes, state, 100, time.Time{})
+	plan, _ = Reconcile(svc, podsOf(pods...), nodes, state, 100, time.Time{})
 	if len(plan.Update) != 1 || len(plan.Create) != 0 {
 		t.Fatalf("pods gone: %d/%d/%d, want one update", len(plan.Create), len(plan.Update), len(plan.Delete))
 	}

@@ -6,11 +6,11 @@ package endpointslice
 // transform keeps exactly what Reconcile, the trigger time tracker, the
 // indexes and the event handlers read:
 //
-//   - Pod: name, namespace, uid, resourceVersion, labels, deletion
-//     timestamp and grace period; spec.nodeName, hostname, subdomain, the
-//     ports of the containers and of the restartable init containers
-//     (each list merged into one container); status.phase, podIP(s) and
-//     the Ready condition.
+//   - Pod: a *Pod (pod.go): name, namespace, uid, resourceVersion,
+//     labels, deletion timestamp and grace period; spec.nodeName,
+//     hostname, subdomain, the ports of the containers and of the
+//     restartable init containers; status.phase, podIP(s) and the Ready
+//     condition.
 //   - Node: name, uid, resourceVersion and labels (endpoints show the
 //     zone label; a pod on an unknown node is left out).
 //   - Service: all but managedFields and kubectl's last-applied copy.
@@ -38,7 +38,7 @@ func Transform(obj any) (any, error) {
 		o.Obj = inner
 		return o, err
 	case *corev1.Pod:
-		return slimPod(o), nil
+		return PodOf(o), nil
 	case *corev1.Node:
 		return &corev1.Node{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
 			Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels,
@@ -53,55 +53,4 @@ func Transform(obj any) (any, error) {
 		o.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-func slimPod(p *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{
-		TypeMeta: p.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels:                     p.Labels,
-			DeletionTimestamp:          p.DeletionTimestamp,
-			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
-		},
-		Spec: corev1.PodSpec{
-			NodeName:       p.Spec.NodeName,
-			Hostname:       p.Spec.Hostname,
-			Subdomain:      p.Spec.Subdomain,
-			Containers:     mergedPorts(p.Spec.Containers, false),
-			InitContainers: mergedPorts(p.Spec.InitContainers, true),
-		},
-		Status: corev1.PodStatus{
-			Phase:  p.Status.Phase,
-			PodIP:  p.Status.PodIP,
-			PodIPs: p.Status.PodIPs,
-		},
-	}
-	if c := readyCondition(p); c != nil {
-		out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
-	}
-	return out
-}
-
-// mergedPorts is one container holding, in order, the ports of cs (of
-// its restartable ones, for init containers): FindPort looks a name up
-// in that order and reads nothing else, and a Container is 600 bytes
-// even empty.
-func mergedPorts(cs []corev1.Container, init bool) []corev1.Container {
-	var ports []corev1.ContainerPort
-	for i := range cs {
-		if init && (cs[i].RestartPolicy == nil || *cs[i].RestartPolicy != corev1.ContainerRestartPolicyAlways) {
-			continue
-		}
-		ports = append(ports, cs[i].Ports...)
-	}
-	if len(ports) == 0 {
-		return nil
-	}
-	c := corev1.Container{Name: "ports", Ports: ports}
-	if init {
-		always := corev1.ContainerRestartPolicyAlways
-		c.RestartPolicy = &always
-	}
-	return []corev1.Container{c}
 }

@@ -100,26 +100,28 @@ func TestTransform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := got.(*corev1.Pod)
-	if len(p.ManagedFields) != 0 || len(p.Annotations) != 0 || len(p.Spec.Volumes) != 0 || len(p.Status.ContainerStatuses) != 0 {
+	p := got.(*Pod)
+	if len(p.ManagedFields) != 0 || len(p.Annotations) != 0 || len(p.OwnerReferences) != 0 || p.GenerateName != "" {
 		t.Errorf("transformed pod keeps what the controller never reads: %+v", p)
 	}
-	if len(p.Spec.Containers) != 1 || len(p.Spec.Containers[0].Ports) != 2 || p.Spec.Containers[0].Image != "" {
-		t.Errorf("containers: %+v, want one holding the two's ports", p.Spec.Containers)
+	if len(p.Ports) != 2 || len(p.SidecarPorts) != 0 {
+		t.Errorf("ports: %+v %+v, want the two containers' ports", p.Ports, p.SidecarPorts)
 	}
 	for i := range full.Spec.Containers {
 		sp := &corev1.ServicePort{Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString(full.Spec.Containers[i].Ports[0].Name)}
-		want, _ := FindPort(full, sp)
-		if got, ok := FindPort(p, sp); !ok || got != want {
-			t.Errorf("port %q: %d %v, want %d", sp.TargetPort.StrVal, got, ok, want)
+		if got, ok := FindPort(p, sp); !ok || got != full.Spec.Containers[i].Ports[0].ContainerPort {
+			t.Errorf("port %q: %d %v, want %d", sp.TargetPort.StrVal, got, ok, full.Spec.Containers[i].Ports[0].ContainerPort)
 		}
 	}
-	if len(p.Status.Conditions) != 1 || p.Status.Conditions[0].Type != corev1.PodReady {
-		t.Errorf("conditions: %+v, want Ready only", p.Status.Conditions)
-	}
 	// What the controller reads is all there.
-	if !full.DeletionTimestamp.Equal(p.DeletionTimestamp) || full.Spec.NodeName != p.Spec.NodeName || full.Status.PodIP != p.Status.PodIP || p.ResourceVersion != full.ResourceVersion || !cmp.Equal(p.Labels, full.Labels) {
-		t.Errorf("transformed pod lost what the controller reads:\nfull %+v\ngot  %+v", full, p)
+	want := &Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: full.Name, Namespace: full.Namespace, UID: full.UID, ResourceVersion: full.ResourceVersion, Labels: full.Labels},
+		NodeName:   full.Spec.NodeName, Phase: corev1.PodRunning, IPs: []string{full.Status.PodIP},
+		Ready: corev1.ConditionTrue, ReadySince: full.Status.Conditions[1].LastTransitionTime,
+		Ports: []corev1.ContainerPort{full.Spec.Containers[0].Ports[0], full.Spec.Containers[1].Ports[0]},
+	}
+	if d := cmp.Diff(want, p); d != "" {
+		t.Errorf("transformed pod (-want +got):\n%s", d)
 	}
 	// Twice is once, also inside a tombstone.
 	again, err := Transform(cache.DeletedFinalStateUnknown{Key: "k", Obj: p.DeepCopy()})

@@ -49,7 +49,7 @@ type triggerState struct {
 // lastChangeTriggerTime is the pure step: the trigger time of a sync of
 // svc and pods given the state of the previous one (prev nil: none), and
 // the state to keep for the next.
-func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*corev1.Pod) (time.Time, triggerState) {
+func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*Pod) (time.Time, triggerState) {
 	next := triggerState{service: svc.CreationTimestamp.Time, pods: make(map[string]time.Time, len(pods))}
 	var last triggerState
 	if prev != nil {
@@ -70,7 +70,7 @@ func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*core
 		}
 	}
 	for _, pod := range pods {
-		t := podTriggerTime(pod)
+		t := pod.triggerTime()
 		if t.IsZero() {
 			continue
 		}
@@ -86,21 +86,6 @@ func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*core
 		return svc.CreationTimestamp.Time, next
 	}
 	return earliest, next
-}
-
-// podTriggerTime is the lastTransitionTime of pod's Ready condition (zero
-// without one) or, if later, when its deletion was accepted.
-func podTriggerTime(pod *corev1.Pod) time.Time {
-	var t time.Time
-	if c := readyCondition(pod); c != nil {
-		t = c.LastTransitionTime.Time
-	}
-	if d, g := pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds; d != nil && g != nil {
-		if asked := d.Add(-time.Duration(*g) * time.Second); asked.After(t) {
-			t = asked
-		}
-	}
-	return t
 }
 
 // TriggerTimeTracker keeps the per-Service state that trigger times are
@@ -121,7 +106,7 @@ func NewTriggerTimeTracker() *TriggerTimeTracker {
 // ComputeEndpointLastChangeTriggerTime returns the trigger time to stamp
 // on the slices of svc (in namespace) written by this sync, zero for none,
 // and remembers svc and pods for the next one.
-func (t *TriggerTimeTracker) ComputeEndpointLastChangeTriggerTime(namespace string, svc *corev1.Service, pods []*corev1.Pod) time.Time {
+func (t *TriggerTimeTracker) ComputeEndpointLastChangeTriggerTime(namespace string, svc *corev1.Service, pods []*Pod) time.Time {
 	key := namespace + "/" + svc.Name
 	t.mu.Lock()
 	prev, known := t.states[key]

@@ -93,7 +93,7 @@ func TestTriggerTimeTracker(t *testing.T) {
 	for _, st := range steps {
 		st.change()
 		in := clone()
-		got := tr.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
+		got := tr.ComputeEndpointLastChangeTriggerTime(ns, svc, podsOf(pods...))
 		if !got.Equal(st.want) {
 			t.Errorf("%s: trigger time %v, want %v", st.name, got, st.want)
 		}
@@ -104,7 +104,7 @@ func TestTriggerTimeTracker(t *testing.T) {
 
 	// Services are tracked apart: another one's first sight is its own.
 	other := service("o", createdAt(at(5)))
-	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, other, pods); !got.Equal(at(5)) {
+	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, other, podsOf(pods...)); !got.Equal(at(5)) {
 		t.Errorf("other service, first sight: %v, want %v", got, at(5))
 	}
 	if got := tr.ComputeEndpointLastChangeTriggerTime("elsewhere", svc, nil); !got.Equal(at(90)) {
@@ -117,10 +117,10 @@ func TestTriggerTimeTracker(t *testing.T) {
 	if _, ok := tr.states[ns+"/s"]; ok {
 		t.Error("state kept after DeleteService")
 	}
-	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, svc, pods); !got.Equal(at(90)) {
+	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, svc, podsOf(pods...)); !got.Equal(at(90)) {
 		t.Errorf("after DeleteService: %v, want the creation time %v", got, at(90))
 	}
-	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, other, pods); !got.IsZero() {
+	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, other, podsOf(pods...)); !got.IsZero() {
 		t.Errorf("other service after deleting s: %v, want zero", got)
 	}
 }
@@ -159,7 +159,7 @@ func TestTriggerTimeFirstSightWithoutCreationTime(t *testing.T) {
 	// first sync has nothing to compare them with.
 	tr := NewTriggerTimeTracker()
 	pods := []*corev1.Pod{with(pod("p1", "s", "node-a", "10.1.0.1"), readySince(at(10)))}
-	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, service("s"), pods); !got.IsZero() {
+	if got := tr.ComputeEndpointLastChangeTriggerTime(ns, service("s"), podsOf(pods...)); !got.IsZero() {
 		t.Errorf("first sight without creationTimestamp: %v, want zero", got)
 	}
 }
