@@ -17,9 +17,10 @@ import (
 // applyFrontends makes the frontend Services and EndpointSlices match p:
 // creates what is missing, updates what differs (keeping what others own:
 // the cluster IPs, node ports, status), deletes frontends nothing wants.
-// existing are the labelled frontend Services, slices their slices by
-// "namespace/name".
-func applyFrontends(ctx context.Context, c kubernetes.Interface, p frontendPlan, existing []*corev1.Service, slices map[types.NamespacedName]*discoveryv1.EndpointSlice) error {
+// existing are the labelled frontend Services, slices their slices: by
+// Service, by slice name. A Service's slices that p no longer wants (the
+// cluster shrank) are deleted.
+func applyFrontends(ctx context.Context, c kubernetes.Interface, p frontendPlan, existing []*corev1.Service, slices map[types.NamespacedName]map[string]*discoveryv1.EndpointSlice) error {
 	var errs []error
 	want := map[types.NamespacedName]bool{}
 	have := map[types.NamespacedName]*corev1.Service{}
@@ -34,10 +35,23 @@ func applyFrontends(ctx context.Context, c kubernetes.Interface, p frontendPlan,
 			errs = append(errs, err)
 			continue
 		}
-		es := p.Slices[i]
-		es.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: cur.Name, UID: cur.UID}}
-		if err := ensureSlice(ctx, c, es, slices[key]); err != nil {
-			errs = append(errs, err)
+		have := slices[key]
+		wanted := map[string]bool{}
+		for _, es := range p.Slices[i] {
+			wanted[es.Name] = true
+			es.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: cur.Name, UID: cur.UID}}
+			if err := ensureSlice(ctx, c, es, have[es.Name]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for name, es := range have {
+			if wanted[name] {
+				continue
+			}
+			err := c.DiscoveryV1().EndpointSlices(es.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &es.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting EndpointSlice %s/%s: %w", es.Namespace, name, err))
+			}
 		}
 	}
 	for key, s := range have {

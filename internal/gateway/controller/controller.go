@@ -532,14 +532,34 @@ func (c *Controller) reconcileFrontends(ctx context.Context) error {
 		Gateways: gws, Existing: fronts, Nodes: nodes, Range: c.opts.Range,
 		Ingress: c.opts.Ingress, Namespace: c.opts.Namespace, IngressHTTP: c.opts.IngressHTTP, IngressHTTPS: c.opts.IngressHTTPS,
 	})
-	slices := map[types.NamespacedName]*discoveryv1.EndpointSlice{}
+	slices := map[types.NamespacedName]map[string]*discoveryv1.EndpointSlice{}
 	for _, s := range fronts {
-		if es, err := c.listers.slices.EndpointSlices(s.Namespace).Get(s.Name); err == nil {
-			slices[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = es
+		slices[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}], err = c.frontendSlicesOf(s)
+		if err != nil {
+			return err
 		}
 	}
 	errs = append(errs, applyFrontends(ctx, c.kube, p, fronts, slices))
 	return errors.Join(errs...)
+}
+
+// frontendSlicesOf are frontend Service s's EndpointSlices in the cache,
+// by name: the one named as the Service (whatever its labels: an update
+// puts ours on it) and those labelled as ours for it.
+func (c *Controller) frontendSlicesOf(s *corev1.Service) (map[string]*discoveryv1.EndpointSlice, error) {
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.Name, discoveryv1.LabelManagedBy: SliceManagedBy})
+	list, err := c.listers.slices.EndpointSlices(s.Namespace).List(sel)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*discoveryv1.EndpointSlice{}
+	for _, es := range list {
+		out[es.Name] = es
+	}
+	if es, err := c.listers.slices.EndpointSlices(s.Namespace).Get(s.Name); err == nil {
+		out[es.Name] = es
+	}
+	return out, nil
 }
 
 // ourGateways are the Gateways whose class names our controller.

@@ -114,10 +114,11 @@ func lbIPs(s *corev1.Service) []string {
 	return ips
 }
 
-// frontendPlan is what the leader wants to exist.
+// frontendPlan is what the leader wants to exist: Services, and for
+// Services[i] the EndpointSlices Slices[i].
 type frontendPlan struct {
 	Services []*corev1.Service
-	Slices   []*discoveryv1.EndpointSlice
+	Slices   [][]*discoveryv1.EndpointSlice
 }
 
 // planInput is what planning reads.
@@ -212,7 +213,7 @@ func plan(in planInput) (frontendPlan, []error) {
 		owner := metav1.OwnerReference{APIVersion: gwv1.GroupVersion.String(), Kind: "Gateway", Name: gw.Name, UID: gw.UID}
 		svc := frontendService(gw.Namespace, frontendName(gw.Name), map[string]string{LabelGateway: gw.Name}, sp, &owner)
 		out.Services = append(out.Services, svc)
-		out.Slices = append(out.Slices, frontendSlice(svc, addrs))
+		out.Slices = append(out.Slices, frontendSlices(svc, addrs))
 	}
 	if in.Ingress {
 		sp := []corev1.ServicePort{
@@ -221,7 +222,7 @@ func plan(in planInput) (frontendPlan, []error) {
 		}
 		svc := frontendService(in.Namespace, IngressService, map[string]string{LabelIngress: "true"}, sp, nil)
 		out.Services = append(out.Services, svc)
-		out.Slices = append(out.Slices, frontendSlice(svc, addrs))
+		out.Slices = append(out.Slices, frontendSlices(svc, addrs))
 	}
 	return out, errs
 }
@@ -262,12 +263,39 @@ func nodeAddresses(nodes []*corev1.Node) []nodeAddress {
 	return out
 }
 
-// frontendSlice is svc's EndpointSlice: every node, on the bind ports.
-func frontendSlice(svc *corev1.Service, nodes []nodeAddress) *discoveryv1.EndpointSlice {
+// maxFrontendEndpoints is how many nodes one frontend EndpointSlice
+// names: the API's limit. A cluster of more nodes gets more slices.
+const maxFrontendEndpoints = 1000
+
+// frontendSliceName is the name of svc's k-th EndpointSlice (from 0):
+// the Service's own name, then <name>-2, <name>-3, ... (never a frontend
+// Service's name, which ends in -flatnet-gw or is flatnet-ingress).
+func frontendSliceName(svc string, k int) string {
+	if k == 0 {
+		return svc
+	}
+	return svc + "-" + strconv.Itoa(k+1)
+}
+
+// frontendSlices are svc's EndpointSlices: every node (by name, at most
+// maxFrontendEndpoints a slice), on the bind ports; one slice with no
+// endpoints when there are no nodes. Nodes are cut in name order, so a
+// node that comes or goes rewrites the slices from its own on.
+func frontendSlices(svc *corev1.Service, nodes []nodeAddress) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for k := 0; k == 0 || k*maxFrontendEndpoints < len(nodes); k++ {
+		chunk := nodes[k*maxFrontendEndpoints : min(len(nodes), (k+1)*maxFrontendEndpoints)]
+		out = append(out, frontendSlice(svc, frontendSliceName(svc.Name, k), chunk))
+	}
+	return out
+}
+
+// frontendSlice is svc's EndpointSlice name for nodes, on the bind ports.
+func frontendSlice(svc *corev1.Service, name string, nodes []nodeAddress) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: svc.Namespace,
-			Name:      svc.Name,
+			Name:      name,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName: svc.Name,
 				discoveryv1.LabelManagedBy:   SliceManagedBy,

@@ -56,7 +56,7 @@ func TestPlanAllocatesUniqueBindsAndKeepsThem(t *testing.T) {
 		b.Spec.Type != corev1.ServiceTypeLoadBalancer || b.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || b.Spec.Selector != nil {
 		t.Fatalf("b/gw Service: %+v", b)
 	}
-	es := p.Slices[1]
+	es := p.Slices[1][0]
 	if len(es.Endpoints) != 2 || es.Endpoints[0].Addresses[0] != "10.0.0.1" || *es.Endpoints[0].NodeName != "n1" || *es.Ports[1].Port != 20002 {
 		t.Fatalf("slice: ready nodes by name with the bind ports: %+v", es)
 	}
