@@ -398,9 +398,19 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 	// no lease, so kube-controller-manager must wait long for their
 	// heartbeats (simnodes.NodeMonitorGracePeriod); thousands of them
 	// need the larger limits.
+	//
+	// And no TTL controller: its node.alpha.kubernetes.io/ttl annotation
+	// is read only by kubelets (how long they cache Secrets and
+	// ConfigMaps), which simulated nodes have none of, and when thousands
+	// of Nodes appear within a minute it rewrites every Node at each size
+	// step it crosses (100, 500, 1,000, 2,000), a GET and a PATCH per Node
+	// at the controller manager's 20 QPS: ten minutes of Node updates
+	// that every Node watcher receives, in the middle of what the lab's
+	// users measure (make bench-scale).
 	if s.SimulatedNodes > 0 {
 		cfg.NodeMonitorGracePeriod = simnodes.NodeMonitorGracePeriod
 		cfg.ManyNodes = true
+		cfg.DisabledControllers = append(cfg.DisabledControllers, "ttl-controller")
 	}
 	return cfg
 }
