@@ -292,7 +292,8 @@ func TestNodeKubeconfig(t *testing.T) {
 }
 
 // With ManyNodes the apiserver's in-flight limits and etcd's quota are
-// raised, and the controller manager waits NodeMonitorGracePeriod; the
+// raised, and the controller manager waits NodeMonitorGracePeriod (and
+// has a higher API rate); the
 // record carries both, so a running control plane started without them is
 // stale.
 func TestArgsManyNodes(t *testing.T) {
@@ -308,6 +309,8 @@ func TestArgsManyNodes(t *testing.T) {
 		{apiserverArgs("/bin", "/s", p, *r), "--max-mutating-requests-inflight=800"},
 		{etcdArgs("/bin", "/s", p, *r), "--quota-backend-bytes=8589934592"},
 		{controllerManagerArgs("/bin", "/s", p, *r), "--node-monitor-grace-period=2h0m0s"},
+		{controllerManagerArgs("/bin", "/s", p, *r), "--kube-api-qps=100"},
+		{controllerManagerArgs("/bin", "/s", p, *r), "--kube-api-burst=200"},
 	} {
 		if !slices.Contains(c.args, c.want) {
 			t.Errorf("args lack %s: %v", c.want, c.args)
@@ -316,7 +319,7 @@ func TestArgsManyNodes(t *testing.T) {
 	plain := base.want(Config{Controllers: true})
 	for _, args := range [][]string{apiserverArgs("/bin", "/s", p, *plain), etcdArgs("/bin", "/s", p, *plain), controllerManagerArgs("/bin", "/s", p, *plain)} {
 		if slices.ContainsFunc(args, func(a string) bool {
-			return strings.Contains(a, "inflight") || strings.Contains(a, "quota") || strings.Contains(a, "grace-period")
+			return strings.Contains(a, "inflight") || strings.Contains(a, "quota") || strings.Contains(a, "grace-period") || strings.Contains(a, "kube-api-")
 		}) {
 			t.Errorf("args without ManyNodes: %v", args)
 		}
