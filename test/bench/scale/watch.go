@@ -35,6 +35,7 @@ type watcher struct {
 	mu        sync.Mutex
 	nodes     map[string]*nodeSeen
 	nodeEv    int            // simulated node adds, deletes and updates that change podCIDR or addresses
+	allNodeEv int            // every simulated node event
 	podEv     int            // pod adds, updates, deletes in the harness's namespaces
 	sliceEv   int            // slice adds, updates, deletes there
 	ready     map[string]int // slice ns/name -> ready endpoints
@@ -75,6 +76,7 @@ func (l lagLog) quantiles(since time.Time) (p50, p99 time.Duration, n int) {
 
 type nodeSeen struct {
 	created, cidr, ready time.Time
+	settled              time.Time // Ready and untainted (kube-controller-manager took the not-ready taint off)
 }
 
 func newWatcher(realNodes []string) *watcher {
@@ -121,6 +123,7 @@ func (w *watcher) start(ctx context.Context, c kubernetes.Interface) error {
 				w.mu.Lock()
 				delete(w.nodes, n.Name)
 				w.nodeEv++
+				w.allNodeEv++
 				w.mu.Unlock()
 			}
 		},
@@ -237,6 +240,7 @@ func (w *watcher) node(old, n *corev1.Node) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.allNodeEv++
 	s := w.nodes[n.Name]
 	if s == nil {
 		s = &nodeSeen{created: now}
@@ -254,6 +258,9 @@ func (w *watcher) node(old, n *corev1.Node) {
 				s.ready = now
 			}
 		}
+	}
+	if !s.ready.IsZero() && s.settled.IsZero() && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady }) {
+		s.settled = now
 	}
 }
 
@@ -301,7 +308,7 @@ func (w *watcher) slice(o any, deleted bool) {
 // nodeStats: simulated nodes known, with a podCIDR, Ready; the first
 // creation and the last podCIDR and Ready seen.
 type nodeStats struct {
-	n, cidr, ready            int
+	n, cidr, ready, settled   int // settled: Ready, and the not-ready taint gone
 	firstCreated, lastCreated time.Time
 	lastCIDR, lastReady       time.Time
 }
@@ -319,6 +326,9 @@ func (w *watcher) nodeStats(since time.Time) nodeStats {
 		}
 		if !s.ready.IsZero() {
 			st.ready++
+		}
+		if !s.settled.IsZero() {
+			st.settled++
 		}
 		if s.created.Before(since) {
 			continue
@@ -358,6 +368,14 @@ func (w *watcher) sliceEvents() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.sliceEv
+}
+
+// allNodeEvents counts every simulated node event (nodeEv: those a peer
+// route or entry depends on).
+func (w *watcher) allNodeEvents() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.allNodeEv
 }
 
 func (w *watcher) counts() (nodeEv, podEv, ready int) {
