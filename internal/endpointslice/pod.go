@@ -8,6 +8,7 @@ package endpointslice
 // part of the controller reads pods as *Pod.
 
 import (
+	"reflect"
 	"slices"
 	"time"
 
@@ -35,6 +36,9 @@ type Pod struct {
 	// of the restartable (sidecar) init containers: where FindPort looks
 	// a named targetPort up.
 	Ports, SidecarPorts []corev1.ContainerPort
+	// labelSet holds Labels when they are interned (PodOf): it keeps the
+	// shared map's table entry alive while this Pod is cached.
+	labelSet *labelSet
 }
 
 var _ runtime.Object = (*Pod)(nil)
@@ -45,10 +49,10 @@ func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind 
 // DeepCopyObject is DeepCopy (the informer's mutation detector calls it).
 func (p *Pod) DeepCopyObject() runtime.Object { return p.DeepCopy() }
 
-// DeepCopy returns a copy sharing nothing with p.
+// DeepCopy returns a copy sharing nothing with p that anyone may write.
 func (p *Pod) DeepCopy() *Pod {
 	out := *p
-	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta) // labelSet stays: it only keeps the set alive
 	out.ReadySince = *p.ReadySince.DeepCopy()
 	out.IPs = slices.Clone(p.IPs)
 	out.Ports = slices.Clone(p.Ports)
@@ -56,12 +60,31 @@ func (p *Pod) DeepCopy() *Pod {
 	return &out
 }
 
+// Equal reports whether p and o say the same, whichever label set keeps
+// their labels alive (go-cmp compares Pods with it).
+func (p *Pod) Equal(o *Pod) bool {
+	if p == nil || o == nil {
+		return p == o
+	}
+	a, b := *p, *o
+	a.labelSet, b.labelSet = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
 // PodOf is what the controller keeps of p (Transform's result for a pod).
+// Its Labels are shared with every other Pod of the same labels: read
+// them, never write them.
 func PodOf(p *corev1.Pod) *Pod {
+	ls := internLabels(p.Labels)
+	var labels map[string]string
+	if ls != nil {
+		labels = ls.m
+	}
 	out := &Pod{
+		labelSet: ls,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels:                     p.Labels,
+			Labels:                     labels,
 			DeletionTimestamp:          p.DeletionTimestamp,
 			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
 		},
