@@ -64,10 +64,3 @@ func labelKey(l map[string]string) string {
 	}
 	return b.String()
 }
-
-// internedLabelSets is how many label sets the table holds (for tests).
-func internedLabelSets() int {
-	labelTable.Lock()
-	defer labelTable.Unlock()
-	return len(labelTable.sets)
-}

@@ -42,3 +42,10 @@ func TestLabelsInterned(t *testing.T) {
 	runtime.KeepAlive(b)
 	runtime.KeepAlive(c)
 }
+
+// internedLabelSets is how many label sets the table holds (for tests).
+func internedLabelSets() int {
+	labelTable.Lock()
+	defer labelTable.Unlock()
+	return len(labelTable.sets)
+}

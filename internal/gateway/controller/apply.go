@@ -35,16 +35,16 @@ func applyFrontends(ctx context.Context, c kubernetes.Interface, p frontendPlan,
 			errs = append(errs, err)
 			continue
 		}
-		have := slices[key]
+		curSlices := slices[key]
 		wanted := map[string]bool{}
 		for _, es := range p.Slices[i] {
 			wanted[es.Name] = true
 			es.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: cur.Name, UID: cur.UID}}
-			if err := ensureSlice(ctx, c, es, have[es.Name]); err != nil {
+			if err := ensureSlice(ctx, c, es, curSlices[es.Name]); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		for name, es := range have {
+		for name, es := range curSlices {
 			if wanted[name] {
 				continue
 			}
