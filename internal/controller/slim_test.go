@@ -6,10 +6,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
-// TestSlim checks that the shared factory's transform keeps what nodeipam
-// and the binder read and drops the rest.
+// TestSlim checks that the shared factory's transform keeps what nodeipam,
+// the binder and the EndpointSlice controller read and drops the rest.
 func TestSlim(t *testing.T) {
 	mf := []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	keep := func() *corev1.Node {
@@ -22,6 +23,13 @@ func TestSlim(t *testing.T) {
 	}
 	n := keep()
 	n.ManagedFields = mf
+	n.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0"}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}
+	n.Status.Conditions = []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: metav1.Now()},
+	}
+	n.Status.NodeInfo.KubeletVersion = "v1.37.2"
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.k8s.io/pause:3.10"}, SizeBytes: 1}}
 	n.Status.VolumesInUse = []corev1.UniqueVolumeName{"v"}
 	n.Status.VolumesAttached = []corev1.AttachedVolume{{Name: "v"}}
@@ -39,5 +47,13 @@ func TestSlim(t *testing.T) {
 	}
 	if want := (&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}); !cmp.Equal(want, got) {
 		t.Errorf("slim(service): %s", cmp.Diff(want, got))
+	}
+	svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{corev1.LastAppliedConfigAnnotation: "{}"}}}
+	if got, _ = slim(svc.DeepCopy()); !cmp.Equal(svc, got) {
+		t.Errorf("slim(service) must keep the annotations lbipam writes back: %s", cmp.Diff(svc, got))
+	}
+	gone := cache.DeletedFinalStateUnknown{Key: "n1", Obj: n}
+	if got, _ = slim(gone); !cmp.Equal(cache.DeletedFinalStateUnknown{Key: "n1", Obj: keep()}, got) {
+		t.Errorf("slim(DeletedFinalStateUnknown): %s", cmp.Diff(cache.DeletedFinalStateUnknown{Key: "n1", Obj: keep()}, got))
 	}
 }

@@ -104,9 +104,12 @@ const (
 	pendingTimeout = time.Minute
 )
 
-// New returns a controller over factory's informers (it registers them
-// and sets Transform on them, so the factory must be the controller's
-// own; start it afterwards). maxPerSlice < 1 means 100.
+// New returns a controller over factory's informers; start the factory
+// afterwards. It sets Transform on the Pod and EndpointSlice informers,
+// which only it reads. Services and Nodes may be shared with other
+// controllers: the factory's own transform (informers.WithTransform)
+// decides what they keep, which must be at least what Transform keeps.
+// maxPerSlice < 1 means 100.
 func New(client kubernetes.Interface, factory informers.SharedInformerFactory, maxPerSlice int) (*Controller, error) {
 	if maxPerSlice < 1 {
 		maxPerSlice = DefaultMaxEndpointsPerSlice
@@ -118,7 +121,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
-	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), podInf.Informer(), nodeInf.Informer(), sliceInf.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), sliceInf.Informer()} {
 		if err := inf.SetTransform(Transform); err != nil {
 			return nil, fmt.Errorf("endpointslice: setting the informers' transform (start the factory after New): %w", err)
 		}

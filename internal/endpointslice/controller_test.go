@@ -33,8 +33,10 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	client := fake.NewClientset(objs...)
-	// No WithTransform: New sets Transform on the informers it uses.
-	factory := informers.NewSharedInformerFactory(client, 0)
+	// New sets Transform on the Pod and EndpointSlice informers; the
+	// factory's transform trims Nodes and Services, as the controller's
+	// shared factory does.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Transform))
 	c, err := New(client, factory, 100)
 	if err != nil {
 		t.Fatal(err)
