@@ -432,7 +432,9 @@ func Run(ctx context.Context, o Options) error {
 // when Peer cannot, and after failures with backoff, until ctx ends.
 func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, resync time.Duration) error {
 	logger := klog.FromContext(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimNode))
+	// A LIST fills the Node cache faster than a WatchList stream, and
+	// every peer route waits for it (kube.ListFirst).
+	factory := informers.NewSharedInformerFactoryWithOptions(kube.ListFirst(client), 0, informers.WithTransform(trimNode))
 	nodes := factory.Core().V1().Nodes()
 	kick := make(chan struct{}, 1)
 	var (
