@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -550,6 +551,67 @@ func BenchmarkPartialSyncOneOf10k(b *testing.B) {
 		tx := fake.NewTransaction()
 		st = r.Partial(tx, next, st, changed)
 	}
+}
+
+// frontend is the gateway's frontend at n nodes: a LoadBalancer Service
+// with externalTrafficPolicy Local and one endpoint per node, this node's
+// first.
+func frontend(n int) *proxy.Service {
+	eps := make([]proxy.Endpoint, n)
+	for i := range eps {
+		eps[i] = proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, byte(i / 250), byte(i%250 + 1)}), Port: 8080,
+			Ready: true, Serving: true, NodeName: fmt.Sprintf("node-%d", i)}
+	}
+	eps[0].NodeName = node
+	s := svc("frontend", "10.96.0.60", 443, eps...)
+	s.Type, s.ExternalLocal = proxy.LoadBalancer, true
+	s.Ports[0].NodePort = 30443
+	s.LoadBalancerIPs = []netip.Addr{a("172.29.1.60")}
+	return s
+}
+
+var endpointElemOp = regexp.MustCompile(`(?m)^(?:add|delete) element \S+ \S+ (?:` + mapEndpointsPrefix + `|` + mapEndpointChainsPrefix + `)`)
+
+// endpointElementOps counts the endpoint-map elements tx adds or deletes.
+func endpointElementOps(tx *knftables.Transaction) int {
+	return len(endpointElemOp.FindAllStringIndex(tx.String(), -1))
+}
+
+// BenchmarkPartialOneEndpoint is a node joining or leaving a cluster of
+// 5,000: each op removes one endpoint of the frontend (a different one
+// each time) or adds it back. elemops/op are the endpoint-map elements
+// the transaction adds or deletes.
+func BenchmarkPartialOneEndpoint(b *testing.B) {
+	const n = 5000
+	all := frontend(n)
+	var less []*proxy.Service
+	for k := 1; k < n; k += n / 16 {
+		s := *all
+		s.Ports = slices.Clone(all.Ports)
+		s.Ports[0].Endpoints = slices.Delete(slices.Clone(all.Ports[0].Endpoints), k, k+1)
+		less = append(less, &s)
+	}
+	r := New(testConfig())
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	st := r.Full(fake.NewTransaction(), []*proxy.Service{all}, nil, nil)
+	changed := map[string]bool{all.Key(): true}
+	var ops, elemOps int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s := all
+		if i%2 == 0 {
+			s = less[i/2%len(less)]
+		}
+		tx := fake.NewTransaction()
+		st = r.Partial(tx, []*proxy.Service{s}, st, changed)
+		b.StopTimer()
+		ops += tx.NumOperations()
+		elemOps += endpointElementOps(tx)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(ops)/float64(b.N), "ops/op")
+	b.ReportMetric(float64(elemOps)/float64(b.N), "elemops/op")
 }
 
 func TestConflictingServicesDoNotBreakTheSync(t *testing.T) {
