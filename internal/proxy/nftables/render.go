@@ -205,20 +205,31 @@ type pick struct {
 
 func valueSum(v string) uint64 { return maphash.String(ruleSeed, v) }
 
-// elements are p's elements, keys from off, values from vals.
+// key is the key of p's element at index i.
+func (p *pick) key(i int) []string {
+	return []string{strconv.FormatUint(uint64(p.keys.off)+uint64(i), 10)}
+}
+
+// element is p's element at index i.
+func (p *pick) element(i int) *knftables.Element {
+	return &knftables.Element{Map: p.m, Key: p.key(i), Value: []string{p.vals[i]}}
+}
+
+// elements are all of p's elements.
 func (p *pick) elements() []knftables.Object {
 	out := make([]knftables.Object, len(p.vals))
-	for i, v := range p.vals {
-		out[i] = &knftables.Element{Map: p.m, Key: []string{strconv.FormatUint(uint64(p.keys.off)+uint64(i), 10)}, Value: []string{v}}
+	for i := range p.vals {
+		out[i] = p.element(i)
 	}
 	return out
 }
 
 // diffPicks returns the element deletes and adds that turn old into nw
-// (either may be the zero pick).
+// (either may be the zero pick). Elements are built only for the indices
+// that change: a large pick mostly does not.
 func diffPicks(old, nw pick) (dels, adds []knftables.Object) {
 	del := func(i int) {
-		dels = append(dels, &knftables.Element{Map: old.m, Key: []string{strconv.FormatUint(uint64(old.keys.off)+uint64(i), 10)}})
+		dels = append(dels, &knftables.Element{Map: old.m, Key: old.key(i)})
 	}
 	if old.m != nw.m || old.keys.off != nw.keys.off {
 		for i := range old.sums {
@@ -226,16 +237,15 @@ func diffPicks(old, nw pick) (dels, adds []knftables.Object) {
 		}
 		return dels, nw.elements()
 	}
-	all := nw.elements()
 	for i := range max(len(old.sums), len(nw.sums)) {
 		switch {
 		case i >= len(nw.sums):
 			del(i)
 		case i >= len(old.sums):
-			adds = append(adds, all[i])
+			adds = append(adds, nw.element(i))
 		case old.sums[i] != nw.sums[i]:
 			del(i)
-			adds = append(adds, all[i])
+			adds = append(adds, nw.element(i))
 		}
 	}
 	return dels, adds

@@ -553,6 +553,51 @@ func BenchmarkPartialSyncOneOf10k(b *testing.B) {
 	}
 }
 
+// newPick is a pick of vals at keys [off, off+8) of endpoints-tcp-1, as
+// renderService makes it.
+func newPick(off uint32, vals ...string) pick {
+	p := pick{keys: keyRange{off, 8}, m: "endpoints-tcp-1", vals: vals, sums: make([]uint64, len(vals))}
+	for i, v := range vals {
+		p.sums[i] = valueSum(v)
+	}
+	return p
+}
+
+func TestDiffPicks(t *testing.T) {
+	str := func(os []knftables.Object) []string {
+		var out []string
+		for _, o := range os {
+			e := o.(*knftables.Element)
+			out = append(out, strings.TrimSpace(e.Map+" "+strings.Join(e.Key, " . ")+" "+strings.Join(e.Value, " ")))
+		}
+		return out
+	}
+	old := newPick(8, "a", "b", "c")
+	old.vals = nil // as the state keeps it
+	for _, tc := range []struct {
+		name       string
+		old, nw    pick
+		dels, adds []string
+	}{
+		{"one value changed, one added", old, newPick(8, "a", "x", "c", "d"),
+			[]string{"endpoints-tcp-1 9"}, []string{"endpoints-tcp-1 9 x", "endpoints-tcp-1 11 d"}},
+		{"shrunk", old, newPick(8, "a", "b"), []string{"endpoints-tcp-1 10"}, nil},
+		{"unchanged", old, newPick(8, "a", "b", "c"), nil, nil},
+		{"moved to other keys", old, newPick(16, "a", "b"),
+			[]string{"endpoints-tcp-1 8", "endpoints-tcp-1 9", "endpoints-tcp-1 10"}, []string{"endpoints-tcp-1 16 a", "endpoints-tcp-1 17 b"}},
+		{"new", pick{}, newPick(16, "a"), nil, []string{"endpoints-tcp-1 16 a"}},
+		{"gone", old, pick{}, []string{"endpoints-tcp-1 8", "endpoints-tcp-1 9", "endpoints-tcp-1 10"}, nil},
+	} {
+		dels, adds := diffPicks(tc.old, tc.nw)
+		if diff := cmp.Diff(tc.dels, str(dels)); diff != "" {
+			t.Errorf("%s: deletes (-want +got):\n%s", tc.name, diff)
+		}
+		if diff := cmp.Diff(tc.adds, str(adds)); diff != "" {
+			t.Errorf("%s: adds (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
 // frontend is the gateway's frontend at n nodes: a LoadBalancer Service
 // with externalTrafficPolicy Local and one endpoint per node, this node's
 // first.
