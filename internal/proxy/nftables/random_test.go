@@ -21,7 +21,7 @@ import (
 // three ports of each protocol, affinity, both traffic policies, external
 // and load-balancer IPs (some shared, so services conflict), source
 // ranges, endpoints ready, terminating, on this node or others, IPv6 ones
-// mixed in.
+// mixed in, a few ports with tens of them.
 func randomService(rng *rand.Rand, i int, conflicts bool) *proxy.Service {
 	// Without conflicts every address:port and NodePort is the service's own.
 	shared := func(n int) byte {
@@ -61,7 +61,11 @@ func randomService(rng *rand.Rand, i int, conflicts bool) *proxy.Service {
 				sp.NodePort = uint16(30000 + rng.IntN(200))
 			}
 		}
-		for e := range rng.IntN(5) {
+		neps := rng.IntN(5)
+		if rng.IntN(8) == 0 {
+			neps = rng.IntN(60)
+		}
+		for e := range neps {
 			ip := netip.AddrFrom4([4]byte{10, 244, byte(rng.IntN(4)), byte(1 + rng.IntN(200))})
 			if rng.IntN(15) == 0 {
 				ip = netip.MustParseAddr(fmt.Sprintf("fd00::%d", 1+e))
@@ -79,6 +83,77 @@ func randomService(rng *rand.Rand, i int, conflicts bool) *proxy.Service {
 		s.Ports = append(s.Ports, sp)
 	}
 	return s
+}
+
+// churnEndpoints is s with one to three endpoints of one port removed,
+// added anywhere in the list, or flipped between ready and terminating.
+func churnEndpoints(rng *rand.Rand, s *proxy.Service) *proxy.Service {
+	c := *s
+	c.Ports = slices.Clone(s.Ports)
+	sp := &c.Ports[rng.IntN(len(c.Ports))]
+	eps := slices.Clone(sp.Endpoints)
+	for range 1 + rng.IntN(3) {
+		switch k := rng.IntN(3); {
+		case k == 0 && len(eps) > 0:
+			j := rng.IntN(len(eps))
+			eps = slices.Delete(eps, j, j+1)
+		case k == 1 && len(eps) > 0:
+			e := &eps[rng.IntN(len(eps))]
+			e.Ready = !e.Ready
+			e.Serving, e.Terminating = true, !e.Ready
+		default:
+			e := proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, 245, byte(rng.IntN(4)), byte(1 + rng.IntN(200))}), Port: 8080,
+				Ready: true, Serving: true, NodeName: []string{node, "node-b"}[rng.IntN(2)]}
+			if !slices.ContainsFunc(eps, func(x proxy.Endpoint) bool { return x.IP == e.IP && x.Port == e.Port }) {
+				eps = slices.Insert(eps, rng.IntN(len(eps)+1), e)
+			}
+		}
+	}
+	sp.Endpoints = eps
+	return &c
+}
+
+// requirePicksInTable fails t unless every pick st remembers is in fake
+// as it says: keys off..off+N-1 of its map hold values of its sums, in
+// that order, the rest of its range is empty, and its chain's numgen
+// reads "mod N offset off" of that map.
+func requirePicksInTable(t *testing.T, fake *knftables.Fake, st *State) {
+	t.Helper()
+	maps := map[string]map[string]string{}
+	for key, o := range st.services {
+		for _, c := range o.chains {
+			if c.m == "" {
+				continue
+			}
+			if maps[c.m] == nil {
+				elems, err := fake.ListElements(context.Background(), "map", c.m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				maps[c.m] = map[string]string{}
+				for _, e := range elems {
+					maps[c.m][strings.Join(e.Key, " . ")] = strings.Join(e.Value, " . ")
+				}
+			}
+			for i := range c.keys.size {
+				k := c.keys.off + i
+				v, ok := maps[c.m][fmt.Sprint(k)]
+				switch {
+				case int(i) < len(c.sums) && (!ok || valueSum(v) != c.sums[i]):
+					t.Fatalf("%s: %s key %d is %q, not the value the state has", key, c.m, k, v)
+				case int(i) >= len(c.sums) && ok:
+					t.Fatalf("%s: %s key %d beyond its %d endpoints is %q", key, c.m, k, len(c.sums), v)
+				}
+			}
+			numgen := fmt.Sprintf("numgen random mod %d offset %d ", len(c.sums), c.keys.off)
+			ch := fake.Table.Chains[c.name]
+			if ch == nil || !slices.ContainsFunc(ch.Rules, func(r *knftables.Rule) bool {
+				return strings.Contains(r.Rule, numgen) && strings.HasSuffix(r.Rule, "@"+c.m)
+			}) {
+				t.Fatalf("%s: chain %s does not pick with %q@%s", key, c.name, numgen, c.m)
+			}
+		}
+	}
 }
 
 // TestRandomSyncs runs many random partial syncs, with a full sync now
@@ -128,6 +203,10 @@ func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
 				services[i] = nil // deleted
 			case 1:
 				if services[i] != nil {
+					services[i] = churnEndpoints(rng, services[i])
+				}
+			case 2:
+				if services[i] != nil {
 					s := *services[i]
 					s.Ports = slices.Clone(s.Ports)
 					s.Ports[0].Endpoints = slices.Clone(s.Ports[0].Endpoints)
@@ -159,6 +238,7 @@ func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
 			st = r.Partial(tx, current, st, changed)
 		}
 		run(step, tx)
+		requirePicksInTable(t, fake, st)
 		if conflicts {
 			continue
 		}

@@ -35,11 +35,16 @@
 //
 // Syncs. Render keeps, per service, the objects it wrote (a State). A partial
 // sync diffs the changed services' old and new objects and emits only those
-// changes; a full sync rewrites everything (flushing maps and chains inside the
-// same transaction, so packets see the old or the new ruleset, never a gap)
-// and deletes chains and sets it finds in the table but no longer wants. The
-// table itself is never flushed, and affinity sets are kept unless their
-// timeout changed.
+// changes. A dispatch chain keeps its keys while its endpoints fit, and each
+// endpoint its key (pick.place; numgen random picks uniformly in any order),
+// so a node joining or leaving a 5,000-endpoint service changes one to three
+// map elements and the rule's mod N, not every element after the endpoint's
+// place in the sorted list. A full sync rewrites everything, endpoints in
+// the model's order (flushing maps and chains inside the same transaction,
+// so packets see the old or the new ruleset, never a gap), and deletes
+// chains and sets it finds in the table but no longer wants. The table
+// itself is never flushed, and affinity sets are kept unless their timeout
+// changed.
 package nftables
 
 import (
@@ -251,14 +256,77 @@ func diffPicks(old, nw pick) (dels, adds []knftables.Object) {
 	return dels, adds
 }
 
+// place reorders p's values, given in endpoint order, for a chain that
+// keeps its keys and map: a value old (the sums at those keys) already
+// holds keeps its index, and the rest fill the free indices in order, so
+// one endpoint more or less changes one to three elements, not every
+// element after it. Indices stay 0..N-1: when the pick shrank, the values
+// beyond its new end move down into the gaps.
+func (p *pick) place(old []uint64) {
+	if slices.Equal(old, p.sums) {
+		return
+	}
+	n := len(p.sums)
+	// first[s]-1 is the first index of p with sum s not yet placed
+	// (0: none), next[i]-1 the one after i; taken marks a placed one.
+	const taken = -1
+	first := make(map[uint64]int32, n)
+	next := make([]int32, n)
+	for i := n - 1; i >= 0; i-- {
+		next[i] = first[p.sums[i]]
+		first[p.sums[i]] = int32(i) + 1
+	}
+	at := make([]int32, n) // at[k]: the index of p placed at k, -1 while free
+	for k := range at {
+		at[k] = -1
+		if k >= len(old) {
+			continue
+		}
+		if i := first[old[k]] - 1; i >= 0 {
+			at[k] = i
+			first[old[k]] = next[i]
+			next[i] = taken
+		}
+	}
+	free := 0
+	for i := range n {
+		if next[i] == taken {
+			continue
+		}
+		for at[free] >= 0 {
+			free++
+		}
+		at[free] = int32(i)
+	}
+	// Move value at[k] to k, in place, one cycle of the permutation at a
+	// time; -1 marks the indices done.
+	for k := range at {
+		if at[k] < 0 {
+			continue
+		}
+		v, sum := p.vals[k], p.sums[k]
+		for j := k; ; {
+			i := int(at[j])
+			at[j] = -1
+			if i == k {
+				p.vals[j], p.sums[j] = v, sum
+				break
+			}
+			p.vals[j], p.sums[j] = p.vals[i], p.sums[i]
+			j = i
+		}
+	}
+}
+
 // keyRange is a dispatch chain's keys in the endpoint maps: [off, off+size),
 // size a power of two, of which the first N (its endpoint count) are used.
 type keyRange struct{ off, size uint32 }
 
 // slots hands out keyRanges. A service port keeps its range while its
-// endpoints fit, so an endpoint change rewrites map elements, not its rule;
-// a range that no longer fits goes back to the free list of its size, for
-// the next service port of that size. A full sync starts from zero again.
+// endpoints fit, so an endpoint change rewrites map elements (and the rule
+// only when N changes), never the offset; a range that no longer fits goes
+// back to the free list of its size, for the next service port of that
+// size. A full sync starts from zero again.
 type slots struct {
 	next uint32
 	free map[uint32][]uint32 // size -> free offsets
@@ -288,8 +356,10 @@ func (s *slots) release(r keyRange) {
 	s.free[r.size] = append(s.free[r.size], r.off)
 }
 
-// allocator gives a dispatch chain its key range for n endpoints.
-type allocator func(chain string, n int) keyRange
+// allocator gives a dispatch chain its key range for n endpoints, as a
+// pick without values: the chain's previous pick when it keeps that range
+// (so that place can keep its values where they are), else a fresh range.
+type allocator func(chain string, n int) pick
 
 type setObj struct {
 	name    string
@@ -519,7 +589,7 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 		sorted[i] = keyed{svc.Key(), svc}
 	}
 	slices.SortFunc(sorted, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	alloc := func(_ string, n int) keyRange { return next.slots.alloc(n) }
+	alloc := func(_ string, n int) pick { return pick{keys: next.slots.alloc(n)} }
 	for _, ks := range sorted {
 		key, svc := ks.key, ks.svc
 		o := r.renderService(svc, alloc)
@@ -685,12 +755,13 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 		nw := &objects{}
 		delete(next.services, key)
 		if svc := byKey[key]; svc != nil {
-			// A chain keeps its keys while its endpoints fit in them.
-			alloc := func(chain string, n int) keyRange {
+			// A chain keeps its keys while its endpoints fit in them,
+			// and its values their keys (pick.place).
+			alloc := func(chain string, n int) pick {
 				if oc, ok := old.chain(chain); ok && oc.keys.size >= uint32(n) {
-					return oc.keys
+					return oc.pick
 				}
-				return next.slots.alloc(n)
+				return pick{keys: next.slots.alloc(n)}
 			}
 			nw = r.renderService(svc, alloc)
 			next.claim(key, nw)
@@ -990,7 +1061,8 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
 				return
 			}
-			pk := pick{keys: alloc(chain, len(eps)), m: endpointMapName(chain, sp.Protocol, svc.AffinityTimeout > 0),
+			prev := alloc(chain, len(eps))
+			pk := pick{keys: prev.keys, m: endpointMapName(chain, sp.Protocol, svc.AffinityTimeout > 0),
 				sums: make([]uint64, len(eps)), vals: make([]string, len(eps))}
 			numgen := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(pk.keys.off), 10)
 			var rules []string
@@ -1003,6 +1075,9 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 					pk.vals[i] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
 				}
 				pk.sums[i] = valueSum(pk.vals[i])
+			}
+			if prev.m == pk.m {
+				pk.place(prev.sums)
 			}
 			o.picks[chain] = pk
 			if svc.AffinityTimeout > 0 {

@@ -306,11 +306,13 @@ func manyServices(n int) []*proxy.Service {
 }
 
 // sortedDump is the fake's table, one line per object, sorted, with the
-// endpoint maps resolved: which keys a service port owns depends on the
-// order of earlier syncs, so each "numgen random mod N offset K map
-// @endpoints" is written as the anonymous map it stands for ("numgen
-// random mod N map { 0 : V0 , ... }") and the maps' own elements are left
-// out; one that no rule picks shows as an "orphan" line.
+// endpoint maps resolved: which keys a service port owns, and which key
+// each endpoint, depends on the order of earlier syncs, so each "numgen
+// random mod N offset K map @endpoints" is written as the anonymous map it
+// stands for, values sorted ("numgen random mod N map { 0 : V0 , ... }"),
+// and the maps' own elements are left out; a key in [K, K+N) without an
+// element shows as MISSING, an element that no rule picks as an "orphan"
+// line.
 func sortedDump(f *knftables.Fake) string {
 	elems := map[string]map[uint64]string{}
 	var lines []string
@@ -338,13 +340,18 @@ func sortedDump(f *knftables.Fake) string {
 		}
 		n, _ := strconv.ParseUint(m[1], 10, 32)
 		off, _ := strconv.ParseUint(m[2], 10, 32)
-		var arms []string
+		vals := make([]string, n)
 		for j := range n {
 			v, ok := elems[m[4]][off+j]
 			if !ok {
 				v = "MISSING"
 			}
 			delete(elems[m[4]], off+j)
+			vals[j] = v
+		}
+		slices.Sort(vals)
+		var arms []string
+		for j, v := range vals {
 			arms = append(arms, fmt.Sprintf("%d : %s", j, v))
 		}
 		lines[i] = strings.Replace(l, m[0], fmt.Sprintf("numgen random mod %d %s { %s }", n, m[3], strings.Join(arms, " , ")), 1)
@@ -595,6 +602,79 @@ func TestDiffPicks(t *testing.T) {
 		if diff := cmp.Diff(tc.adds, str(adds)); diff != "" {
 			t.Errorf("%s: adds (-want +got):\n%s", tc.name, diff)
 		}
+	}
+}
+
+func TestPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		old, nw  []string // nw in endpoint order
+		want     []string
+		elements int // element deletes and adds diffPicks then makes
+	}{
+		{"one removed from the middle: the last moves into its place", []string{"a", "b", "c", "d", "e"}, []string{"a", "b", "d", "e"}, []string{"a", "b", "e", "d"}, 3},
+		{"one added in the middle: at the end", []string{"a", "b", "c"}, []string{"a", "x", "b", "c"}, []string{"a", "b", "c", "x"}, 1},
+		{"one changed: in its place", []string{"a", "b", "c"}, []string{"a", "x", "c"}, []string{"a", "x", "c"}, 2},
+		{"old order kept, whatever the new", []string{"c", "a", "b"}, []string{"a", "b", "c"}, []string{"c", "a", "b"}, 0},
+		{"shrunk below a kept value", []string{"a", "b", "c", "d"}, []string{"x", "d"}, []string{"x", "d"}, 6},
+		{"a value twice", []string{"a", "b", "c", "d"}, []string{"b", "a", "a", "e"}, []string{"a", "b", "a", "e"}, 4},
+		{"from nothing", nil, []string{"b", "a"}, []string{"b", "a"}, 2},
+	} {
+		old := newPick(8, tc.old...)
+		p := newPick(8, tc.nw...)
+		p.place(old.sums)
+		if diff := cmp.Diff(tc.want, p.vals); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", tc.name, diff)
+		}
+		for i, v := range p.vals {
+			if p.sums[i] != valueSum(v) {
+				t.Errorf("%s: sum %d is not its value's (%s)", tc.name, i, v)
+			}
+		}
+		old.vals = nil
+		if dels, adds := diffPicks(old, p); len(dels)+len(adds) != tc.elements {
+			t.Errorf("%s: %d element deletes and adds, want %d", tc.name, len(dels)+len(adds), tc.elements)
+		}
+	}
+}
+
+// A partial sync of a 1,000-endpoint service with one endpoint more, less
+// or changed writes one to three endpoint-map elements, with and without
+// session affinity, and leaves the table as a full sync would.
+func TestPartialOneEndpointFewElements(t *testing.T) {
+	for _, affinity := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("affinity=%v", affinity), func(t *testing.T) {
+			s := frontend(1000)
+			s.AffinityTimeout = affinity
+			fake, r, st := load(t, []*proxy.Service{s})
+			step := func(what string, most int, edit func(eps []proxy.Endpoint) []proxy.Endpoint) {
+				t.Helper()
+				next := *s
+				next.Ports = slices.Clone(s.Ports)
+				next.Ports[0].Endpoints = edit(slices.Clone(s.Ports[0].Endpoints))
+				s = &next
+				tx := fake.NewTransaction()
+				st = r.Partial(tx, []*proxy.Service{s}, st, map[string]bool{s.Key(): true})
+				if n := endpointElementOps(tx); n > most {
+					t.Errorf("%s: %d endpoint-map element operations, want at most %d", what, n, most)
+				}
+				if err := fake.Run(context.Background(), tx); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				want, _, _ := load(t, []*proxy.Service{s})
+				if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+					t.Fatalf("%s: table differs from a full sync (-full +partial):\n%s", what, diff)
+				}
+			}
+			step("one removed from the middle", 3, func(eps []proxy.Endpoint) []proxy.Endpoint { return slices.Delete(eps, 500, 501) })
+			step("one added in the middle", 1, func(eps []proxy.Endpoint) []proxy.Endpoint {
+				return slices.Insert(eps, 250, ep("10.250.0.1", 8080, "node-new"))
+			})
+			step("one changed", 2, func(eps []proxy.Endpoint) []proxy.Endpoint {
+				eps[100].Port = 9090
+				return eps
+			})
+		})
 	}
 }
 
