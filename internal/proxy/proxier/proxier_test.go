@@ -782,3 +782,35 @@ func TestDriftRepairedUnderChurn(t *testing.T) {
 		busyAt: func() string { return endpoint("10.96.0.20") },
 	})
 }
+
+// BenchmarkNoLocalEndpoints is the metric's count after every sync at
+// 5,000 nodes: the gateway's frontend (a LoadBalancer with
+// externalTrafficPolicy Local, one endpoint per node, this node's last)
+// among 1,000 Services of internalTrafficPolicy Local with 10 endpoints
+// each, half of them with one on this node.
+func BenchmarkNoLocalEndpoints(b *testing.B) {
+	endpoints := func(n int, prefix byte, local bool) []proxy.Endpoint {
+		eps := make([]proxy.Endpoint, n)
+		for i := range eps {
+			eps[i] = proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, prefix, byte(i / 250), byte(i%250 + 1)}), Port: 8080,
+				Ready: true, Serving: true, NodeName: fmt.Sprintf("node-%d", i)}
+		}
+		if local {
+			eps[n-1].NodeName = "node-a"
+		}
+		return eps
+	}
+	services := []*proxy.Service{{Namespace: "ns", Name: "frontend", Type: proxy.LoadBalancer, ExternalLocal: true,
+		LoadBalancerIPs: []netip.Addr{a("172.29.1.60")},
+		Ports:           []proxy.ServicePort{{Protocol: proxy.TCP, Port: 443, NodePort: 30443, Endpoints: endpoints(5000, 244, true)}}}}
+	for i := range 1000 {
+		services = append(services, &proxy.Service{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), Type: proxy.ClusterIP, InternalLocal: true,
+			Ports: []proxy.ServicePort{{Protocol: proxy.TCP, Port: 80, Endpoints: endpoints(10, 245, i%2 == 0)}}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if internal, external := noLocalEndpoints(services, "node-a"); internal != 500 || external != 0 {
+			b.Fatalf("noLocalEndpoints = %d, %d; want 500, 0", internal, external)
+		}
+	}
+}
