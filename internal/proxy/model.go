@@ -123,6 +123,18 @@ func Usable(eps []Endpoint, node string) []Endpoint {
 	return term
 }
 
+// HasUsable says whether Usable(eps, node) has any endpoint, without
+// building it: one on node (any when node is "") that is ready, or serving
+// and terminating (Usable's fallback when none is ready).
+func HasUsable(eps []Endpoint, node string) bool {
+	for _, ep := range eps {
+		if (node == "" || ep.NodeName == node) && (ep.Ready || ep.Serving && ep.Terminating) {
+			return true
+		}
+	}
+	return false
+}
+
 // PortEndpoints is how a service port's traffic policies split its
 // usable endpoints; the kernel modes' renderers both serve from it.
 type PortEndpoints struct {

@@ -48,3 +48,29 @@ func TestPick(t *testing.T) {
 		t.Fatalf("Pick: %v", got)
 	}
 }
+
+// HasUsable agrees with Usable on every list of up to two endpoints of
+// any readiness on two nodes, for every node asked.
+func TestHasUsable(t *testing.T) {
+	var one []Endpoint
+	for _, nodeName := range []string{"a", "b"} {
+		for flags := range 8 {
+			one = append(one, Endpoint{IP: netip.MustParseAddr("10.0.0.1"), Port: 80, NodeName: nodeName,
+				Ready: flags&1 != 0, Serving: flags&2 != 0, Terminating: flags&4 != 0})
+		}
+	}
+	lists := [][]Endpoint{nil}
+	for _, x := range one {
+		lists = append(lists, []Endpoint{x})
+		for _, y := range one {
+			lists = append(lists, []Endpoint{x, y})
+		}
+	}
+	for _, eps := range lists {
+		for _, node := range []string{"", "a", "b", "c"} {
+			if got, want := HasUsable(eps, node), len(Usable(eps, node)) > 0; got != want {
+				t.Errorf("HasUsable(%+v, %q) = %v, want %v", eps, node, got, want)
+			}
+		}
+	}
+}

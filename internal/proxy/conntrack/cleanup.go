@@ -57,10 +57,10 @@ func Stale(prev, cur *proxy.Service) []Filter {
 	if cur != nil {
 		for i := range cur.Ports {
 			cp := &cur.Ports[i]
-			if !cleaned(cp.Protocol) || len(proxy.Usable(cp.Endpoints, "")) == 0 {
+			if !cleaned(cp.Protocol) || !proxy.HasUsable(cp.Endpoints, "") {
 				continue
 			}
-			if pp := port(prev, cp.Name, cp.Protocol); pp != nil && len(proxy.Usable(pp.Endpoints, "")) > 0 {
+			if pp := port(prev, cp.Name, cp.Protocol); pp != nil && proxy.HasUsable(pp.Endpoints, "") {
 				continue
 			}
 			for _, ip := range addresses(cur) {

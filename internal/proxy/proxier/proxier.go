@@ -415,7 +415,7 @@ func noLocalEndpoints(services []*proxy.Service, node string) (internal, externa
 		}
 		for i := range svc.Ports {
 			sp := &svc.Ports[i]
-			if len(proxy.Usable(sp.Endpoints, "")) == 0 || (node != "" && len(proxy.Usable(sp.Endpoints, node)) > 0) {
+			if !proxy.HasUsable(sp.Endpoints, "") || (node != "" && proxy.HasUsable(sp.Endpoints, node)) {
 				continue
 			}
 			if svc.InternalLocal {
