@@ -1066,13 +1066,15 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 				sums: make([]uint64, len(eps)), vals: make([]string, len(eps))}
 			numgen := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(pk.keys.off), 10)
 			var rules []string
+			var val []byte // "address . port", built without a string per part
 			for i, ep := range eps {
 				if svc.AffinityTimeout > 0 {
 					c := epChain(ep)
 					rules = append(rules, ip+" saddr @aff-"+hash(id+"/"+netip.AddrPortFrom(ep.IP, ep.Port).String())+" goto "+c)
 					pk.vals[i] = "goto " + c
 				} else {
-					pk.vals[i] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
+					val = strconv.AppendUint(append(ep.IP.AppendTo(val[:0]), " . "...), uint64(ep.Port), 10)
+					pk.vals[i] = string(val)
 				}
 				pk.sums[i] = valueSum(pk.vals[i])
 			}
@@ -1220,8 +1222,9 @@ func (r *Renderer) offClusterMasq() []string {
 }
 
 // usable is proxy.Usable(eps, node) without the endpoints of the other
-// family or without a port, in one allocation (it runs twice per service
-// port on every render).
+// family or without a port, in one allocation, or none when it keeps every
+// endpoint (it runs twice per service port on every render, and a large
+// service's endpoints are mostly all usable).
 func (r *Renderer) usable(eps []proxy.Endpoint, node string) []proxy.Endpoint {
 	ready := slices.ContainsFunc(eps, func(ep proxy.Endpoint) bool { return ep.Ready && (node == "" || ep.NodeName == node) })
 	keep := func(ep proxy.Endpoint) bool {
@@ -1239,8 +1242,11 @@ func (r *Renderer) usable(eps []proxy.Endpoint, node string) []proxy.Endpoint {
 			n++
 		}
 	}
-	if n == 0 {
+	switch n {
+	case 0:
 		return nil
+	case len(eps):
+		return eps[:n:n] // read only: the renderer never writes an endpoint
 	}
 	out := make([]proxy.Endpoint, 0, n)
 	for _, ep := range eps {
