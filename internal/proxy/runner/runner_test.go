@@ -17,7 +17,7 @@ type harness struct {
 	r     *Runner
 	// results ends each sync when result is nil.
 	results chan error
-	result  func(runnertest.Event) error
+	result  func(*harness, runnertest.Event) error
 }
 
 const (
@@ -28,13 +28,13 @@ const (
 
 // start runs a loop on a fake clock; result, when set, ends each sync
 // (else the test does, on h.results).
-func start(t *testing.T, cfg Config, result func(runnertest.Event) error) *harness {
+func start(t *testing.T, cfg Config, result func(*harness, runnertest.Event) error) *harness {
 	h := &harness{t: t, clock: runnertest.New(), results: make(chan error), result: result}
 	cfg.Clock = h.clock
 	h.r = New(func(ctx context.Context, full bool) error {
 		h.clock.Synced(full)
 		if h.result != nil {
-			return h.result(runnertest.Event{At: h.clock.Now(), Full: full})
+			return h.result(h, runnertest.Event{At: h.clock.Now(), Full: full})
 		}
 		select {
 		case err := <-h.results:
@@ -142,7 +142,7 @@ func TestFailedSyncIsRetriedFully(t *testing.T) {
 // A sync requested every half period still leaves a full one at least
 // every period: churn must not postpone the repair of drift for ever.
 func TestFullResyncUnderChurn(t *testing.T) {
-	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI}, func(runnertest.Event) error { return nil })
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI}, func(*harness, runnertest.Event) error { return nil })
 	t0 := h.clock.Now()
 	syncs := h.clock.Idle(t)
 	const step = 5 * time.Second
@@ -180,7 +180,7 @@ func TestFullResyncUnderChurn(t *testing.T) {
 // success resets the backoff.
 func TestFailedSyncsBackOff(t *testing.T) {
 	failing := true
-	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: time.Second}, func(runnertest.Event) error {
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: time.Second}, func(*harness, runnertest.Event) error {
 		if failing {
 			return errors.New("nft: boom")
 		}
@@ -229,7 +229,7 @@ func TestFailedSyncsBackOff(t *testing.T) {
 }
 
 func TestRetryNoSoonerThanMinInterval(t *testing.T) {
-	h := start(t, Config{MinInterval: 10 * time.Second, MaxInterval: time.Minute, RetryInterval: time.Second}, func(runnertest.Event) error {
+	h := start(t, Config{MinInterval: 10 * time.Second, MaxInterval: time.Minute, RetryInterval: time.Second}, func(*harness, runnertest.Event) error {
 		return errors.New("nft: boom")
 	})
 	t0 := h.clock.Now()
@@ -271,7 +271,7 @@ func TestSlowFullResyncIsSpacedOut(t *testing.T) {
 func TestFullIntervalApartFromMaxInterval(t *testing.T) {
 	const fullI = 10 * maxI
 	failing := false
-	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, FullInterval: fullI, RetryInterval: time.Second}, func(runnertest.Event) error {
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, FullInterval: fullI, RetryInterval: time.Second}, func(*harness, runnertest.Event) error {
 		if failing {
 			return errors.New("nft: boom")
 		}
@@ -324,8 +324,9 @@ func TestFullIntervalApartFromMaxInterval(t *testing.T) {
 // PartialSpacing times d after its start.
 func TestPartialSyncsSpacedByTheirDuration(t *testing.T) {
 	var took time.Duration // how long each sync takes
-	var h *harness
-	h = start(t, Config{MaxInterval: maxI, RetryInterval: retryI, PartialSpacing: 10}, func(runnertest.Event) error {
+	// The callback gets the harness as an argument: the loop may run the
+	// first sync before start returns it.
+	h := start(t, Config{MaxInterval: maxI, RetryInterval: retryI, PartialSpacing: 10}, func(h *harness, _ runnertest.Event) error {
 		h.clock.Advance(took)
 		return nil
 	})
@@ -355,7 +356,7 @@ func TestPartialSyncsSpacedByTheirDuration(t *testing.T) {
 
 // MinInterval stays the floor under PartialSpacing.
 func TestPartialSpacingKeepsMinInterval(t *testing.T) {
-	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI, PartialSpacing: 10}, func(runnertest.Event) error { return nil })
+	h := start(t, Config{MinInterval: minI, MaxInterval: maxI, RetryInterval: retryI, PartialSpacing: 10}, func(*harness, runnertest.Event) error { return nil })
 	t0 := h.clock.Now()
 	h.clock.Idle(t)
 	h.r.Run()
