@@ -528,10 +528,6 @@ func (c *Controller) reconcileFrontends(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, errs := plan(planInput{
-		Gateways: gws, Existing: fronts, Nodes: nodes, Range: c.opts.Range,
-		Ingress: c.opts.Ingress, Namespace: c.opts.Namespace, IngressHTTP: c.opts.IngressHTTP, IngressHTTPS: c.opts.IngressHTTPS,
-	})
 	slices := map[types.NamespacedName]map[string]*discoveryv1.EndpointSlice{}
 	for _, s := range fronts {
 		slices[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}], err = c.frontendSlicesOf(s)
@@ -539,6 +535,10 @@ func (c *Controller) reconcileFrontends(ctx context.Context) error {
 			return err
 		}
 	}
+	p, errs := plan(planInput{
+		Gateways: gws, Existing: fronts, ExistingSlices: slices, Nodes: nodes, Range: c.opts.Range,
+		Ingress: c.opts.Ingress, Namespace: c.opts.Namespace, IngressHTTP: c.opts.IngressHTTP, IngressHTTPS: c.opts.IngressHTTPS,
+	})
 	errs = append(errs, applyFrontends(ctx, c.kube, p, fronts, slices))
 	return errors.Join(errs...)
 }

@@ -128,8 +128,11 @@ type planInput struct {
 	// Existing are the frontend Services now (labelled LabelGateway or
 	// LabelIngress), the record of bind ports handed out.
 	Existing []*corev1.Service
-	Nodes    []*corev1.Node
-	Range    PortRange
+	// ExistingSlices are the Existing Services' EndpointSlices, by
+	// Service and slice name: a node keeps its slice.
+	ExistingSlices map[types.NamespacedName]map[string]*discoveryv1.EndpointSlice
+	Nodes          []*corev1.Node
+	Range          PortRange
 	// Ingress, when set, adds the Ingress frontend in Namespace with
 	// 80 -> IngressHTTP and 443 -> IngressHTTPS.
 	Ingress                   bool
@@ -213,7 +216,7 @@ func plan(in planInput) (frontendPlan, []error) {
 		owner := metav1.OwnerReference{APIVersion: gwv1.GroupVersion.String(), Kind: "Gateway", Name: gw.Name, UID: gw.UID}
 		svc := frontendService(gw.Namespace, frontendName(gw.Name), map[string]string{LabelGateway: gw.Name}, sp, &owner)
 		out.Services = append(out.Services, svc)
-		out.Slices = append(out.Slices, frontendSlices(svc, addrs))
+		out.Slices = append(out.Slices, frontendSlices(svc, addrs, in.ExistingSlices[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}]))
 	}
 	if in.Ingress {
 		sp := []corev1.ServicePort{
@@ -222,7 +225,7 @@ func plan(in planInput) (frontendPlan, []error) {
 		}
 		svc := frontendService(in.Namespace, IngressService, map[string]string{LabelIngress: "true"}, sp, nil)
 		out.Services = append(out.Services, svc)
-		out.Slices = append(out.Slices, frontendSlices(svc, addrs))
+		out.Slices = append(out.Slices, frontendSlices(svc, addrs, in.ExistingSlices[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}]))
 	}
 	return out, errs
 }
@@ -264,8 +267,12 @@ func nodeAddresses(nodes []*corev1.Node) []nodeAddress {
 }
 
 // maxFrontendEndpoints is how many nodes one frontend EndpointSlice
-// names: the API's limit. A cluster of more nodes gets more slices.
-const maxFrontendEndpoints = 1000
+// names: upstream's default --max-endpoints-per-slice. Every node's proxy
+// watches these slices, and a node that comes or goes rewrites one of
+// them, so the smaller they are the less each change costs every node
+// (a 1,000-endpoint slice is ~100 KB to send and decode, on each node,
+// for each node that joins or leaves).
+const maxFrontendEndpoints = 100
 
 // frontendSliceName is the name of svc's k-th EndpointSlice (from 0):
 // the Service's own name, then <name>-2, <name>-3, ... (never a frontend
@@ -277,17 +284,92 @@ func frontendSliceName(svc string, k int) string {
 	return svc + "-" + strconv.Itoa(k+1)
 }
 
-// frontendSlices are svc's EndpointSlices: every node (by name, at most
-// maxFrontendEndpoints a slice), on the bind ports; one slice with no
-// endpoints when there are no nodes. Nodes are cut in name order, so a
-// node that comes or goes rewrites the slices from its own on.
-func frontendSlices(svc *corev1.Service, nodes []nodeAddress) []*discoveryv1.EndpointSlice {
-	var out []*discoveryv1.EndpointSlice
-	for k := 0; k == 0 || k*maxFrontendEndpoints < len(nodes); k++ {
-		chunk := nodes[k*maxFrontendEndpoints : min(len(nodes), (k+1)*maxFrontendEndpoints)]
-		out = append(out, frontendSlice(svc, frontendSliceName(svc.Name, k), chunk))
+// frontendSliceIndex is k for frontendSliceName(svc, k) == name.
+func frontendSliceIndex(svc, name string) (int, bool) {
+	if name == svc {
+		return 0, true
 	}
-	return out
+	n, err := strconv.Atoi(strings.TrimPrefix(name, svc+"-"))
+	if !strings.HasPrefix(name, svc+"-") || err != nil || n < 2 || frontendSliceName(svc, n-1) != name {
+		return 0, false
+	}
+	return n - 1, true
+}
+
+// frontendSlices are svc's EndpointSlices: every node once, at most
+// maxFrontendEndpoints a slice, on the bind ports; one slice with no
+// endpoints when there are no nodes. have are the slices now, by name. A
+// node stays in the slice that names it (with its address now); new
+// nodes, by name, fill the slices with room, in order, before a new slice
+// (the lowest free name) is made; a slice left empty goes. So a node that
+// comes or goes rewrites one slice, not every slice after its place in a
+// sorted list.
+func frontendSlices(svc *corev1.Service, nodes []nodeAddress, have map[string]*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	ip := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		ip[n.Name] = n.IP
+	}
+	type slot struct {
+		k     int
+		nodes []nodeAddress
+	}
+	type current struct {
+		k  int
+		es *discoveryv1.EndpointSlice
+	}
+	var cur []current
+	for name, es := range have {
+		if k, ok := frontendSliceIndex(svc.Name, name); ok {
+			cur = append(cur, current{k, es})
+		}
+	}
+	slices.SortFunc(cur, func(a, b current) int { return a.k - b.k })
+	placed := map[string]bool{}
+	used := map[int]bool{}
+	var out []*slot
+	for _, c := range cur {
+		s := &slot{k: c.k}
+		for _, e := range c.es.Endpoints {
+			if e.NodeName == nil || placed[*e.NodeName] || len(s.nodes) == maxFrontendEndpoints {
+				continue
+			}
+			if a, ok := ip[*e.NodeName]; ok {
+				s.nodes = append(s.nodes, nodeAddress{*e.NodeName, a})
+				placed[*e.NodeName] = true
+			}
+		}
+		if len(s.nodes) > 0 {
+			out = append(out, s)
+			used[s.k] = true
+		}
+	}
+	open, free := 0, 0 // the first slice that may have room; the lowest k to try for a new one
+	for _, n := range nodes {
+		if placed[n.Name] {
+			continue
+		}
+		for open < len(out) && len(out[open].nodes) >= maxFrontendEndpoints {
+			open++
+		}
+		if open == len(out) {
+			for used[free] {
+				free++
+			}
+			used[free] = true
+			out = append(out, &slot{k: free})
+		}
+		out[open].nodes = append(out[open].nodes, n)
+	}
+	if len(out) == 0 {
+		out = append(out, &slot{k: 0})
+	}
+	slices.SortFunc(out, func(a, b *slot) int { return a.k - b.k })
+	es := make([]*discoveryv1.EndpointSlice, len(out))
+	for i, s := range out {
+		slices.SortFunc(s.nodes, func(a, b nodeAddress) int { return strings.Compare(a.Name, b.Name) })
+		es[i] = frontendSlice(svc, frontendSliceName(svc.Name, s.k), s.nodes)
+	}
+	return es
 }
 
 // frontendSlice is svc's EndpointSlice name for nodes, on the bind ports.
