@@ -74,3 +74,50 @@ func TestCheckOK(t *testing.T) {
 		t.Errorf("/readyz: %v", err)
 	}
 }
+
+// A taken address fails Listen, naming it; ServeListener closes the
+// listener when its context ends, so the address is free again.
+func TestListenAndServeListener(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if _, err := Listen(addr); err == nil || !strings.Contains(err.Error(), "listening on "+addr) {
+		t.Fatalf("Listen on a taken address: %v, want an error naming %s", err, addr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- ServeListener(ctx, ln, http.NotFoundHandler()) }()
+	// The listener accepts from the start: no waiting for the server.
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /: %s", resp.Status)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("ServeListener after cancel: %v", err)
+	}
+	again, err := Listen(addr)
+	if err != nil {
+		t.Fatalf("the address after ServeListener returned: %v", err)
+	}
+	again.Close()
+}
+
+// AddProfiling serves Go's profiles under /debug/pprof/.
+func TestAddProfiling(t *testing.T) {
+	mux := http.NewServeMux()
+	AddProfiling(mux)
+	for path, want := range map[string]string{"/debug/pprof/": "goroutine", "/debug/pprof/cmdline": "httpserver.test", "/debug/pprof/heap?debug=1": "heap profile"} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("%s: %d, body without %q: %.200s", path, rec.Code, want, rec.Body)
+		}
+	}
+}

@@ -15,7 +15,6 @@ package metrics
 import (
 	"context"
 	"net/http"
-	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -147,11 +146,7 @@ func (m *Metrics) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	if m.Profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		httpserver.AddProfiling(mux)
 	}
 	if m.ProxyMode != "" {
 		mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
