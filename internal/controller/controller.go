@@ -3,13 +3,15 @@
 // kube-scheduler, a pod binder (binder), with --endpointslices, the
 // EndpointSlice controller (internal/endpointslice), and with a
 // load-balancer IP pool, LoadBalancer address allocation (lbipam). All run
-// over one informer factory, after one cache sync, until the context ends.
+// over one informer factory, after one cache sync, until the context ends,
+// with /healthz, /metrics and optionally /debug/pprof/ served (metrics.go).
 package controller
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 
@@ -30,6 +32,7 @@ import (
 	"github.com/flatnet/flatnet/internal/controller/lbipam"
 	"github.com/flatnet/flatnet/internal/controller/nodeipam"
 	"github.com/flatnet/flatnet/internal/endpointslice"
+	"github.com/flatnet/flatnet/internal/httpserver"
 	"github.com/flatnet/flatnet/internal/kube"
 )
 
@@ -58,6 +61,10 @@ type Options struct {
 	// LoadBalancer Services addresses (lbipam); either turns it on.
 	LoadBalancerIPPool          string
 	LoadBalancerIPPoolConfigMap string
+	// MetricsBindAddress (host:port) serves /metrics and /healthz, and
+	// with Profiling /debug/pprof/; empty: no server.
+	MetricsBindAddress string
+	Profiling          bool
 }
 
 // lbIPAM reports whether o turns load-balancer IP allocation on.
@@ -104,6 +111,7 @@ func DefaultOptions() Options {
 		KubeAPIQPS:           DefaultKubeAPIQPS,
 		KubeAPIBurst:         DefaultKubeAPIBurst,
 		MaxEndpointsPerSlice: endpointslice.DefaultMaxEndpointsPerSlice,
+		MetricsBindAddress:   DefaultMetricsBindAddress,
 	}
 }
 
@@ -164,7 +172,15 @@ pool is comma-separated CIDRs, a-b ranges or addresses
 the same syntax, adds to the flag's and is watched. An address outside a
 shrunk pool stays with its Service until released. Something must route
 the pool to the nodes (a BGP or static route); the agents' --proxy answers
-the addresses on every node.`,
+the addresses on every node.
+
+On --metrics-bind-address (` + DefaultMetricsBindAddress + ` by default; empty turns it off) it
+serves, as kube-controller-manager does: /healthz, "ok" while the process
+runs (a Deployment's liveness probe); /metrics, Go runtime and process
+metrics and client-go's workqueue metrics (workqueue_*, label name:
+nodeipam, binder, endpointslice, lbipam); and with --profiling Go's
+/debug/pprof/. No authentication: keep it on loopback or a trusted
+network. A taken address fails the start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := kube.SignalContext(cmd.Context(), "controller")
@@ -188,6 +204,8 @@ the addresses on every node.`,
 	fs.IntVar(&o.EndpointSliceWorkers, "endpointslice-workers", o.EndpointSliceWorkers, "--endpointslices: Services synced at once (1..256; kube-controller-manager's --concurrent-service-endpoint-syncs); a sync waits for its writes, so this many can be in flight")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "most requests a second, on average, to the API server (client-side limit)")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "most requests at once to the API server above --kube-api-qps")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "host:port of /metrics (Go, process and workqueue metrics) and /healthz; empty turns it off")
+	fs.BoolVar(&o.Profiling, "profiling", false, "also serve Go's /debug/pprof/ (heap, CPU, goroutine profiles) on --metrics-bind-address, as kube-controller-manager's --profiling does")
 	kube.AddLogFlags(fs)
 	return cmd
 }
@@ -209,11 +227,24 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--cluster-cidr/--node-cidr-mask-size: %w", err)
 		}
 	}
+	// Listen before connecting: a taken address fails the start, where a
+	// supervisor shows it, not a controller already at work.
+	var ln net.Listener
+	if o.MetricsBindAddress != "" {
+		l, err := httpserver.Listen(o.MetricsBindAddress)
+		if err != nil {
+			return fmt.Errorf("--metrics-bind-address: %w", err)
+		}
+		ln = l
+	}
 	client, err := kube.ClientWithRate(o.Kubeconfig, "flatnet-controller", o.KubeAPIQPS, o.KubeAPIBurst)
 	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
 		return err
 	}
-	return run(ctx, client, cfg, o)
+	return withServer(ctx, ln, o.Profiling, func(ctx context.Context) error { return run(ctx, client, cfg, o) })
 }
 
 func run(ctx context.Context, client kubernetes.Interface, cfg nodeipam.Config, o Options) error {

@@ -26,7 +26,7 @@ func TestEndpointSlicesFlag(t *testing.T) {
 	}
 	// --endpointslices alone is something to do.
 	o := DefaultOptions()
-	o.AllocateNodeCIDRs, o.EndpointSlices, o.Kubeconfig = false, true, "/nonexistent"
+	o.AllocateNodeCIDRs, o.EndpointSlices, o.Kubeconfig, o.MetricsBindAddress = false, true, "/nonexistent", "127.0.0.1:0"
 	err := Run(context.Background(), o)
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent") {
 		t.Errorf("--endpointslices only: %v, want a connection error, not 'nothing to do'", err)

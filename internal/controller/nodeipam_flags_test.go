@@ -33,15 +33,16 @@ func TestRateFlags(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", o, err, c.want)
 		}
 	}
-	// Node IPAM workers do not matter when it is off.
+	// Node IPAM workers do not matter when it is off. (A free port for
+	// the metrics server: the default may be taken on this machine.)
 	o := DefaultOptions()
-	o.AllocateNodeCIDRs, o.BindPods, o.NodeIPAMWorkers, o.Kubeconfig = false, true, 0, "/nonexistent"
+	o.AllocateNodeCIDRs, o.BindPods, o.NodeIPAMWorkers, o.Kubeconfig, o.MetricsBindAddress = false, true, 0, "/nonexistent", "127.0.0.1:0"
 	if err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "/nonexistent") {
 		t.Errorf("--bind-pods --node-ipam-workers=0 --allocate-node-cidrs=false: %v, want a connection error", err)
 	}
 	// The defaults connect.
 	o = DefaultOptions()
-	o.Kubeconfig = "/nonexistent"
+	o.Kubeconfig, o.MetricsBindAddress = "/nonexistent", "127.0.0.1:0"
 	if err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "/nonexistent") {
 		t.Errorf("defaults: %v, want a connection error", err)
 	}
