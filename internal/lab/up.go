@@ -423,6 +423,11 @@ func controllerArgv(s *Spec) []string {
 		"--cluster-cidr", s.ClusterCIDR.String(),
 		"--node-cidr-mask-size", strconv.Itoa(s.NodeCIDRMaskSize),
 		"--allocate-node-cidrs=true",
+		// No metrics server: unlike the agents, each in its node's
+		// namespace, the controller runs in the machine's, where every
+		// lab's controller would take the same default address and the
+		// second would fail to start.
+		"--metrics-bind-address=",
 		// flatnet writes the EndpointSlices the agents' Service proxies
 		// read (kube-controller-manager's controller is off).
 		"--endpointslices",
