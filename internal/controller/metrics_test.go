@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -12,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/flatnet/flatnet/deploy"
 	"github.com/flatnet/flatnet/internal/controller/nodeipam"
 	"github.com/flatnet/flatnet/internal/httpserver"
 )
@@ -153,4 +157,36 @@ func TestMetricsAddressTaken(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "--metrics-bind-address: listening on "+addr+": ") {
 		t.Fatalf("controller on a taken address: %v, want an error naming --metrics-bind-address and %s", err, addr)
 	}
+}
+
+// deploy/flatnet.yaml's liveness probe asks the controller where it
+// serves by default, and its command leaves that default as it is.
+func TestManifestLivenessProbe(t *testing.T) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(deploy.Manifest), 4096)
+	for {
+		var d appsv1.Deployment
+		if err := dec.Decode(&d); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind != "Deployment" || d.Name != "flatnet-controller" {
+			continue
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		p := c.LivenessProbe
+		if p == nil || p.HTTPGet == nil {
+			t.Fatalf("container %s has no HTTP liveness probe", c.Name)
+		}
+		if got := net.JoinHostPort(p.HTTPGet.Host, p.HTTPGet.Port.String()); got != DefaultMetricsBindAddress || p.HTTPGet.Path != "/healthz" {
+			t.Errorf("liveness probe GETs %s%s, want %s/healthz", got, p.HTTPGet.Path, DefaultMetricsBindAddress)
+		}
+		for _, a := range c.Command {
+			if strings.HasPrefix(a, "--metrics-bind-address") {
+				t.Errorf("the command sets %s: the probe wants the default", a)
+			}
+		}
+		return
+	}
+	t.Fatal("deploy/flatnet.yaml has no Deployment flatnet-controller")
 }
