@@ -352,7 +352,7 @@ func TestArgv(t *testing.T) {
 	}
 	got = strings.Join(controllerArgv(s), " ")
 	want = "/var/lib/flatnet/lab/flatnet/bin/flatnet controller --kubeconfig /var/lib/flatnet/lab/flatnet/admin.kubeconfig" +
-		" --cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 --allocate-node-cidrs=true --metrics-bind-address= --endpointslices"
+		" --cluster-cidr 10.244.0.0/16 --node-cidr-mask-size 24 --allocate-node-cidrs=true --metrics-bind-address=" + s.HostAddr.String() + ":9081 --profiling --endpointslices"
 	if got != want {
 		t.Errorf("controller argv:\n got %s\nwant %s", got, want)
 	}

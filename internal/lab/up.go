@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -415,6 +416,10 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 	return cfg
 }
 
+// controllerMetricsPort is the port of the lab controller's metrics
+// server (the port of controller.DefaultMetricsBindAddress).
+const controllerMetricsPort = 9081
+
 // controllerArgv is the command line of the lab's flatnet controller.
 func controllerArgv(s *Spec) []string {
 	argv := []string{
@@ -423,11 +428,13 @@ func controllerArgv(s *Spec) []string {
 		"--cluster-cidr", s.ClusterCIDR.String(),
 		"--node-cidr-mask-size", strconv.Itoa(s.NodeCIDRMaskSize),
 		"--allocate-node-cidrs=true",
-		// No metrics server: unlike the agents, each in its node's
-		// namespace, the controller runs in the machine's, where every
-		// lab's controller would take the same default address and the
-		// second would fail to start.
-		"--metrics-bind-address=",
+		// The metrics server (with pprof: a lab is for looking inside)
+		// on the lab's own host address: unlike the agents, each in its
+		// node's namespace, the controller runs in the machine's, where
+		// every lab's controller would take the same default address and
+		// the second would fail to start.
+		"--metrics-bind-address=" + net.JoinHostPort(s.HostAddr.String(), strconv.Itoa(controllerMetricsPort)),
+		"--profiling",
 		// flatnet writes the EndpointSlices the agents' Service proxies
 		// read (kube-controller-manager's controller is off).
 		"--endpointslices",
