@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flatnet/flatnet/internal/agent/subnet"
+	"github.com/flatnet/flatnet/internal/controller"
 	"github.com/flatnet/flatnet/internal/hostroutes"
 	"github.com/flatnet/flatnet/internal/lab/controlplane"
 	"github.com/flatnet/flatnet/internal/lab/simnodes"
@@ -416,9 +417,13 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 	return cfg
 }
 
-// controllerMetricsPort is the port of the lab controller's metrics
-// server (the port of controller.DefaultMetricsBindAddress).
-const controllerMetricsPort = 9081
+// controllerMetricsAddr is where the lab's controller serves its metrics:
+// the port of controller.DefaultMetricsBindAddress on the lab's own host
+// address.
+func controllerMetricsAddr(s *Spec) string {
+	_, port, _ := net.SplitHostPort(controller.DefaultMetricsBindAddress)
+	return net.JoinHostPort(s.HostAddr.String(), port)
+}
 
 // controllerArgv is the command line of the lab's flatnet controller.
 func controllerArgv(s *Spec) []string {
@@ -433,7 +438,7 @@ func controllerArgv(s *Spec) []string {
 		// node's namespace, the controller runs in the machine's, where
 		// every lab's controller would take the same default address and
 		// the second would fail to start.
-		"--metrics-bind-address=" + net.JoinHostPort(s.HostAddr.String(), strconv.Itoa(controllerMetricsPort)),
+		"--metrics-bind-address=" + controllerMetricsAddr(s),
 		"--profiling",
 		// flatnet writes the EndpointSlices the agents' Service proxies
 		// read (kube-controller-manager's controller is off).
