@@ -119,7 +119,7 @@ func peerRouteDsts(netnsName string, cluster, own netip.Prefix) ([]string, error
 	for _, line := range strings.Split(string(out), "\n") {
 		dst, _, _ := strings.Cut(line, " ")
 		p, err := netip.ParsePrefix(dst)
-		if err != nil || !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() || p.Overlaps(own) {
+		if err != nil || !isPeerRoute(cluster, own)(p) {
 			continue
 		}
 		dsts = append(dsts, dst)
@@ -127,8 +127,16 @@ func peerRouteDsts(netnsName string, cluster, own netip.Prefix) ([]string, error
 	return dsts, nil
 }
 
+// isPeerRoute: a destination inside the cluster's range, no wider than it,
+// that is not the node's own.
+func isPeerRoute(cluster, own netip.Prefix) func(netip.Prefix) bool {
+	return func(p netip.Prefix) bool {
+		return cluster.Contains(p.Addr()) && p.Bits() >= cluster.Bits() && !p.Overlaps(own)
+	}
+}
+
 // deletePeerRoutes deletes, in the lab node's namespace, the routes
-// peerRoutes counts (one ip -batch).
+// peerRoutes counts and the agent's nexthop objects (one ip -batch).
 func deletePeerRoutes(netnsName string, cluster, own netip.Prefix) error {
 	dsts, err := peerRouteDsts(netnsName, cluster, own)
 	if err != nil || len(dsts) == 0 {
@@ -138,6 +146,8 @@ func deletePeerRoutes(netnsName string, cluster, own netip.Prefix) error {
 	for _, d := range dsts {
 		fmt.Fprintf(&batch, "route del %s\n", d)
 	}
+	// And the agent's nexthop objects, as on a node that never ran it.
+	batch.WriteString("nexthop flush proto 0x66\n")
 	cmd := exec.Command("ip", "-n", netnsName, "-batch", "-")
 	cmd.Stdin = strings.NewReader(batch.String())
 	if out, err := cmd.CombinedOutput(); err != nil {
