@@ -101,9 +101,6 @@ func TestTransform(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := got.(*Pod)
-	if len(p.ManagedFields) != 0 || len(p.Annotations) != 0 || len(p.OwnerReferences) != 0 || p.GenerateName != "" {
-		t.Errorf("transformed pod keeps what the controller never reads: %+v", p)
-	}
 	if len(p.Ports) != 2 || len(p.SidecarPorts) != 0 {
 		t.Errorf("ports: %+v %+v, want the two containers' ports", p.Ports, p.SidecarPorts)
 	}
@@ -115,8 +112,8 @@ func TestTransform(t *testing.T) {
 	}
 	// What the controller reads is all there.
 	want := &Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: full.Name, Namespace: full.Namespace, UID: full.UID, ResourceVersion: full.ResourceVersion, Labels: full.Labels},
-		NodeName:   full.Spec.NodeName, Phase: corev1.PodRunning, IPs: []string{full.Status.PodIP},
+		PodMeta:  PodMeta{Name: full.Name, Namespace: full.Namespace, UID: full.UID, ResourceVersion: full.ResourceVersion, Labels: full.Labels},
+		NodeName: full.Spec.NodeName, Phase: corev1.PodRunning, IPs: []string{full.Status.PodIP},
 		Ready: corev1.ConditionTrue, ReadySince: full.Status.Conditions[1].LastTransitionTime,
 		Ports: []corev1.ContainerPort{full.Spec.Containers[0].Ports[0], full.Spec.Containers[1].Ports[0]},
 	}
