@@ -81,7 +81,7 @@ func scaleSimulated(ctx context.Context, s *Spec, kubeconfig string, readyTimeou
 		return "", err
 	}
 	start := time.Now()
-	plan, err := simnodes.Scale(ctx, c, s.SimConfig(), s.SimulatedNodes, 0)
+	plan, listed, err := simnodes.Scale(ctx, c, s.SimConfig(), s.SimulatedNodes, 0)
 	if err != nil {
 		return "", err
 	}
@@ -92,7 +92,7 @@ func scaleSimulated(ctx context.Context, s *Spec, kubeconfig string, readyTimeou
 	}
 	wctx, cancel := context.WithTimeout(ctx, simulatedTimeout(readyTimeout, s.SimulatedNodes))
 	defer cancel()
-	t, err := simnodes.WaitReady(wctx, c, s.Name, s.SimulatedNodes, start)
+	t, err := simnodes.WaitReady(wctx, c, s.Name, s.SimulatedNodes, start, listed)
 	if err != nil {
 		if _, ok := proc.Running(s.StateDir, ProcKwok); !ok {
 			log := proc.LogFile(s.StateDir, ProcKwok)

@@ -45,26 +45,27 @@ func NewClient(kubeconfig string) (kubernetes.Interface, error) {
 }
 
 // List returns lab's simulated nodes as the API has them.
-func List(ctx context.Context, c kubernetes.Interface, lab string) ([]corev1.Node, error) {
+func List(ctx context.Context, c kubernetes.Interface, lab string) (*corev1.NodeList, error) {
 	l, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: Selector(lab)})
 	if err != nil {
 		return nil, fmt.Errorf("listing simulated nodes of lab %s: %w", lab, err)
 	}
-	return l.Items, nil
+	return l, nil
 }
 
 // Scale makes lab's simulated nodes exactly 1..n (List, Plan, Apply) and
-// returns the plan it applied.
-func Scale(ctx context.Context, c kubernetes.Interface, cfg Config, n, parallelism int) (Plan, error) {
+// returns the plan it applied and the list it planned from, which
+// WaitReady can follow from instead of listing them all again.
+func Scale(ctx context.Context, c kubernetes.Interface, cfg Config, n, parallelism int) (Plan, *corev1.NodeList, error) {
 	have, err := List(ctx, c, cfg.Lab)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, nil, err
 	}
-	p, err := cfg.Plan(have, n)
+	p, err := cfg.Plan(have.Items, n)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, nil, err
 	}
-	return p, Apply(ctx, c, p, parallelism)
+	return p, have, Apply(ctx, c, p, parallelism)
 }
 
 // Create creates simulated nodes from..to (1-based, inclusive) of cfg with
@@ -190,11 +191,14 @@ type Timings struct {
 
 // WaitReady waits until lab's simulated nodes 1..n all exist, are Ready
 // and have a podCIDR, and returns when each of the last two held for all,
-// measured from start. It lists the nodes once and then follows a watch
+// measured from start. It lists the nodes once (or starts from listed,
+// Scale's list, when not nil) and then follows a watch from that list
 // (listing again when the watch ends), so a wait over thousands of nodes
-// costs one list and their events. It ends with ctx, saying how many are
-// missing what.
-func WaitReady(ctx context.Context, c kubernetes.Interface, lab string, n int, start time.Time) (Timings, error) {
+// costs at most one list and their events: a list of 5,000 Nodes is a
+// second of CPU for the apiserver and the lister on a small machine,
+// where the agents that lab up has just started are listing them too.
+// It ends with ctx, saying how many are missing what.
+func WaitReady(ctx context.Context, c kubernetes.Interface, lab string, n int, start time.Time, listed *corev1.NodeList) (Timings, error) {
 	var t Timings
 	nodes := map[string]nodeState{} // wanted nodes seen, by name
 	check := func() bool {
@@ -216,10 +220,14 @@ func WaitReady(ctx context.Context, c kubernetes.Interface, lab string, n int, s
 	// listWatch lists the nodes into nodes and watches from there on
 	// (no watch when the list shows them all done).
 	listWatch := func() (watch.Interface, error) {
-		list, err := c.CoreV1().Nodes().List(ctx, opts)
-		if err != nil {
-			return nil, err
+		list := listed
+		if list == nil {
+			var err error
+			if list, err = c.CoreV1().Nodes().List(ctx, opts); err != nil {
+				return nil, err
+			}
 		}
+		listed = nil // once: a watch that ends lists afresh
 		clear(nodes)
 		for i := range list.Items {
 			track(nodes, lab, n, &list.Items[i], false)

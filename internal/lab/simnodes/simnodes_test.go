@@ -170,12 +170,12 @@ func TestScale(t *testing.T) {
 	ctx := context.Background()
 	c := fake.NewClientset()
 	cfg := Config{Lab: "kwk", Backend: backend.HostGW}
-	if _, err := Scale(ctx, c, cfg, 20, 4); err != nil {
+	if _, _, err := Scale(ctx, c, cfg, 20, 4); err != nil {
 		t.Fatal(err)
 	}
 	nodes, err := List(ctx, c, "kwk")
-	if err != nil || len(nodes) != 20 {
-		t.Fatalf("%d nodes after Scale(20), %v", len(nodes), err)
+	if err != nil || len(nodes.Items) != 20 {
+		t.Fatalf("%v after Scale(20), %v", nodes, err)
 	}
 	// A real node (no label) and pods on a kept node, a dropped node and
 	// the real node.
@@ -204,16 +204,19 @@ func TestScale(t *testing.T) {
 		}
 		return true, out, nil
 	})
-	p, err := Scale(ctx, c, cfg, 5, 4)
+	p, listed, err := Scale(ctx, c, cfg, 5, 4)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(listed.Items) != 20 {
+		t.Errorf("Scale planned from %d nodes, want the 20 there were", len(listed.Items))
 	}
 	if len(p.Delete) != 15 || len(p.Create) != 0 {
 		t.Errorf("shrink plan: %s, want delete 15", p.Describe())
 	}
 	nodes, _ = List(ctx, c, "kwk")
-	if len(nodes) != 5 {
-		t.Errorf("%d simulated nodes after Scale(5), want 5", len(nodes))
+	if len(nodes.Items) != 5 {
+		t.Errorf("%d simulated nodes after Scale(5), want 5", len(nodes.Items))
 	}
 	if _, err := c.CoreV1().Nodes().Get(ctx, "kwk-node1", metav1.GetOptions{}); err != nil {
 		t.Errorf("the real node: %v", err)
@@ -340,7 +343,7 @@ func TestWaitReady(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	_, err := WaitReady(tctx, c, "kwk", 3, time.Now())
+	_, err := WaitReady(tctx, c, "kwk", 3, time.Now(), nil)
 	if err == nil || !strings.Contains(err.Error(), "0 missing, 0 without a podCIDR, 1 not Ready") {
 		t.Errorf("node 3 not Ready: %v", err)
 	}
@@ -359,8 +362,33 @@ func TestWaitReady(t *testing.T) {
 			}
 		}
 	}()
-	tm, err := WaitReady(rctx, c, "kwk", 3, time.Now())
+	tm, err := WaitReady(rctx, c, "kwk", 3, time.Now(), nil)
 	if err != nil || tm.PodCIDRs <= 0 || tm.Ready <= 0 {
 		t.Errorf("all Ready: %+v, %v", tm, err)
+	}
+
+	// Handed a list that shows them all done (Scale's), it lists nothing.
+	listed, err := List(ctx, c, "kwk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ClearActions()
+	if _, err := WaitReady(rctx, c, "kwk", 3, time.Now(), listed); err != nil {
+		t.Errorf("from a list of ready nodes: %v", err)
+	}
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			t.Errorf("WaitReady from a list of ready nodes asked the API: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	// Handed a list from before node 3 was Ready, it follows from there.
+	stale := listed.DeepCopy()
+	for i := range stale.Items {
+		if stale.Items[i].Name == Name("kwk", 3) {
+			stale.Items[i].Status.Conditions = nil
+		}
+	}
+	if _, err := WaitReady(rctx, c, "kwk", 3, time.Now(), stale); err != nil {
+		t.Errorf("from a list with node 3 not Ready yet: %v", err)
 	}
 }
