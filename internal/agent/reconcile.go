@@ -12,6 +12,7 @@ import (
 
 	"github.com/flatnet/flatnet/internal/agent/backend"
 	"github.com/flatnet/flatnet/internal/agent/masq"
+	"github.com/flatnet/flatnet/internal/agent/routes"
 	"github.com/flatnet/flatnet/internal/agent/subnet"
 	"github.com/flatnet/flatnet/internal/agent/vxlan"
 	"github.com/flatnet/flatnet/internal/sysctl"
@@ -33,7 +34,7 @@ type Reconciler struct {
 	// Node's InternalIP (IPv4 first).
 	NodeIP netip.Addr
 	// Backend computes the cross-node data plane; Kernel is where it is
-	// programmed (routes.Netlink{} and vxlan.Netlink{} for real).
+	// programmed (&routes.Netlink{} and vxlan.Netlink{} for real).
 	Backend backend.Backend
 	Kernel  backend.Kernel
 	// FindUnderlay finds the interface holding the node IP (nil:
@@ -235,27 +236,42 @@ func logApply(logger klog.Logger, res backend.Result) {
 		case d.Create:
 			logger.Info("Created the VXLAN device", "device", vxlan.DeviceName)
 		}
-		for _, n := range v.Entries.DelNeighs {
-			logger.Info("Removed neighbour entry", "entry", n.String())
-		}
-		for _, f := range v.Entries.DelFDB {
-			logger.Info("Removed FDB entry", "entry", f.String())
-		}
-		for _, n := range v.Entries.SetNeighs {
-			logger.Info("Neighbour entry to peer", "node", n.Node, "entry", n.String())
-		}
-		for _, f := range v.Entries.SetFDB {
-			logger.Info("FDB entry to peer", "node", f.Node, "entry", f.String())
-		}
+		logEach(logger, "Removed neighbour entry", v.Entries.DelNeighs, func(n vxlan.Neigh) []any { return []any{"entry", n.String()} })
+		logEach(logger, "Removed FDB entry", v.Entries.DelFDB, func(f vxlan.FDB) []any { return []any{"entry", f.String()} })
+		logEach(logger, "Neighbour entry to peer", v.Entries.SetNeighs, func(n vxlan.Neigh) []any { return []any{"node", n.Node, "entry", n.String()} })
+		logEach(logger, "FDB entry to peer", v.Entries.SetFDB, func(f vxlan.FDB) []any { return []any{"node", f.Node, "entry", f.String()} })
 	}
 	if res.RemovedDevice {
 		logger.Info("Removed the VXLAN device (the backend needs none)", "device", vxlan.DeviceName)
 	}
-	for _, rt := range res.Routes.Delete {
-		logger.Info("Removed route", "route", rt.String())
+	logEach(logger, "Removed route", res.Routes.Delete, func(rt routes.Route) []any { return []any{"route", rt.String()} })
+	logEach(logger, "Route to peer", res.Routes.Replace, func(rt routes.Route) []any { return []any{"node", rt.Node, "route", rt.String()} })
+}
+
+// logEachMax is how many changes of one kind logEach writes a line each;
+// past it, one line counts them and shows the first few, and each has its
+// line at verbosity 2. An agent starting among 5,000 peers wrote 5,000
+// lines (and 70 ms of CPU) for its routes alone.
+const logEachMax = 10
+
+// logEach logs msg with kv(x) for each of xs, or, when there are more than
+// logEachMax, one line with their count and the first three.
+func logEach[T any](logger klog.Logger, msg string, xs []T, kv func(T) []any) {
+	if len(xs) <= logEachMax {
+		for _, x := range xs {
+			logger.Info(msg, kv(x)...)
+		}
+		return
 	}
-	for _, rt := range res.Routes.Replace {
-		logger.Info("Route to peer", "node", rt.Node, "route", rt.String())
+	first := make([]any, 0, 3)
+	for _, x := range xs[:3] {
+		first = append(first, kv(x))
+	}
+	logger.Info(msg+" (each at -v=2)", "count", len(xs), "first", first)
+	if v := logger.V(2); v.Enabled() {
+		for _, x := range xs {
+			v.Info(msg, kv(x)...)
+		}
 	}
 }
 
