@@ -325,7 +325,7 @@ func Run(ctx context.Context, o Options) error {
 		CNIDataDir:   o.CNIDataDir,
 		PolicySocket: policySocket(o),
 		Backend:      be,
-		Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
+		Kernel:       backend.Kernel{Routes: &routes.Netlink{}, VXLAN: vxlan.Netlink{}},
 		Annotate:     annotator(client, o.NodeName),
 		Masquerade:   o.Masquerade,
 	}

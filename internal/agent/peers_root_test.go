@@ -40,13 +40,13 @@ func TestRootPeer(t *testing.T) {
 				ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(scalePods)},
 				CNIConfDir:   filepath.Join(t.TempDir(), "net.d"),
 				Backend:      bk,
-				Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
+				Kernel:       backend.Kernel{Routes: &routes.Netlink{}, VXLAN: vxlan.Netlink{}},
 			}
 			ctx := context.Background()
 			nodes := scalePeers(5, netip.MustParsePrefix(scaleUnderlay), netip.MustParsePrefix(scalePods))
 			in := func(fn func() error) error { return netns.Do(ns, fn) }
 			dump := func() string {
-				s := testutil.Run(t, "ip", "-n", nsn, "route", "show", "proto", "0x66")
+				s := flatnetRoutes(t, nsn)
 				if be == backend.VXLAN {
 					s += testutil.Run(t, "ip", "-n", nsn, "neigh", "show", "dev", vxlan.DeviceName, "nud", "permanent")
 					s += testutil.Run(t, "bridge", "-n", nsn, "fdb", "show", "dev", vxlan.DeviceName, "self", "permanent")

@@ -94,7 +94,7 @@ func newOverlayWorld(t *testing.T, be string) *overlayWorld {
 			NodeName:     n.name,
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(ovCluster)},
 			CNIConfDir:   dir,
-			Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
+			Kernel:       backend.Kernel{Routes: &routes.Netlink{}, VXLAN: vxlan.Netlink{}},
 			Annotate:     w.annotator(n.name),
 			Masq:         m,
 			Masquerade:   true,
@@ -182,7 +182,7 @@ func (n *ovNode) kernel(t *testing.T) string {
 	t.Helper()
 	nsn := testutil.NSName(n.ns)
 	var b strings.Builder
-	b.WriteString("routes:\n" + testutil.Run(t, "ip", "-n", nsn, "route", "show", "proto", "0x66"))
+	b.WriteString("routes:\n" + flatnetRoutes(t, nsn))
 	if !strings.Contains(testutil.Run(t, "ip", "-n", nsn, "link", "show"), vxlan.DeviceName) {
 		b.WriteString("no " + vxlan.DeviceName + "\n")
 		return b.String()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -59,7 +60,7 @@ func newRootCluster(t *testing.T) []*rootNode {
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(cluster)},
 			CNIConfDir:   filepath.Join(t.TempDir(), "net.d"),
 			Backend:      hostGW,
-			Kernel:       backend.Kernel{Routes: routes.Netlink{}, VXLAN: vxlan.Netlink{}},
+			Kernel:       backend.Kernel{Routes: &routes.Netlink{}, VXLAN: vxlan.Netlink{}},
 			Masq:         m,
 			Masquerade:   true,
 		}
@@ -87,7 +88,7 @@ func (n *rootNode) state(t *testing.T) string {
 		fwd, _ = sysctl.Get("net.ipv4.ip_forward")
 		return nil
 	})
-	return "routes:\n" + testutil.Run(t, "ip", "-n", nsn, "route", "show", "proto", "0x66") +
+	return "routes:\n" + flatnetRoutes(t, nsn) +
 		"nft:\n" + testutil.Run(t, "ip", "netns", "exec", nsn, "nft", "list", "table", "inet", masq.Table) +
 		"ip_forward=" + fwd
 }
@@ -99,8 +100,11 @@ func TestRootHostGWAndMasquerade(t *testing.T) {
 	for _, n := range c {
 		n.reconcile(t, nodes)
 	}
-	if got := testutil.Run(t, "ip", "-n", testutil.NSName(n1.ns), "route", "show", "proto", "0x66"); strings.TrimSpace(got) != "10.252.2.0/24 via 10.251.77.12 dev eth0" {
+	if got := flatnetRoutes(t, testutil.NSName(n1.ns)); strings.TrimSpace(got) != "10.252.2.0/24 via 10.251.77.12 dev eth0" {
 		t.Errorf("n1 routes: %q", got)
+	}
+	if got := testutil.Run(t, "ip", "-n", testutil.NSName(n1.ns), "route", "show", "proto", "0x66"); !strings.Contains(got, " nhid ") {
+		t.Errorf("n1's route is not through a nexthop object: %q", got)
 	}
 	st := n1.state(t)
 	if !strings.HasSuffix(st, "ip_forward=1") || !strings.Contains(st, "masquerade") {
@@ -138,7 +142,7 @@ func TestRootHostGWAndMasquerade(t *testing.T) {
 	testutil.Run(t, "ip", "-n", testutil.NSName(n2.ns), "addr", "add", "10.251.77.22/24", "dev", "eth0")
 	moved := []*corev1.Node{nodes[0], k8sNode("n2", "10.252.2.0/24", "10.251.77.22")}
 	n1.reconcile(t, moved)
-	if got := testutil.Run(t, "ip", "-n", testutil.NSName(n1.ns), "route", "show", "proto", "0x66"); strings.TrimSpace(got) != "10.252.2.0/24 via 10.251.77.22 dev eth0" {
+	if got := flatnetRoutes(t, testutil.NSName(n1.ns)); strings.TrimSpace(got) != "10.252.2.0/24 via 10.251.77.22 dev eth0" {
 		t.Errorf("n1 routes after n2 moved: %q", got)
 	}
 	if got, err := testutil.Ask(n1.pod, pod2); err != nil || got != "pod2 10.252.1.5" {
@@ -147,7 +151,7 @@ func TestRootHostGWAndMasquerade(t *testing.T) {
 
 	// n2 leaves the cluster: its route goes, and pod2 is unreachable.
 	n1.reconcile(t, moved[:1])
-	if got := testutil.Run(t, "ip", "-n", testutil.NSName(n1.ns), "route", "show", "proto", "0x66"); got != "" {
+	if got := flatnetRoutes(t, testutil.NSName(n1.ns)); got != "" {
 		t.Errorf("n1 routes after n2 left: %q", got)
 	}
 	if got, err := testutil.Ask(n1.pod, pod2); err == nil {
@@ -169,4 +173,25 @@ func TestRootForeignRouteIsNotTaken(t *testing.T) {
 	if got := testutil.Run(t, "ip", "-n", nsn, "route", "show", "10.252.2.0/24"); !strings.Contains(got, "via 10.251.77.99") {
 		t.Errorf("the foreign route changed: %q", got)
 	}
+}
+
+var nhidRE = regexp.MustCompile(`nhid (\d+) `)
+
+// flatnetRoutes is `ip route show proto 0x66` in the namespace nsn, each
+// route's "nhid N " taken out: the ID is the agent's bookkeeping, the
+// gateway and device (which ip shows beside it) what the route does. It
+// fails t when a nexthop of flatnet's is left that no route goes through.
+func flatnetRoutes(t testing.TB, nsn string) string {
+	t.Helper()
+	rs := testutil.Run(t, "ip", "-n", nsn, "route", "show", "proto", "0x66")
+	used := map[string]bool{}
+	for _, m := range nhidRE.FindAllStringSubmatch(rs, -1) {
+		used[m[1]] = true
+	}
+	for _, line := range strings.Split(testutil.Run(t, "ip", "-n", nsn, "nexthop", "show", "proto", "0x66"), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "id" && !used[f[1]] {
+			t.Errorf("in %s, nexthop %q is left without a route", nsn, line)
+		}
+	}
+	return nhidRE.ReplaceAllString(rs, "")
 }

@@ -49,6 +49,10 @@ func (op RouteOp) flags() int {
 // BatchRoute is a unicast route of the batch.
 type BatchRoute struct {
 	Dst netip.Prefix
+	// Nexthop is the ID of a nexthop object (BatchNexthop) the route
+	// goes through; Gw, LinkIndex and OnLink are then the nexthop's and
+	// not sent. 0: none.
+	Nexthop uint32
 	// Gw is the gateway (invalid: none).
 	Gw netip.Addr
 	// LinkIndex is the outgoing device (0: the kernel picks it from Gw).
@@ -112,11 +116,80 @@ func (b *RouteBatch) Route(op RouteOp, r BatchRoute) {
 	if table >= 256 {
 		req.AddData(nl.NewRtAttr(unix.RTA_TABLE, nl.Uint32Attr(uint32(table))))
 	}
-	if r.Gw.IsValid() {
-		req.AddData(nl.NewRtAttr(unix.RTA_GATEWAY, r.Gw.AsSlice()))
+	switch {
+	case r.Nexthop != 0:
+		req.AddData(nl.NewRtAttr(rtaNHID, nl.Uint32Attr(r.Nexthop)))
+	default:
+		if r.Gw.IsValid() {
+			req.AddData(nl.NewRtAttr(unix.RTA_GATEWAY, r.Gw.AsSlice()))
+		}
+		if r.LinkIndex != 0 {
+			req.AddData(nl.NewRtAttr(unix.RTA_OIF, nl.Uint32Attr(uint32(r.LinkIndex))))
+		}
 	}
-	if r.LinkIndex != 0 {
-		req.AddData(nl.NewRtAttr(unix.RTA_OIF, nl.Uint32Attr(uint32(r.LinkIndex))))
+	b.reqs = append(b.reqs, req)
+}
+
+// rtaNHID is RTA_NH_ID (linux/rtnetlink.h, kernel 5.3+): the nexthop
+// object a route uses. x/sys/unix lacks it.
+const rtaNHID = 30
+
+// BatchNexthop is a nexthop object (`ip nexthop add id ID via Gw dev
+// LinkIndex [onlink]`, kernel 5.3+), which routes name by ID.
+//
+// Why: the kernel keeps a route's gateway in a fib_info, shared by routes
+// with the same one and found through a hash of, among others, the
+// outgoing device, not the gateway. Every peer route of a node leaves by
+// the same device through a gateway of its own, so all of them hash to
+// one chain, and each new route walks it: 1,000 routes took 0.02 s of
+// kernel time here, 5,000 took 0.40 s. A route through a nexthop object
+// hashes by the object's ID instead (BenchmarkRootPeerRoutes).
+type BatchNexthop struct {
+	ID        uint32
+	Gw        netip.Addr
+	LinkIndex int
+	OnLink    bool
+	Protocol  uint8
+}
+
+// nhmsg is struct nhmsg (linux/nexthop.h).
+type nhmsg struct {
+	family, scope, protocol, resvd uint8
+	flags                          uint32
+}
+
+func (m *nhmsg) Len() int { return 8 }
+
+func (m *nhmsg) Serialize() []byte {
+	b := make([]byte, 8)
+	b[0], b[1], b[2] = m.family, m.scope, m.protocol
+	nl.NativeEndian().PutUint32(b[4:], m.flags)
+	return b
+}
+
+// Nexthop adds a nexthop object change to b: OpReplace creates it or
+// changes its gateway (every route through it follows at once), OpDelete
+// removes it and every route through it.
+func (b *RouteBatch) Nexthop(op RouteOp, n BatchNexthop) {
+	typ := unix.RTM_NEWNEXTHOP
+	if op == OpDelete {
+		typ = unix.RTM_DELNEXTHOP
+	}
+	req := nl.NewNetlinkRequest(typ, op.flags())
+	msg := &nhmsg{protocol: n.Protocol}
+	if op != OpDelete {
+		msg.family = family(n.Gw)
+		if n.OnLink {
+			msg.flags |= unix.RTNH_F_ONLINK
+		}
+	}
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.NHA_ID, nl.Uint32Attr(n.ID)))
+	if op != OpDelete {
+		req.AddData(nl.NewRtAttr(unix.NHA_GATEWAY, n.Gw.AsSlice()))
+		if n.LinkIndex != 0 {
+			req.AddData(nl.NewRtAttr(unix.NHA_OIF, nl.Uint32Attr(uint32(n.LinkIndex))))
+		}
 	}
 	b.reqs = append(b.reqs, req)
 }
@@ -156,10 +229,10 @@ func (b *RouteBatch) Exec() ([]error, error) {
 	}
 	errs, err := execBatch(unix.NETLINK_ROUTE, reqs)
 	if err != nil {
-		return nil, fmt.Errorf("netlink batch of %d route and neighbour changes: %w", len(reqs), err)
+		return nil, fmt.Errorf("netlink batch of %d route, nexthop and neighbour changes: %w", len(reqs), err)
 	}
 	for i, e := range errs {
-		del := reqs[i].Type == unix.RTM_DELROUTE || reqs[i].Type == unix.RTM_DELNEIGH
+		del := reqs[i].Type == unix.RTM_DELROUTE || reqs[i].Type == unix.RTM_DELNEIGH || reqs[i].Type == unix.RTM_DELNEXTHOP
 		if del && (errors.Is(e, unix.ESRCH) || errors.Is(e, unix.ENOENT)) {
 			errs[i] = nil // deleting what is gone
 		}

@@ -216,6 +216,10 @@ func waitRoutes(t *testing.T, netns string, nodes map[string]simNode) {
 		}
 		have = have[:0]
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			// The agent's routes go through nexthop objects: "DST nhid N via GW dev DEV".
+			if f := strings.Fields(line); len(f) >= 7 && f[1] == "nhid" {
+				line = strings.Join(append(f[:1:1], f[3:]...), " ")
+			}
 			if f := strings.Fields(line); len(f) >= 5 && f[1] == "via" && f[3] == "dev" {
 				have = append(have, f[0]+" via "+f[2]+" dev "+f[4])
 			}

@@ -9,7 +9,7 @@ import (
 )
 
 // Kernel is what Apply programs: the routing table and the VXLAN device
-// (routes.Netlink{} and vxlan.Netlink{} for real; the Fakes in tests).
+// (&routes.Netlink{} and vxlan.Netlink{} for real; the Fakes in tests).
 type Kernel struct {
 	Routes routes.Kernel
 	VXLAN  vxlan.Kernel
