@@ -612,7 +612,16 @@ func wsEcho(ws *websocket.Conn, msg string) error {
 func (e *gwEnv) webSocket(t *testing.T) {
 	e.createRoute(t, gwRoute("gw-ws", []string{"ws.gw.test"}, gwv1.HTTPRouteRule{BackendRefs: []gwv1.HTTPBackendRef{gwBackend("gw-a", 1)}}))
 	waitServed(t, e.client(false), "http://ws.gw.test/request", nil, servedBy(e.podsA))
-	ws, err := e.wsDial("ws://ws.gw.test/ws")
+	// The gateway's address is routed over every node, and each new
+	// connection may reach a node whose gateway has not read the route yet
+	// (it answers 404, no upgrade): dial until one upgrades, as waitServed
+	// asks until one request is served.
+	var ws *websocket.Conn
+	err := retry(30*time.Second, func() error {
+		var err error
+		ws, err = e.wsDial("ws://ws.gw.test/ws")
+		return err
+	})
 	if err != nil {
 		t.Fatalf("WebSocket through the gateway: %v", err)
 	}
