@@ -44,8 +44,4 @@ func TestLabelsInterned(t *testing.T) {
 }
 
 // internedLabelSets is how many label sets the table holds (for tests).
-func internedLabelSets() int {
-	labelTable.Lock()
-	defer labelTable.Unlock()
-	return len(labelTable.sets)
-}
+func internedLabelSets() int { return labelTable.len() }

@@ -15,7 +15,8 @@ package endpointslice
 //     zone label; a pod on an unknown node is left out).
 //   - Service: all but managedFields and kubectl's last-applied copy.
 //   - EndpointSlice: all but managedFields (slices are updated whole; an
-//     update without managedFields leaves the server's as they are).
+//     update without managedFields leaves the server's as they are), with
+//     what many endpoints hold alike shared (shareEndpointFields).
 //
 // The oracle test runs Reconcile on transformed pods and nodes against
 // upstream's reconciler on the full objects.
@@ -24,6 +25,7 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -49,8 +51,68 @@ func Transform(obj any) (any, error) {
 			o.Annotations = maps.Clone(o.Annotations)
 			delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 		}
+	case *discovery.EndpointSlice:
+		o.ManagedFields = nil
+		shareEndpointFields(o)
 	case metav1.Object:
 		o.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// Shared endpoint fields. An endpoint of a cached slice is ~440 bytes,
+// and at 100,000 ready pods the slices are the largest part of the
+// controller's heap. Of each endpoint's allocations, the three condition
+// booleans, the node name and zone (pointers to strings that thousands of
+// endpoints hold alike) and its targetRef's kind and namespace (the
+// slice's own) need not be its own: shareEndpointFields points them at
+// one shared, read-only copy. Nothing writes a cached slice (updates
+// start from a DeepCopy, which copies what the pointers point to).
+var (
+	sharedTrue, sharedFalse = true, false
+	nodeNames               = newInternTable[string]()
+	zones                   = newInternTable[string]()
+)
+
+func shareEndpointFields(s *discovery.EndpointSlice) {
+	// A decoder appends endpoints one at a time: the array it leaves has
+	// room for up to twice as many (96 bytes each), kept as long as the
+	// slice is cached. A copy of the right size lets that go.
+	if cap(s.Endpoints) > len(s.Endpoints) {
+		s.Endpoints = append(make([]discovery.Endpoint, 0, len(s.Endpoints)), s.Endpoints...)
+	}
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		ep.Conditions.Ready = sharedBool(ep.Conditions.Ready)
+		ep.Conditions.Serving = sharedBool(ep.Conditions.Serving)
+		ep.Conditions.Terminating = sharedBool(ep.Conditions.Terminating)
+		ep.NodeName = sharedString(nodeNames, ep.NodeName)
+		ep.Zone = sharedString(zones, ep.Zone)
+		if r := ep.TargetRef; r != nil {
+			if r.Kind == "Pod" {
+				r.Kind = "Pod"
+			}
+			if r.Namespace == s.Namespace {
+				r.Namespace = s.Namespace
+			}
+		}
+	}
+}
+
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &sharedTrue
+	default:
+		return &sharedFalse
+	}
+}
+
+func sharedString(t *internTable[string], s *string) *string {
+	if s == nil {
+		return nil
+	}
+	return t.get(*s, func() *string { v := *s; return &v })
 }
