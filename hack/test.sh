@@ -31,6 +31,10 @@ else
   make -s node
   hack/build-k8s.sh kubelet agnhost
   hack/build-coredns.sh
+  # Simulated nodes (test/e2e TestLabSimulatedNodes, lab up
+  # --simulated-nodes): kwok, from the Go module proxy (make kwok).
+  echo "== kwok for the simulated-node test (make kwok)"
+  make -s kwok
 fi
 echo "== fuzz (short pass over every config parser)"
 # A count, not a time: with a short time limit, gathering the baseline
