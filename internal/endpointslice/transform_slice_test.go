@@ -97,23 +97,15 @@ func BenchmarkSliceCacheHeap(b *testing.B) {
 		{"transformed", func(s *discovery.EndpointSlice) { _, _ = Transform(s) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			var mib float64
-			for range b.N {
-				runtime.GC()
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
+			reportHeap(b, func() any {
 				store := map[int]*discovery.EndpointSlice{}
 				for i := range services {
 					s := decodedSlice(b, i, perService)
 					tc.transform(s)
 					store[i] = s
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				mib = float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / (1 << 20)
-				runtime.KeepAlive(store)
-			}
-			b.ReportMetric(mib, "MiB")
+				return store
+			})
 		})
 	}
 }

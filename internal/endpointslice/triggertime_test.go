@@ -2,7 +2,6 @@ package endpointslice
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -181,19 +180,11 @@ func BenchmarkTriggerTrackerHeap(b *testing.B) {
 			})
 		}
 	}
-	var mib float64
-	for range b.N {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
+	reportHeap(b, func() any {
 		tr := NewTriggerTimeTracker()
 		for s := range pods {
 			tr.ComputeEndpointLastChangeTriggerTime(ns, service(fmt.Sprintf("s-%d", s), createdAt(at(0))), pods[s])
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		mib = float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / (1 << 20)
-		runtime.KeepAlive(tr)
-	}
-	b.ReportMetric(mib, "MiB")
+		return tr
+	})
 }
