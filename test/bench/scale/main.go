@@ -83,7 +83,15 @@ func main() {
 	flag.IntVar(&c.Workers, "workers", 32, "parallel API clients creating objects")
 	flag.StringVar(&c.Out, "out", "", "write the JSON result here (also printed)")
 	flag.DurationVar(&c.Timeout, "timeout", 60*time.Minute, "the whole run")
+	anchorKubeconfig := flag.String(anchorFlag, "", "run as the peer-churn phase's anchor, a bare Node watch, against this kubeconfig (the harness starts it)")
 	flag.Parse()
+	if *anchorKubeconfig != "" {
+		if err := runAnchor(*anchorKubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, "scalebench anchor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)

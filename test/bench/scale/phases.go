@@ -170,7 +170,8 @@ func (b *bench) idleRate(name string, d time.Duration) float64 {
 }
 
 // peerChurn: 10 % of the simulated nodes deleted, then made again by lab
-// up; the first real agent's CPU per node event, its idle rate subtracted.
+// up; the first real agent's CPU per node event, its idle rate
+// subtracted, beside the anchor's (anchor.go) over the same window.
 func (b *bench) peerChurn(ctx context.Context, p *phase) error {
 	name, ns, own := b.agent(0)
 	routes, stop, err := b.watchPeerRoutes(ns, own)
@@ -178,12 +179,22 @@ func (b *bench) peerChurn(ctx context.Context, p *phase) error {
 		return err
 	}
 	defer stop()
+	anc, err := startAnchor(ctx, b.spec.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	defer anc.stop()
+	a0, _ := anc.usage()
+	ti := time.Now()
 	idle := b.idleRate(name, 5*time.Second)
+	a1, _ := anc.usage()
+	anchorIdle := (a1.CPU - a0.CPU) / time.Since(ti).Seconds()
 	k := max(1, b.c.Nodes/10)
 	victims := b.lay.nodes[len(b.lay.nodes)-k:]
 	ev0, _, _ := b.w.counts()
 	all0 := b.w.allNodeEvents()
 	u0, _ := b.agentUsage(name)
+	a0, _ = anc.usage()
 	t0 := time.Now()
 	err = parallel(ctx, len(victims), b.c.Workers, func(ctx context.Context, i int) error {
 		err := b.client.CoreV1().Nodes().Delete(ctx, victims[i], metav1.DeleteOptions{})
@@ -214,10 +225,12 @@ func (b *bench) peerChurn(ctx context.Context, p *phase) error {
 		return err
 	}
 	u1, _ := b.agentUsage(name)
+	a1, _ = anc.usage()
 	ev1, _, _ := b.w.counts()
 	d := time.Since(t0).Seconds()
 	ev := ev1 - ev0
 	cpu := u1.CPU - u0.CPU - idle*d
+	anchorCPU := a1.CPU - a0.CPU - anchorIdle*d
 	if u1.PID != u0.PID {
 		return fmt.Errorf("agent %s restarted during the phase (pid %d -> %d)", name, u0.PID, u1.PID)
 	}
@@ -227,6 +240,12 @@ func (b *bench) peerChurn(ctx context.Context, p *phase) error {
 	p.Values["agentCPUSeconds"] = round(cpu, 3)
 	p.Values["agentIdleCPUPerSecond"] = round(idle, 4)
 	p.Values["agentMicrosecondsPerNodeEvent"] = round(cpu/float64(max(1, ev))*1e6, 1)
+	p.Values["anchorCPUSeconds"] = round(anchorCPU, 3)
+	p.Values["anchorIdleCPUPerSecond"] = round(anchorIdle, 4)
+	p.Values["anchorMicrosecondsPerNodeEvent"] = round(anchorCPU/float64(max(1, ev))*1e6, 1)
+	if anchorCPU > 0 {
+		p.Values["agentToAnchorRatio"] = round(cpu/anchorCPU, 2)
+	}
 	b.lay.nodes = b.w.simNodes()
 	sort.Strings(b.lay.nodes)
 	return nil
