@@ -89,6 +89,8 @@ func shareEndpointFields(s *discovery.EndpointSlice) {
 		ep.NodeName = sharedString(nodeNames, ep.NodeName)
 		ep.Zone = sharedString(zones, ep.Zone)
 		if r := ep.TargetRef; r != nil {
+			// Equal strings, but the constant and the slice's own
+			// namespace in place of the decoded copies.
 			if r.Kind == "Pod" {
 				r.Kind = "Pod"
 			}
