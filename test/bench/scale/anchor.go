@@ -83,8 +83,11 @@ func startAnchor(ctx context.Context, kubeconfig string) (*anchor, error) {
 	synced := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(out).ReadString('\n')
-		if err == nil && strings.TrimSpace(line) != "synced" {
-			err = fmt.Errorf("anchor said %q", line)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("the anchor (a bare Node watch against %s) ended before its cache synced; its error is above: %w", kubeconfig, err)
+		case strings.TrimSpace(line) != "synced":
+			err = fmt.Errorf("the anchor said %q, not \"synced\"", line)
 		}
 		synced <- err
 	}()
