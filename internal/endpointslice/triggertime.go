@@ -35,7 +35,8 @@ package endpointslice
 // The pods' times are kept per Service as a slice sorted by name, of the
 // cached pods' own name strings and Unix nanoseconds, not upstream's map
 // of names to time.Time: at 100,000 pods the maps were 13 MB of the
-// controller's live heap, the slices are 2.4 MB.
+// controller's live heap (BenchmarkTriggerTrackerHeap, 10,000 Services
+// of 10 pods: 9.6 MiB with maps, 3.6 with slices).
 
 import (
 	"slices"
@@ -94,13 +95,7 @@ func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*Pod)
 			changed(t)
 		}
 	}
-	n := 0
-	for _, pod := range pods {
-		if !pod.triggerTime().IsZero() {
-			n++
-		}
-	}
-	next.pods = make([]podTrigger, 0, n)
+	next.pods = make([]podTrigger, 0, len(pods))
 	for _, pod := range pods {
 		t := pod.triggerTime()
 		if t.IsZero() {
@@ -114,6 +109,9 @@ func lastChangeTriggerTime(prev *triggerState, svc *corev1.Service, pods []*Pod)
 	}
 	if !slices.IsSortedFunc(next.pods, comparePodTrigger) {
 		slices.SortFunc(next.pods, comparePodTrigger)
+	}
+	if len(next.pods) < cap(next.pods) {
+		next.pods = slices.Clone(next.pods) // kept until the next sync: no spare room
 	}
 	if next.service.After(last.service) {
 		changed(next.service)
