@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +51,20 @@ func (f *fakeDataPlane) current() (*table.Table, int) {
 // Service's load-balancer IP, its route is Accepted, the data plane gets a
 // port on the bind port serving the route's endpoints, and a second sync
 // with nothing changed writes nothing.
+// createReadyNode makes a Node with InternalIP ip and a Ready status.
+func createReadyNode(ctx context.Context, t *testing.T, kc kubernetes.Interface, name, ip string) {
+	t.Helper()
+	node := readyNode(name, ip)
+	n, err := kc.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status = node.Status
+	if _, err := kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestControllerOnAPIServer(t *testing.T) {
 	kubeconfig, _ := cptest.Start(t, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 3*time.Minute)
@@ -64,15 +80,7 @@ func TestControllerOnAPIServer(t *testing.T) {
 	gc := gwclient.NewForConfigOrDie(jsonConfig(cfg))
 
 	// A Ready node, a backend Service with one endpoint, a Gateway, a route.
-	node := readyNode("n1", "10.0.0.1")
-	n, err := kc.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status = node.Status
-	if _, err := kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createReadyNode(ctx, t, kc, "n1", "10.0.0.1")
 	ns := "default"
 	if _, err := kc.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
@@ -193,6 +201,33 @@ func TestControllerOnAPIServer(t *testing.T) {
 	}
 	if _, n1 := dp.current(); n1 <= n0 {
 		t.Fatalf("triggers did not sync (%d -> %d)", n0, n1)
+	}
+
+	// Nodes reach the frontend without a compile (compile reads none): a
+	// second Ready node joins the slice, and the slice, deleted behind
+	// the controller's back, comes back.
+	_, g0 := dp.current()
+	createReadyNode(ctx, t, kc, "n2", "10.0.0.2")
+	frontendHas := func(ips ...string) func() (bool, error) {
+		return func() (bool, error) {
+			es, err := kc.DiscoveryV1().EndpointSlices(ns).Get(ctx, "gw-flatnet-gw", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			var got []string
+			for _, e := range es.Endpoints {
+				got = append(got, e.Addresses...)
+			}
+			return slices.Equal(got, ips), fmt.Errorf("endpoints %v", got)
+		}
+	}
+	poll("second node in the frontend slice", frontendHas("10.0.0.1", "10.0.0.2"))
+	if err := kc.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "gw-flatnet-gw", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("frontend slice restored", frontendHas("10.0.0.1", "10.0.0.2"))
+	if _, g1 := dp.current(); g1 != g0 {
+		t.Fatalf("Node and frontend slice changes compiled the routes again (%d -> %d syncs)", g0, g1)
 	}
 
 	// The Gateway goes: its frontend goes with it.

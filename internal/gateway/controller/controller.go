@@ -18,6 +18,12 @@
 // the one running. Statuses and frontends are written by a second loop
 // that always works on the newest result, so thousands of status writes
 // at start never hold up the data plane.
+//
+// Nodes are read by the frontends alone (every Ready node's InternalIP in
+// their EndpointSlices), never by compile, so a Node change wakes only
+// the second loop, and at most once per frontendMinInterval: a frontend
+// pass reads every Node, and at 5,000 nodes a pass per Node event kept a
+// CPU busy while nodes came and went (docs/scale.md).
 package controller
 
 import (
@@ -100,6 +106,9 @@ type Controller struct {
 	// latest is the newest compile result for the status loop.
 	latest  atomic.Pointer[desiredStatus]
 	written chan struct{}
+	// frontends asks the status loop for a frontend pass without a
+	// compile (a Node changed).
+	frontends chan struct{}
 	// routeMemo (HTTPRoutes) and grpcMemo: statusLoop's goroutine only.
 	routeMemo, grpcMemo statusMemo
 
@@ -132,7 +141,7 @@ type listers struct {
 
 // New wires the informers; Run starts them.
 func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Options, log klog.Logger) *Controller {
-	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1), routeMemo: statusMemo{},
+	c := &Controller{opts: opts, kube: kc, gw: gc, proxy: up, log: log, trigger: make(chan struct{}, 1), written: make(chan struct{}, 1), frontends: make(chan struct{}, 1), routeMemo: statusMemo{},
 		changes: changes{full: true}}
 	kf := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(slim))
 	// Only TLS Secrets: a listener or an Ingress can use no other kind,
@@ -205,7 +214,12 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 	// front a Gateway matter; in a cluster of 10,000 Services, reacting to
 	// the others made every pod start cost a full compile on every node.
 	serviceChanged := func(o any) {
-		if k, ok := relevantService(o, c.inc.Uses); ok {
+		k, ok := relevantService(o, c.inc.Uses)
+		if svc, front := ownFrontendSlice(o); front && !c.inc.Uses(k.Namespace, svc) {
+			// Compile reads no frontend slice (unless a route names its
+			// Service); a frontend pass repairs it, or sees our own write.
+			c.pokeFrontends()
+		} else if ok {
 			full(o)
 		} else {
 			c.changes.skip(k, false)
@@ -219,10 +233,10 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 		})
 	}
 	// Nodes matter only to the frontends' EndpointSlices (Ready,
-	// InternalIP), so only while there are frontends.
+	// InternalIP), so only while there are frontends, and not to compile.
 	nodeChanged := func(o any) {
 		if c.fronts.Load() > 0 {
-			full(o)
+			c.pokeFrontends()
 		} else {
 			c.changes.skip(types.NamespacedName{}, true)
 		}
@@ -253,6 +267,9 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 // the whole object (kept on Services and EndpointSlices, the objects this
 // controller updates whole). At 10,000 routes this is most of the cache.
 func slim(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		return slimNode(n), nil
+	}
 	m, ok := obj.(metav1.Object)
 	if !ok {
 		return obj, nil
@@ -268,6 +285,25 @@ func slim(obj any) (any, error) {
 		}
 	}
 	return obj, nil
+}
+
+// slimNode keeps of a Node what the frontends read (its name, InternalIPs
+// and Ready condition): a kubelet's Node carries its images, capacity and
+// every condition besides, and a cluster's Nodes are the largest cache a
+// gateway keeps that is not its routes'.
+func slimNode(n *corev1.Node) *corev1.Node {
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
+	}
+	for _, cd := range n.Status.Conditions {
+		if cd.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: cd.Type, Status: cd.Status}}
+		}
+	}
+	return out
 }
 
 // relevantService reports whether a Service or EndpointSlice event (an
@@ -298,6 +334,19 @@ func relevantService(o any, uses func(namespace, name string) bool) (k types.Nam
 		return k, true
 	}
 	return k, uses(k.Namespace, k.Name)
+}
+
+// ownFrontendSlice is the Service of o (an object or a deletion
+// tombstone) when o is an EndpointSlice of a frontend Service of ours.
+func ownFrontendSlice(o any) (service string, ok bool) {
+	if t, isT := o.(cache.DeletedFinalStateUnknown); isT {
+		o = t.Obj
+	}
+	es, isES := o.(*discoveryv1.EndpointSlice)
+	if !isES || es.Labels[discoveryv1.LabelManagedBy] != SliceManagedBy {
+		return "", false
+	}
+	return es.Labels[discoveryv1.LabelServiceName], true
 }
 
 // specChanged reports whether an update changed more than an object's
@@ -394,14 +443,27 @@ func (c *Controller) route(k compile.RouteKey) any {
 }
 
 // statusLoop writes statuses and frontends from the newest compile while
-// this instance leads.
+// this instance leads: at once after a compile; after a Node change no
+// sooner than frontendMinInterval after the previous pass (Node changes
+// meanwhile coalesce into one pass).
 func (c *Controller) statusLoop(ctx context.Context) {
+	var last time.Time
+	var held <-chan time.Time // a Node-triggered pass waiting its turn
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.written:
+		case <-c.frontends:
+			if wait := frontendMinInterval - time.Since(last); wait > 0 {
+				if held == nil {
+					held = time.After(wait)
+				}
+				continue
+			}
+		case <-held:
 		}
+		held = nil
 		if !c.leader.Load() {
 			continue
 		}
@@ -409,6 +471,7 @@ func (c *Controller) statusLoop(ctx context.Context) {
 		if out == nil {
 			continue
 		}
+		last = time.Now()
 		ferr := c.reconcileFrontends(ctx)
 		if ferr != nil {
 			c.log.Error(ferr, "Frontend Services")
@@ -431,6 +494,18 @@ const statusRetry = 500 * time.Millisecond
 func (c *Controller) pokeStatus() {
 	select {
 	case c.written <- struct{}{}:
+	default:
+	}
+}
+
+// frontendMinInterval spaces the frontend passes Node changes ask for,
+// as kube-proxy's --iptables-min-sync-period spaces its syncs: a node
+// joining or leaving reaches the frontends within it.
+const frontendMinInterval = time.Second
+
+func (c *Controller) pokeFrontends() {
+	select {
+	case c.frontends <- struct{}{}:
 	default:
 	}
 }

@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -130,5 +132,35 @@ func TestParsePortRange(t *testing.T) {
 		if _, err := ParsePortRange(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// The Node cache keeps a Node's name, InternalIPs and Ready condition:
+// what nodeAddresses reads, so planning from trimmed Nodes gives the same
+// frontends.
+func TestSlimNode(t *testing.T) {
+	n := readyNode("n1", "10.0.0.1")
+	n.Labels = map[string]string{"a": "b"}
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "n1"})
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Message: "ok"})
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"pause"}}}
+	got, err := slim(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := got.(*corev1.Node)
+	want := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	if !equality.Semantic.DeepEqual(s, want) {
+		t.Fatalf("slim(node) = %+v, want %+v", s, want)
+	}
+	if !slices.Equal(nodeAddresses([]*corev1.Node{s}), nodeAddresses([]*corev1.Node{n})) {
+		t.Fatal("the trimmed Node plans other frontends")
 	}
 }
