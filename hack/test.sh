@@ -43,6 +43,27 @@ echo "== fuzz (short pass over every config parser)"
 FUZZTIME=${FUZZTIME:-5000x} hack/fuzz.sh
 echo "== go test"
 # -p 1: root tests share the kernel's tables; packages run one at a time.
+# But test/e2e (the lab tests: about 16 minutes, most of it waiting on labs
+# and timeouts, not CPU) runs beside the other packages (about 7): every
+# test makes its namespaces, links, nft tables, labs and apiservers under
+# names and ports of its own, as two labs side by side already do
+# (TestLab/SecondLabSideBySide). Both JSON streams go to one report as
+# their events come. With arguments, one run of exactly those.
 # pipefail: the run fails when go test does (even with no JSON to show,
 # e.g. a bad flag) or when the report saw a failure.
-go test -json -count=1 -p 1 -timeout 20m "$@" ./... | "$tmp/testreport" -trim "$(go list -m)/"
+report=("$tmp/testreport" -trim "$(go list -m)/")
+if [ $# -gt 0 ]; then
+  go test -json -count=1 -p 1 -timeout 20m "$@" | "${report[@]}"
+  exit
+fi
+mkfifo "$tmp/e2e.json" "$tmp/rest.json"
+"${report[@]}" "$tmp/e2e.json" "$tmp/rest.json" &
+reporter=$!
+go test -json -count=1 -timeout 30m ./test/e2e > "$tmp/e2e.json" &
+e2e=$!
+rc=0
+# shellcheck disable=SC2046 # one package path per word
+go test -json -count=1 -p 1 -timeout 20m $(go list ./... | grep -vx "$(go list -m)/test/e2e") > "$tmp/rest.json" || rc=$?
+wait "$e2e" || rc=$?
+wait "$reporter" || rc=$?
+exit "$rc"

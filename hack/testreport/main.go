@@ -218,18 +218,69 @@ func (r *report) summary() bool {
 func main() {
 	trim := flag.String("trim", "", "import path prefix to leave out of package names")
 	slow := flag.Duration("slow", 10*time.Second, "show passing tests that take at least this long (0: never)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: go test -json ... | testreport [flags]\n       testreport [flags] STREAM...   (several go test -json streams at once, e.g. FIFOs)")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	r := newReport(os.Stdout, *trim, *slow)
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		r.line(sc.Bytes())
+	inputs := []io.Reader{os.Stdin}
+	if flag.NArg() > 0 {
+		inputs = nil
+		for _, name := range flag.Args() {
+			f, err := os.Open(name)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
+				os.Exit(1)
+			}
+			defer f.Close()
+			inputs = append(inputs, f)
+		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := readLines(inputs, r.line); err != nil {
 		fmt.Fprintf(os.Stderr, "testreport: reading go test -json: %v\n", err)
 		os.Exit(1)
 	}
 	if r.summary() {
 		os.Exit(1)
+	}
+}
+
+// readLines calls line with every line of every input, whole lines only,
+// from one goroutine: the inputs are read at once, so several go test
+// runs side by side (hack/test.sh) report as their events come.
+func readLines(inputs []io.Reader, line func([]byte)) error {
+	lines := make(chan []byte, 64)
+	errs := make(chan error, len(inputs))
+	for _, in := range inputs {
+		go func() {
+			sc := bufio.NewScanner(in)
+			sc.Buffer(make([]byte, 1<<20), 64<<20)
+			for sc.Scan() {
+				lines <- slices.Clone(sc.Bytes())
+			}
+			errs <- sc.Err()
+		}()
+	}
+	var first error
+	for open := len(inputs); open > 0; {
+		select {
+		case l := <-lines:
+			line(l)
+		case err := <-errs:
+			open--
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	// What was sent before its reader ended.
+	for {
+		select {
+		case l := <-lines:
+			line(l)
+		default:
+			return first
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -91,4 +92,47 @@ func TestFailuresShownAndCounted(t *testing.T) {
 		"FAIL: b c\n",
 		// 2 tests in c, and b that never built
 		"tests: 0 passed, 3 failed, 0 skipped\n")
+}
+
+// Two streams read at once (hack/test.sh runs test/e2e beside the other
+// packages): every line of each arrives whole and in its stream's order,
+// long lines too, and a failure in either fails the run.
+func TestReadLinesMergesStreams(t *testing.T) {
+	long := strings.Repeat("x", 200_000)
+	a := `{"Action":"run","Package":"m/a","Test":"TestA"}
+{"Action":"output","Package":"m/a","Test":"TestA","Output":"` + long + `\n"}
+{"Action":"pass","Package":"m/a","Test":"TestA","Elapsed":0}
+{"Action":"pass","Package":"m/a","Elapsed":0.1}
+`
+	b := `{"Action":"run","Package":"m/e2e","Test":"TestB"}
+{"Action":"output","Package":"m/e2e","Test":"TestB","Output":"--- FAIL: TestB (0.00s)\n"}
+{"Action":"fail","Package":"m/e2e","Test":"TestB","Elapsed":0}
+{"Action":"fail","Package":"m/e2e","Elapsed":0.1}
+`
+	var out strings.Builder
+	r := newReport(&out, "m/", 0)
+	var got []string
+	err := readLines([]io.Reader{strings.NewReader(a), strings.NewReader(b)}, func(l []byte) {
+		got = append(got, string(l))
+		r.line(l)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 8 {
+		t.Fatalf("%d lines, want 8", len(got))
+	}
+	var fromA []string
+	for _, l := range got {
+		if strings.Contains(l, `"m/a"`) {
+			fromA = append(fromA, l)
+		}
+	}
+	if strings.Join(fromA, "\n")+"\n" != a {
+		t.Errorf("stream a's lines out of order or cut")
+	}
+	if !r.summary() {
+		t.Error("a failure in the second stream did not fail the run")
+	}
+	requireAll(t, out.String(), "tests: 1 passed, 1 failed, 0 skipped")
 }
