@@ -47,23 +47,22 @@ echo "== go test"
 # and timeouts, not CPU) runs beside the other packages (about 7): every
 # test makes its namespaces, links, nft tables, labs and apiservers under
 # names and ports of its own, as two labs side by side already do
-# (TestLab/SecondLabSideBySide). Both JSON streams go to one report as
-# their events come. With arguments, one run of exactly those.
-# pipefail: the run fails when go test does (even with no JSON to show,
-# e.g. a bad flag) or when the report saw a failure.
-report=("$tmp/testreport" -trim "$(go list -m)/")
-if [ $# -gt 0 ]; then
-  go test -json -count=1 -p 1 -timeout 20m "$@" | "${report[@]}"
-  exit
-fi
+# (TestLab/SecondLabSideBySide), and the root tests keep out of the
+# ranges labs take in the host namespace (10.244.0.0/16, 10.250.0.0/16,
+# 10.251.0.0/24; testutil.RequireFreeRange would refuse them while a lab
+# runs). Both JSON streams go to one report as
+# their events come; flags given to this script (GO_TEST_FLAGS) go to
+# both. The run fails when either go test does (even with no JSON to
+# show, e.g. a bad flag) or when the report saw a failure.
+mod=$(go list -m)
 mkfifo "$tmp/e2e.json" "$tmp/rest.json"
-"${report[@]}" "$tmp/e2e.json" "$tmp/rest.json" &
+"$tmp/testreport" -trim "$mod/" "$tmp/e2e.json" "$tmp/rest.json" &
 reporter=$!
-go test -json -count=1 -timeout 30m ./test/e2e > "$tmp/e2e.json" &
+go test -json -count=1 -timeout 30m "$@" ./test/e2e > "$tmp/e2e.json" &
 e2e=$!
 rc=0
 # shellcheck disable=SC2046 # one package path per word
-go test -json -count=1 -p 1 -timeout 20m $(go list ./... | grep -vx "$(go list -m)/test/e2e") > "$tmp/rest.json" || rc=$?
+go test -json -count=1 -p 1 -timeout 20m "$@" $(go list ./... | grep -vx "$mod/test/e2e") > "$tmp/rest.json" || rc=$?
 wait "$e2e" || rc=$?
 wait "$reporter" || rc=$?
 exit "$rc"

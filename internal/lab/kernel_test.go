@@ -41,7 +41,7 @@ func TestKernelUnderlay(t *testing.T) {
 	testutil.RequireRoot(t)
 	hostNS := testutil.NewNetNS(t)
 	name := testutil.Name("lt")
-	s, err := NewSpec(opts(name, 2), netip.MustParsePrefix("10.250.77.0/24"))
+	s, err := NewSpec(opts(name, 2), netip.MustParsePrefix("10.254.77.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,12 +252,12 @@ func TestStopDaemonsOf(t *testing.T) {
 // leaves nothing in the host namespace.
 func TestKernelTwoSubnets(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireFreeRange(t, "10.250.78.0/24", "10.250.79.0/24")
+	testutil.RequireFreeRange(t, "10.254.78.0/24", "10.254.79.0/24")
 	hostNS := testutil.NewNetNS(t)
 	name := testutil.Name("lt")
 	o := opts(name, 3)
 	o.Backend, o.Subnets, o.External = "vxlan", 2, true
-	s, err := NewSpec(o, netip.MustParsePrefix("10.250.78.0/24"), netip.MustParsePrefix("10.250.79.0/24"))
+	s, err := NewSpec(o, netip.MustParsePrefix("10.254.78.0/24"), netip.MustParsePrefix("10.254.79.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestKernelTwoSubnets(t *testing.T) {
 		_ = netns.Delete(s.Router.Netns)
 		_ = netns.Delete(s.External.Netns)
 	})
-	if s.Nodes[1].Subnet != 1 || s.Nodes[1].IP.String() != "10.250.79.12" || s.Nodes[2].IP.String() != "10.250.78.13" {
+	if s.Nodes[1].Subnet != 1 || s.Nodes[1].IP.String() != "10.254.79.12" || s.Nodes[2].IP.String() != "10.254.78.13" {
 		t.Fatalf("layout: %+v", s.Nodes)
 	}
 
@@ -309,7 +309,7 @@ func TestKernelTwoSubnets(t *testing.T) {
 
 	// What a lost lab.json held is read back from these objects.
 	if r, err := readRunningLab(k, t.TempDir(), name); err != nil || r.nodes != 3 || !r.external ||
-		joinPrefixes(r.underlays) != "10.250.78.0/24,10.250.79.0/24" {
+		joinPrefixes(r.underlays) != "10.254.78.0/24,10.254.79.0/24" {
 		t.Errorf("read back from the kernel: %+v, %v", r, err)
 	}
 
@@ -343,7 +343,7 @@ func TestKernelTwoSubnets(t *testing.T) {
 			t.Errorf("%s has a default route: %s", ns, got)
 		}
 	}
-	if got := testutil.RunIn(t, hostNS, "ip", "-4", "route", "show", "10.250.79.0/24"); !strings.Contains(got, "via 10.250.78.254 dev "+s.Bridge) {
+	if got := testutil.RunIn(t, hostNS, "ip", "-4", "route", "show", "10.254.79.0/24"); !strings.Contains(got, "via 10.254.78.254 dev "+s.Bridge) {
 		t.Errorf("host route to the second underlay: %q", got)
 	}
 
@@ -363,8 +363,8 @@ func TestKernelTwoSubnets(t *testing.T) {
 
 	// A node's route to the other subnet is part of being wired: exactly
 	// that fix.
-	testutil.RunIn(t, NetnsPath(s.Nodes[0].Netns), "ip", "route", "del", "10.250.79.0/24")
-	want := "node " + s.Nodes[0].Name + ": route 10.250.79.0/24 via 10.250.78.254 dev eth0 in netns " + s.Nodes[0].Netns + "\n"
+	testutil.RunIn(t, NetnsPath(s.Nodes[0].Netns), "ip", "route", "del", "10.254.79.0/24")
+	want := "node " + s.Nodes[0].Name + ": route 10.254.79.0/24 via 10.254.78.254 dev eth0 in netns " + s.Nodes[0].Netns + "\n"
 	if got := fixLines(plan()); got != want {
 		t.Errorf("node 1 without its route:\n%s\nwant:\n%s", got, want)
 	}

@@ -199,12 +199,12 @@ func TestLBPoolPlanAndStatus(t *testing.T) {
 // the new node, and the root stand-in has no route to the range.
 func TestKernelLBRoute(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireFreeRange(t, "10.250.76.0/24")
+	testutil.RequireFreeRange(t, "10.254.76.0/24")
 	hostNS := testutil.NewNetNS(t)
 	name := testutil.Name("lt")
 	o := lbOpts(name, 3)
 	o.LBPool = "10.251.76.0/24"
-	s, err := NewSpec(o, netip.MustParsePrefix("10.250.76.0/24"))
+	s, err := NewSpec(o, netip.MustParsePrefix("10.254.76.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestKernelLBRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fixes := fixesOf(mustPlan(t, k, s4), partExternal); len(fixes) != 1 ||
-		fixes[0].String() != "external host: route 10.251.76.0/24 via 10.250.76.11 10.250.76.12 10.250.76.13 10.250.76.14 dev eth0 in netns "+s.External.Netns {
+		fixes[0].String() != "external host: route 10.251.76.0/24 via 10.254.76.11 10.254.76.12 10.254.76.13 10.254.76.14 dev eth0 in netns "+s.External.Netns {
 		t.Errorf("external host with a route over 3 of 4 nodes: fixes\n%s", fixLines(fixes))
 	}
 	ensure(s4)

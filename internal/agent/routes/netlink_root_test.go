@@ -18,14 +18,14 @@ import (
 // it, is reused or deleted; and when no route is wanted, none of our
 // routes and nexthops is left.
 func TestRootNetlinkNexthops(t *testing.T) {
-	testutil.RequireFreeRange(t, "10.246.0.0/16", "10.244.0.0/16", "10.245.0.0/16")
+	testutil.RequireFreeRange(t, "10.246.0.0/16", "10.243.0.0/16", "10.245.0.0/16")
 	ns := testutil.NewNetNS(t)
 	nsn := testutil.NSName(ns)
 	ip := func(args ...string) string { return testutil.Run(t, append([]string{"ip", "-n", nsn}, args...)...) }
 	ip("link", "add", "nhup0", "type", "veth", "peer", "name", "nhup1")
 	ip("link", "add", "nhdown0", "type", "veth", "peer", "name", "nhdown1") // nhdown1 stays down: no carrier
 	ip("addr", "add", "10.246.255.254/16", "dev", "nhup0")
-	ip("addr", "add", "10.244.255.254/16", "dev", "nhdown0")
+	ip("addr", "add", "10.243.255.254/16", "dev", "nhdown0")
 	for _, l := range []string{"nhup0", "nhup1", "nhdown0"} {
 		ip("link", "set", l, "up")
 	}
@@ -44,13 +44,13 @@ func TestRootNetlinkNexthops(t *testing.T) {
 		return routes.Route{Dst: netip.MustParsePrefix(dst), Gw: netip.MustParseAddr(gw)}
 	}
 	sync(r("10.245.9.0/24", "10.246.0.9"), r("10.245.1.0/24", "10.246.0.1"), r("10.245.3.0/24", "10.246.0.1"),
-		r("10.245.7.0/24", "10.246.0.7"), r("10.245.2.0/24", "10.244.0.2"))
+		r("10.245.7.0/24", "10.246.0.7"), r("10.245.2.0/24", "10.243.0.2"))
 	got := ip("route", "show", "proto", "0x66")
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^10\.245\.9\.0/24 via 10\.246\.0\.9 dev nhup0`),                 // left plain
 		regexp.MustCompile(`(?m)^10\.245\.1\.0/24 nhid (\d+) via 10\.246\.0\.1 dev nhup0`),      // through a nexthop
 		regexp.MustCompile(`(?m)^10\.245\.7\.0/24 nhid 1711276100 via 10\.246\.0\.7 dev nhup0`), // the leftover, reused
-		regexp.MustCompile(`(?m)^10\.245\.2\.0/24 via 10\.244\.0\.2 dev nhdown0 .*linkdown`),    // no carrier: plain
+		regexp.MustCompile(`(?m)^10\.245\.2\.0/24 via 10\.243\.0\.2 dev nhdown0 .*linkdown`),    // no carrier: plain
 	} {
 		if !want.MatchString(got) {
 			t.Errorf("routes lack %s:\n%s", want, got)
@@ -68,8 +68,8 @@ func TestRootNetlinkNexthops(t *testing.T) {
 	// 10.245.7.0/24 moves to a gateway behind the device without carrier:
 	// written plain, and the nexthop it went through (its only route) goes.
 	sync(r("10.245.9.0/24", "10.246.0.9"), r("10.245.1.0/24", "10.246.0.1"), r("10.245.3.0/24", "10.246.0.1"),
-		r("10.245.7.0/24", "10.244.0.7"), r("10.245.2.0/24", "10.244.0.2"))
-	if got := ip("route", "show", "10.245.7.0/24"); !strings.Contains(got, "via 10.244.0.7 dev nhdown0") || strings.Contains(got, "nhid") {
+		r("10.245.7.0/24", "10.243.0.7"), r("10.245.2.0/24", "10.243.0.2"))
+	if got := ip("route", "show", "10.245.7.0/24"); !strings.Contains(got, "via 10.243.0.7 dev nhdown0") || strings.Contains(got, "nhid") {
 		t.Errorf("10.245.7.0/24 moved behind a device without carrier: %q, want a plain route", got)
 	}
 	if nhs := ip("nexthop", "show", "proto", "0x66"); strings.Contains(nhs, "1711276100") || strings.Count(nhs, "\n") != 1 {

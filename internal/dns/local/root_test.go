@@ -28,14 +28,14 @@ import (
 // and conntrack holds no entry for the queries.
 func TestRootPodReachesServerPastDNAT(t *testing.T) {
 	testutil.RequireRoot(t)
-	const subnet = "10.250.77.0/24"
+	const subnet = "10.254.77.0/24"
 	testutil.RequireFreeRange(t, subnet)
 	node, pod := testutil.NewNetNS(t), testutil.NewNetNS(t)
-	testutil.Wire(t, node, testutil.Name("fnd"), []string{"10.250.77.1/24"}, pod, "eth0", []string{"10.250.77.2/24"})
-	testutil.RunIn(t, pod, "ip", "route", "add", "default", "via", "10.250.77.1")
+	testutil.Wire(t, node, testutil.Name("fnd"), []string{"10.254.77.1/24"}, pod, "eth0", []string{"10.254.77.2/24"})
+	testutil.RunIn(t, pod, "ip", "route", "add", "default", "via", "10.254.77.1")
 	// The proxy stand-in: DNAT to nowhere and reject, for tracked packets.
 	testutil.RunIn(t, node, "nft", `table ip fndproxy {
-		chain pre { type nat hook prerouting priority dstnat; ip daddr 10.96.0.10 udp dport 53 dnat to 10.250.77.99:53; }
+		chain pre { type nat hook prerouting priority dstnat; ip daddr 10.96.0.10 udp dport 53 dnat to 10.254.77.99:53; }
 		chain in { type filter hook input priority filter; ct state new ip daddr 10.96.0.10 reject; }
 	}`)
 
