@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -281,5 +282,15 @@ func TestKernelLBRoute(t *testing.T) {
 	ensure(s4)
 	if !strings.Contains(route(), "nexthop via "+s4.Nodes[3].IP.String()+" dev eth0") || strings.Count(route(), "nexthop") != 4 {
 		t.Errorf("route after growing:\n%s", route())
+	}
+}
+
+// testutil.LabRanges, which root tests beside a lab keep out of, holds
+// every range a lab takes in the host namespace by default.
+func TestLabRangesCoverTheDefaults(t *testing.T) {
+	for _, r := range []netip.Prefix{netip.MustParsePrefix(DefaultClusterCIDR), underlayBase, netip.MustParsePrefix(DefaultLBPool)} {
+		if !slices.ContainsFunc(testutil.LabRanges, func(l netip.Prefix) bool { return l.Bits() <= r.Bits() && l.Contains(r.Addr()) }) {
+			t.Errorf("testutil.LabRanges %v lacks %s", testutil.LabRanges, r)
+		}
 	}
 }

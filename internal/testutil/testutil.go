@@ -89,8 +89,19 @@ func NewNetNS(t testing.TB) string {
 // NSName returns the iproute2 name of a namespace path from NewNetNS.
 func NSName(path string) string { return filepath.Base(path) }
 
+// LabRanges are what labs take in the host namespace with their default
+// flags (internal/lab: DefaultClusterCIDR, the underlays, DefaultLBPool).
+// make test runs test/e2e's labs beside the other packages' root tests,
+// so those must keep out of them.
+var LabRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.244.0.0/16"),
+	netip.MustParsePrefix("10.250.0.0/16"),
+	netip.MustParsePrefix("10.251.0.0/24"),
+}
+
 // RequireFreeRange fails t when any of cidrs overlaps a network the machine
-// is on: tests must never use the host's own ranges.
+// is on: tests must never use the host's own ranges. Nor one of
+// LabRanges: a lab running beside the test may take it at any moment.
 func RequireFreeRange(t testing.TB, cidrs ...string) {
 	t.Helper()
 	var ps []netip.Prefix
@@ -98,6 +109,11 @@ func RequireFreeRange(t testing.TB, cidrs ...string) {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
 			t.Fatalf("bad test range %q: %v", c, err)
+		}
+		for _, l := range LabRanges {
+			if p.Overlaps(l) {
+				t.Fatalf("test range %s overlaps %s, which labs take (testutil.LabRanges; test/e2e runs beside this test): pick another", p, l)
+			}
 		}
 		ps = append(ps, p)
 	}
