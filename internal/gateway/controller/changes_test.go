@@ -67,20 +67,21 @@ func TestRelevantService(t *testing.T) {
 	for _, c := range []struct {
 		what string
 		obj  any
-		want bool
+		want serviceEvent
 		key  string
 	}{
-		{"a backend's Service", svc("a", "web", nil), true, "a/web"},
-		{"another Service", svc("a", "db", nil), false, "a/db"},
-		{"the same name elsewhere", svc("b", "web", nil), false, "b/web"},
-		{"a Gateway's frontend", svc("gw", "gw-front", map[string]string{LabelGateway: "gw"}), true, "gw/gw-front"},
-		{"the Ingress frontend", svc("gw", IngressService, map[string]string{LabelIngress: "true"}), true, "gw/" + IngressService},
-		{"a backend's slice", slice("a", "web-abc", map[string]string{discoveryv1.LabelServiceName: "web"}), true, "a/web"},
-		{"another slice", slice("a", "db-abc", map[string]string{discoveryv1.LabelServiceName: "db"}), false, "a/db"},
-		{"a slice of ours", slice("gw", "gw-front-x", map[string]string{discoveryv1.LabelManagedBy: SliceManagedBy}), true, "gw/gw-front-x"},
-		{"a slice without a Service", slice("a", "loose", nil), false, "a/"},
-		{"a tombstone", cache.DeletedFinalStateUnknown{Key: "a/web", Obj: svc("a", "web", nil)}, true, "a/web"},
-		{"a tombstone of another", cache.DeletedFinalStateUnknown{Key: "a/db", Obj: slice("a", "db-x", map[string]string{discoveryv1.LabelServiceName: "db"})}, false, "a/db"},
+		{"a backend's Service", svc("a", "web", nil), eventCompile, "a/web"},
+		{"another Service", svc("a", "db", nil), eventNone, "a/db"},
+		{"the same name elsewhere", svc("b", "web", nil), eventNone, "b/web"},
+		{"a Gateway's frontend", svc("gw", "gw-front", map[string]string{LabelGateway: "gw"}), eventCompile, "gw/gw-front"},
+		{"the Ingress frontend", svc("gw", IngressService, map[string]string{LabelIngress: "true"}), eventCompile, "gw/" + IngressService},
+		{"a backend's slice", slice("a", "web-abc", map[string]string{discoveryv1.LabelServiceName: "web"}), eventCompile, "a/web"},
+		{"another slice", slice("a", "db-abc", map[string]string{discoveryv1.LabelServiceName: "db"}), eventNone, "a/db"},
+		{"a slice of ours", slice("gw", "gw-front-x", map[string]string{discoveryv1.LabelManagedBy: SliceManagedBy}), eventFrontend, "gw/gw-front-x"},
+		{"a slice of ours a route names", slice("a", "web-x", map[string]string{discoveryv1.LabelManagedBy: SliceManagedBy, discoveryv1.LabelServiceName: "web"}), eventCompile, "a/web-x"},
+		{"a slice without a Service", slice("a", "loose", nil), eventNone, "a/"},
+		{"a tombstone", cache.DeletedFinalStateUnknown{Key: "a/web", Obj: svc("a", "web", nil)}, eventCompile, "a/web"},
+		{"a tombstone of another", cache.DeletedFinalStateUnknown{Key: "a/db", Obj: slice("a", "db-x", map[string]string{discoveryv1.LabelServiceName: "db"})}, eventNone, "a/db"},
 	} {
 		k, got := relevantService(c.obj, uses)
 		if got != c.want || k.String() != c.key {

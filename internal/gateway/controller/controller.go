@@ -214,14 +214,12 @@ func New(kc kubernetes.Interface, gc gwclient.Interface, up Updater, opts Option
 	// front a Gateway matter; in a cluster of 10,000 Services, reacting to
 	// the others made every pod start cost a full compile on every node.
 	serviceChanged := func(o any) {
-		k, ok := relevantService(o, c.inc.Uses)
-		if svc, front := ownFrontendSlice(o); front && !c.inc.Uses(k.Namespace, svc) {
-			// Compile reads no frontend slice (unless a route names its
-			// Service); a frontend pass repairs it, or sees our own write.
-			c.pokeFrontends()
-		} else if ok {
+		switch k, ev := relevantService(o, c.inc.Uses); ev {
+		case eventCompile:
 			full(o)
-		} else {
+		case eventFrontend:
+			c.pokeFrontends()
+		default:
 			c.changes.skip(k, false)
 		}
 	}
@@ -306,47 +304,51 @@ func slimNode(n *corev1.Node) *corev1.Node {
 	return out
 }
 
-// relevantService reports whether a Service or EndpointSlice event (an
-// object or a deletion tombstone) can change the compile's output: its
-// Service is named by a backend of the last compile (uses:
-// compile.Incremental's Uses, every Service before the first), or it is
-// a frontend of ours (or one of their slices); otherwise k is the
+// serviceEvent is what a Service or EndpointSlice event asks for.
+type serviceEvent int
+
+const (
+	eventNone     serviceEvent = iota // nothing compile or the frontends read
+	eventCompile                      // a full compile
+	eventFrontend                     // a frontend pass only
+)
+
+// relevantService says what a Service or EndpointSlice event (an object
+// or a deletion tombstone) asks for: a compile when it can change the
+// compile's output (its Service is named by a backend of the last
+// compile, uses: compile.Incremental's Uses, every Service before the
+// first; or it is a frontend Service of ours); a frontend pass for a
+// frontend slice of ours no route names (compile reads none: the pass
+// repairs it, or sees our own write); otherwise nothing, and k is the
 // Service, for changes.skip.
-func relevantService(o any, uses func(namespace, name string) bool) (k types.NamespacedName, relevant bool) {
+func relevantService(o any, uses func(namespace, name string) bool) (k types.NamespacedName, ev serviceEvent) {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
 	}
 	m, ok := o.(metav1.Object)
 	if !ok {
-		return k, true
+		return k, eventCompile
 	}
 	lbl := m.GetLabels()
 	k = types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
 	if _, slice := o.(*discoveryv1.EndpointSlice); slice {
 		if lbl[discoveryv1.LabelManagedBy] == SliceManagedBy {
-			return k, true
+			if uses(k.Namespace, lbl[discoveryv1.LabelServiceName]) {
+				return k, eventCompile
+			}
+			return k, eventFrontend
 		}
 		k.Name = lbl[discoveryv1.LabelServiceName]
 		if k.Name == "" {
-			return k, false // no Service: nothing reads it
+			return k, eventNone // no Service: nothing reads it
 		}
 	} else if isFrontend(lbl) {
-		return k, true
+		return k, eventCompile
 	}
-	return k, uses(k.Namespace, k.Name)
-}
-
-// ownFrontendSlice is the Service of o (an object or a deletion
-// tombstone) when o is an EndpointSlice of a frontend Service of ours.
-func ownFrontendSlice(o any) (service string, ok bool) {
-	if t, isT := o.(cache.DeletedFinalStateUnknown); isT {
-		o = t.Obj
+	if uses(k.Namespace, k.Name) {
+		return k, eventCompile
 	}
-	es, isES := o.(*discoveryv1.EndpointSlice)
-	if !isES || es.Labels[discoveryv1.LabelManagedBy] != SliceManagedBy {
-		return "", false
-	}
-	return es.Labels[discoveryv1.LabelServiceName], true
+	return k, eventNone
 }
 
 // specChanged reports whether an update changed more than an object's
