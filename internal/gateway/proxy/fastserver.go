@@ -436,7 +436,7 @@ func (c *fastConn) forward(st *reqState, req *http.Request) fastOutcome {
 	c.watchClient()
 	defer c.stopWatching()
 	resp, err := c.fp.s.fast.roundTrip(c.ctx, req)
-	for redials := 0; c.ctx.Err() == nil && st.redial(err, req, redials); redials++ {
+	for redials := 0; c.ctx.Err() == nil && st.redial(err, c.ctx, req, redials); redials++ {
 		req.URL.Host = st.ep // bodiless: safe to send again
 		resp, err = c.fp.s.fast.roundTrip(c.ctx, req)
 	}

@@ -251,7 +251,7 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 			rq = req.WithContext(ctx)
 		}
 		resp, err := st.tr.RoundTrip(rq)
-		if req.Body == nil && req.Context().Err() == nil && st.redial(err, req, redials) {
+		if req.Body == nil && req.Context().Err() == nil && st.redial(err, rq.Context(), req, redials) {
 			redials++
 			if cancel != nil {
 				cancel()
@@ -299,25 +299,30 @@ func (st *reqState) RoundTrip(req *http.Request) (*http.Response, error) {
 // until every gateway has its EndpointSlice change, and each of those
 // moments cost a 502 (TestLab/Gateway/EndpointRemoval). The caller checks
 // that req can be sent again (no body).
-func (st *reqState) redial(err error, req *http.Request, redials int) bool {
+//
+// A connection that timed out while the try's own context (tryCtx) had
+// time left is a connect failure too (the dialer's timeout: a pod whose
+// address answers nothing any more): it goes elsewhere as well.
+func (st *reqState) redial(err error, tryCtx context.Context, req *http.Request, redials int) bool {
 	if err == nil || redials >= len(st.b.Endpoints)-1 {
 		return false
 	}
 	reason := errorReason(err)
+	var op *net.OpError
 	switch {
-	case reason == "connect":
+	case errors.As(err, &op) && op.Op == "dial" && tryCtx.Err() == nil:
+		reason = "connect"
 	case reason == "reset" && (req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions):
 	default:
 		return false
 	}
 	st.s.m.upstreamErrors.WithLabelValues(st.b.Name, reason).Inc()
-	for range st.b.Endpoints { // the round robin's next one that is another
-		if ep := st.b.Endpoint(); ep != "" && ep != st.ep {
-			st.ep = ep
-			return true
-		}
+	ep := st.b.EndpointOtherThan(st.ep)
+	if ep == "" {
+		return false
 	}
-	return false
+	st.ep = ep
+	return true
 }
 
 func retryable(rt *table.Retry, resp *http.Response, err error) bool {

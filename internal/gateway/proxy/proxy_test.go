@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -662,9 +663,20 @@ func TestRefusedEndpointSkipped(t *testing.T) {
 		}
 	}()
 	down := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens there
+	// silent's connections time out (the dialer's timeout, shortened
+	// here): an address nothing answers any more, as a deleted pod's.
+	silent := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	for _, noFast := range []bool{false, true} {
-		for _, bad := range []string{down, resets.Addr().String()} {
+		for _, bad := range []string{down, resets.Addr().String(), silent} {
 			s := newTestServer(t, Options{DisableFastPath: noFast})
+			s.fast.dialer.Timeout = 100 * time.Millisecond
+			s.fast.dialer.ControlContext = func(ctx context.Context, _, addr string, _ syscall.RawConn) error {
+				if addr == silent {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return nil
+			}
 			bind := freePort(t)
 			b := &table.Backend{Name: "ns/svc:80", Weight: 1, Endpoints: []string{bad, e1.ep()}}
 			mustUpdate(t, s, tableOf(port(bind, table.HTTP, hosted{"", []*table.Rule{rule("/", forward("HTTPRoute/ns/r", b))}})))

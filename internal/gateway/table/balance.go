@@ -61,3 +61,21 @@ func (b *Backend) Endpoint() string {
 	}
 	return b.Endpoints[(atomic.AddUint64(&b.next, 1)-1)%n]
 }
+
+// EndpointOtherThan returns the next endpoint round robin that is not
+// ep, "" when there is none. One turn of the counter, then a scan: with
+// two endpoints, asking Endpoint twice can give ep both times when
+// another request takes a turn in between.
+func (b *Backend) EndpointOtherThan(ep string) string {
+	n := uint64(len(b.Endpoints))
+	if n == 0 {
+		return ""
+	}
+	start := atomic.AddUint64(&b.next, 1) - 1
+	for i := range n {
+		if e := b.Endpoints[(start+i)%n]; e != ep {
+			return e
+		}
+	}
+	return ""
+}

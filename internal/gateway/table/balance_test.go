@@ -54,3 +54,48 @@ func TestBackendEndpointRoundRobin(t *testing.T) {
 		t.Fatal("no endpoints should give empty")
 	}
 }
+
+// A redial after a failed endpoint must get another one whatever other
+// requests do with the round robin meanwhile.
+func TestBackendEndpointOtherThan(t *testing.T) {
+	b := &Backend{Endpoints: []string{"a", "b", "c"}}
+	seen := map[string]int{}
+	for range 6 {
+		seen[b.EndpointOtherThan("a")]++
+	}
+	if seen["a"] != 0 || seen["b"] == 0 || seen["c"] == 0 || seen[""] != 0 {
+		t.Fatalf("EndpointOtherThan(a) over 6 turns gave %v, want b and c only", seen)
+	}
+	if got := (&Backend{Endpoints: []string{"a"}}).EndpointOtherThan("a"); got != "" {
+		t.Fatalf("the only endpoint failed: got %q, want none", got)
+	}
+	if got := (&Backend{}).EndpointOtherThan("a"); got != "" {
+		t.Fatalf("no endpoints: got %q", got)
+	}
+
+	two := &Backend{Endpoints: []string{"a", "b"}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // other requests taking turns
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				two.Endpoint()
+			}
+		}
+	}()
+	bad := 0
+	for range 100000 {
+		if two.EndpointOtherThan("a") != "b" {
+			bad++
+		}
+	}
+	close(stop)
+	<-done
+	if bad > 0 {
+		t.Fatalf("%d of 100000 redials beside concurrent requests got the failed endpoint again", bad)
+	}
+}
