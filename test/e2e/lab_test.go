@@ -107,6 +107,7 @@ type testLab struct {
 	spec    *lab.Spec
 	c       kubernetes.Interface
 	down    bool
+	failed  func() bool // the owning test's t.Failed
 }
 
 func randHex(n int) string {
@@ -143,9 +144,9 @@ func newLab(t *testing.T) *testLab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	l := &testLab{name: "e2e" + randHex(3), root: root, flatnet: filepath.Join(bin, "flatnet")}
+	l := &testLab{name: "e2e" + randHex(3), root: root, flatnet: filepath.Join(bin, "flatnet"), failed: t.Failed}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() && !l.down {
 			l.keepLogs(t)
 		}
 		if !l.down {
@@ -176,6 +177,19 @@ func (l *testLab) keepLogs(t *testing.T) {
 		return
 	}
 	t.Logf("the lab's logs are kept in %s", dst)
+}
+
+// takeDown runs lab down as a test's own step, keeping the logs first
+// when the lab's test has failed so far: its cleanup would find them
+// gone.
+func (l *testLab) takeDown(t *testing.T) string {
+	t.Helper()
+	if l.failed() {
+		l.keepLogs(t)
+	}
+	out := l.mustCLI(t, "down")
+	l.down = true
+	return out
 }
 
 // labProcesses lists the processes (but this one) that a lab under root
@@ -1012,10 +1026,7 @@ func TestLab(t *testing.T) {
 		if out, err := l2.cli("up", "--nodes", "1"); err == nil || !strings.Contains(out, "never removes") {
 			t.Errorf("up --nodes 1 on a 2-node lab: %v\n%s", err, out)
 		}
-		if out, err := l2.cli("down"); err != nil {
-			t.Fatalf("lab down: %v\n%s", err, out)
-		}
-		l2.down = true
+		l2.takeDown(t)
 		// The first lab is untouched.
 		if got, err := dial(lab.NetnsPath(pods[0].node.Netns), pods[0].ip, pods[2].ip, 8080, "hostname"); err != nil || got != pods[2].name {
 			t.Errorf("first lab after the second went down: %q, %v", got, err)
@@ -1023,7 +1034,7 @@ func TestLab(t *testing.T) {
 	})
 
 	t.Run("RefusesHostRange", func(t *testing.T) {
-		l3 := &testLab{name: "e2e" + randHex(3), root: l.root, flatnet: l.flatnet}
+		l3 := &testLab{name: "e2e" + randHex(3), root: l.root, flatnet: l.flatnet, failed: t.Failed}
 		host := hostPrefix(t)
 		out, err := l3.cli("up", "--nodes", "1", "--underlay-cidr", host.String())
 		if err == nil || !strings.Contains(out, "overlaps") {
@@ -1128,8 +1139,7 @@ func TestLab(t *testing.T) {
 		if err := os.WriteFile(proc.PIDFile(s.StateDir, lab.AgentProc(n1.Name)), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out := l.mustCLI(t, "down")
-		l.down = true
+		out := l.takeDown(t)
 		t.Logf("lab down:\n%s", out)
 		checkNoProcessLeft(t, l.root)
 		after := snapshotHost(t, l.name, l.root)

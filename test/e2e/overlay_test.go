@@ -467,8 +467,7 @@ func TestOverlay(t *testing.T) {
 	})
 
 	t.Run("DownLeavesNothing", func(t *testing.T) {
-		out := l.mustCLI(t, "down")
-		l.down = true
+		out := l.takeDown(t)
 		t.Logf("lab down:\n%s", out)
 		if d := before.diff(snapshotHost(t, l.name, l.root)); d != "" {
 			t.Errorf("lab down left things behind:\n%s", d)

@@ -105,8 +105,7 @@ func TestLabSimulatedNodes(t *testing.T) {
 	if !ok {
 		t.Fatal("kwok is not running before down")
 	}
-	l.mustCLI(t, "down")
-	l.down = true
+	l.takeDown(t)
 	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), "kwok") {
 		t.Errorf("kwok (pid %d) still runs after lab down", pid)
 	}
