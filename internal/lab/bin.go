@@ -5,11 +5,18 @@ package lab
 // CNI plugin name. Two dirs, since the CNI plugin type flatnet would
 // otherwise take the flatnet command's place. Copies, not links to ./bin:
 // a rebuild of ./bin while the lab runs must not change the programs its
-// agents and pods run; a lab picks up a new build at its next `down` and
-// `up`.
+// agents and pods run. A lab picks up a new build at its next `up`,
+// which replaces the copies (each by a rename: running programs keep
+// theirs) and restarts every flatnet daemon of the lab, so that no
+// daemon runs an older program than the flags that up gives it
+// (BinariesOutdated, Plan).
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -73,7 +80,7 @@ func installBinaries(s *Spec, flatnet, cni string) error {
 		}
 		p := filepath.Join(b.dir, b.name)
 		if b.copyOf != "" {
-			if err := copyIfMissing(b.copyOf, p); err != nil {
+			if err := copyIfChanged(b.copyOf, p); err != nil {
 				return err
 			}
 			continue
@@ -88,8 +95,74 @@ func installBinaries(s *Spec, flatnet, cni string) error {
 	return nil
 }
 
-func copyIfMissing(src, dst string) error {
-	if _, err := os.Stat(dst); err == nil {
+// binariesOutdated reports whether the copies in s's bin dirs are not
+// flatnet and cni (a lab with no copies yet is not outdated: it has
+// nothing to restart).
+func binariesOutdated(s *Spec, flatnet, cni string) (bool, error) {
+	for _, b := range binaries(s, flatnet, cni) {
+		if b.copyOf == "" {
+			continue
+		}
+		same, err := sameContent(b.copyOf, filepath.Join(b.dir, b.name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("comparing the lab's %s with %s: %w", b.name, b.copyOf, err)
+		}
+		if !same {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// sameContent reports whether files a and b hold the same bytes.
+func sameContent(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	sa, err := fa.Stat()
+	if err != nil {
+		return false, err
+	}
+	sb, err := fb.Stat()
+	if err != nil {
+		return false, err
+	}
+	if sa.Size() != sb.Size() {
+		return false, nil
+	}
+	bufA, bufB := make([]byte, 1<<20), make([]byte, 1<<20)
+	for {
+		na, errA := io.ReadFull(fa, bufA)
+		nb, errB := io.ReadFull(fb, bufB)
+		if !bytes.Equal(bufA[:na], bufB[:nb]) {
+			return false, nil
+		}
+		eofA := errA == io.EOF || errA == io.ErrUnexpectedEOF
+		eofB := errB == io.EOF || errB == io.ErrUnexpectedEOF
+		switch {
+		case errA != nil && !eofA:
+			return false, errA
+		case errB != nil && !eofB:
+			return false, errB
+		case eofA || eofB:
+			return eofA && eofB, nil
+		}
+	}
+}
+
+// copyIfChanged copies src to dst unless dst already holds the same.
+func copyIfChanged(src, dst string) error {
+	if same, err := sameContent(src, dst); err == nil && same {
 		return nil
 	}
 	in, err := os.Open(src)

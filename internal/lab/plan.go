@@ -57,8 +57,12 @@ func (s Step) String() string {
 
 // Observed is the running lab as read from the kernel and the state dir.
 type Observed struct {
-	StateDir     bool
-	Bin          bool
+	StateDir bool
+	Bin      bool
+	// BinOutdated: the lab's copies of flatnet or flatnet-cni are not
+	// the build this up installs: up replaces them and restarts every
+	// flatnet daemon (an old program would not know new flags).
+	BinOutdated  bool
 	Underlay     bool
 	Nodes        map[string]bool // node name -> namespace fully wired
 	ControlPlane bool
@@ -119,6 +123,14 @@ type Observed struct {
 	SimulatedNodes int
 }
 
+// newBuild is what the binaries step adds when it replaces the copies.
+func newBuild(o Observed) string {
+	if o.Bin && o.BinOutdated {
+		return "; a new build: the copies replaced, the flatnet daemons restarted"
+	}
+	return ""
+}
+
 // Plan lists the steps that make spec from what is observed. It is pure.
 // The final StepReady is never Present: `up` always waits for the nodes
 // (a no-op wait on a ready lab).
@@ -129,7 +141,7 @@ func Plan(s *Spec, o Observed) []Step {
 	}
 	steps := []Step{
 		{Kind: StepStateDir, What: s.StateDir, Present: o.StateDir},
-		{Kind: StepBin, What: s.BinDir() + " (flatnet), " + s.CNIBinDir() + " (flatnet-cni as " + strings.Join(cniPluginNames, ", ") + ")", Present: o.Bin},
+		{Kind: StepBin, What: s.BinDir() + " (flatnet), " + s.CNIBinDir() + " (flatnet-cni as " + strings.Join(cniPluginNames, ", ") + ")" + newBuild(o), Present: o.Bin && !o.BinOutdated},
 		{Kind: StepUnderlay, What: underlay, Present: o.Underlay},
 	}
 	if r := s.Router; r != nil {
@@ -163,13 +175,13 @@ func Plan(s *Spec, o Observed) []Step {
 		steps = append(steps, Step{Kind: StepExternal,
 			What: fmt.Sprintf("netns %s: eth0 %s/%d <-> %s%s, netexec HTTP :%d, UDP :%d, DNS :53 (%s)", x.Netns, x.IP, s.Underlay.Bits(), x.HostVeth,
 				lbRoute, ExternalHTTPPort, ExternalUDPPort, ExternalDNSZone),
-			Present: ready && o.ExternalServer && !o.ExternalWithoutDNS,
-			Restart: o.ExternalServer && (o.ExternalRewired || o.ExternalWithoutDNS)})
+			Present: ready && o.ExternalServer && !o.ExternalWithoutDNS && !o.BinOutdated,
+			Restart: o.ExternalServer && (o.ExternalRewired || o.ExternalWithoutDNS || o.BinOutdated)})
 	}
 	// (The pool shows in up's header line and in status; this text is
 	// matched by tooling as it is.)
 	controllerWhat := "flatnet controller (node IPAM, EndpointSlices)"
-	controllerOutdated := o.ControllerOutdated || o.ControllerLBPool != s.LoadBalancerPool()
+	controllerOutdated := o.ControllerOutdated || o.ControllerLBPool != s.LoadBalancerPool() || o.BinOutdated
 	if o.Controller && o.ControllerLBPool != s.LoadBalancerPool() {
 		controllerWhat += fmt.Sprintf("; LoadBalancer IPs %s, was %s", orNone(s.LoadBalancerPool()), orNone(o.ControllerLBPool))
 	}
@@ -213,6 +225,7 @@ func Plan(s *Spec, o Observed) []Step {
 			other = true
 			what += "; cluster DNS was off or had other upstreams"
 		}
+		other = other || o.BinOutdated
 		steps = append(steps, Step{Kind: StepAgent, Node: n.Name,
 			What:    what,
 			Present: o.Agents[n.Name] && !o.Rewired[n.Name] && !other,
@@ -224,8 +237,8 @@ func Plan(s *Spec, o Observed) []Step {
 		}
 		steps = append(steps, Step{Kind: StepGateway, Node: n.Name,
 			What:    fmt.Sprintf("flatnet gateway on %s (Gateway API, Ingress)", n.Name),
-			Present: o.Gateways[n.Name] && !o.Rewired[n.Name] && !o.GatewaysOutdated[n.Name],
-			Restart: o.Gateways[n.Name] && (o.Rewired[n.Name] || o.GatewaysOutdated[n.Name])})
+			Present: o.Gateways[n.Name] && !o.Rewired[n.Name] && !o.GatewaysOutdated[n.Name] && !o.BinOutdated,
+			Restart: o.Gateways[n.Name] && (o.Rewired[n.Name] || o.GatewaysOutdated[n.Name] || o.BinOutdated)})
 	}
 	if s.Containerd() {
 		// The images are needed only by a node whose kubelet starts.

@@ -308,6 +308,11 @@ func TestPlan(t *testing.T) {
 			o.AgentsWithoutProxy = map[string]bool{"flatnet-node2": true}
 			return o
 		}(), "=state dir =binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane rcontroller =agent(flatnet-node1) ragent(flatnet-node2) =gateway(flatnet-node1) =gateway(flatnet-node2) +ready"},
+		{"a new build of flatnet: every flatnet daemon restarts", func() Observed {
+			o := all
+			o.BinOutdated = true
+			return o
+		}(), "=state dir +binaries =underlay =node(flatnet-node1) =node(flatnet-node2) =control plane rcontroller ragent(flatnet-node1) ragent(flatnet-node2) rgateway(flatnet-node1) rgateway(flatnet-node2) +ready"},
 		{"dead controller started without --endpointslices", func() Observed {
 			o := all
 			o.Controller = false
@@ -985,6 +990,9 @@ func TestBinDirs(t *testing.T) {
 	if binariesPresent(s) {
 		t.Fatal("binaries present before install")
 	}
+	if out, err := binariesOutdated(s, flatnet, cni); out || err != nil {
+		t.Fatalf("no copies yet: outdated %v, %v; want false: nothing runs them", out, err)
+	}
 	if err := installBinaries(s, flatnet, cni); err != nil {
 		t.Fatal(err)
 	}
@@ -993,6 +1001,38 @@ func TestBinDirs(t *testing.T) {
 	}
 	if err := installBinaries(s, flatnet, cni); err != nil {
 		t.Fatalf("second install: %v", err)
+	}
+	if out, err := binariesOutdated(s, flatnet, cni); out || err != nil {
+		t.Fatalf("copies of this build: outdated %v, %v", out, err)
+	}
+	// A new build of either (same size, other bytes; then longer) makes
+	// the copies outdated, and the next install replaces them.
+	for _, f := range []string{cni, flatnet} {
+		for _, text := range []string{"#!/bin/sh\necho " + filepath.Base(f) + "\n", "#!/bin/sh\necho " + filepath.Base(f) + "-v2\n"} {
+			old, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text = strings.Replace(text, "echo", "ECHO", 1)
+			if err := os.WriteFile(f, []byte(text), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := binariesOutdated(s, flatnet, cni); !out || err != nil {
+				t.Fatalf("%s changed from %q to %q: outdated %v, %v; want true", filepath.Base(f), old, text, out, err)
+			}
+			if err := installBinaries(s, flatnet, cni); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := binariesOutdated(s, flatnet, cni); out || err != nil {
+				t.Fatalf("after installing the new %s: outdated %v, %v", filepath.Base(f), out, err)
+			}
+			if err := os.WriteFile(f, old, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := installBinaries(s, flatnet, cni); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	ls := func(dir string) map[string]string {
 		out := map[string]string{}

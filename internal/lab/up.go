@@ -108,6 +108,9 @@ func Up(ctx context.Context, req Request, cfg UpConfig) (*Spec, error) {
 		return nil, err
 	}
 	obs.Kwok, obs.KwokOutdated = observeKwok(s, kwokBin)
+	if obs.BinOutdated, err = binariesOutdated(s, flatnetBin, cniBin); err != nil {
+		return nil, err
+	}
 	if recorded != nil {
 		obs.SimulatedNodes = recorded.SimulatedNodes
 	}
