@@ -20,6 +20,13 @@ package routes
 // a route (the routes were deleted by hand, or by a crash between the
 // two writes) is reused by the next Write or deleted by it. IDs are ours
 // from nexthopBase up, skipping any the namespace already has.
+//
+// With net.ipv4.nexthop_compat_mode 0 (a namespace's choice, default 1)
+// the kernel's route dumps leave out the gateway and device of a route
+// through a nexthop object, so List could not read what Write wrote:
+// every sync would rewrite every route. There the routes are written
+// plain (as without nexthop support); the nexthop routes already there
+// read as wrong and are replaced once.
 
 import (
 	"errors"
@@ -30,8 +37,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/flatnet/flatnet/internal/netlinkx"
+	"github.com/flatnet/flatnet/internal/sysctl"
 )
 
 // Protocol marks flatnet's routes and nexthops (`ip route show proto
@@ -50,8 +59,9 @@ type Netlink struct {
 	// Table is the routing table (0: main).
 	Table int
 
-	mu sync.Mutex
-	nh *nexthops
+	mu           sync.Mutex
+	nh           *nexthops
+	saidNoCompat bool // logged that nexthop_compat_mode is 0
 }
 
 type nhKey struct {
@@ -99,6 +109,15 @@ func (n *Netlink) List() ([]Route, []netip.Prefix, error) {
 		st.unsupported = true
 	case err != nil:
 		return nil, nil, err
+	}
+	if !st.unsupported && !nexthopCompat() {
+		st.unsupported = true
+		n.mu.Lock()
+		if !n.saidNoCompat {
+			n.saidNoCompat = true
+			klog.InfoS("net.ipv4.nexthop_compat_mode is 0 here: route dumps would hide the gateways of routes through nexthop objects, so routes are written plain (set it to 1 for nexthop objects, the faster way to write thousands of routes)")
+		}
+		n.mu.Unlock()
 	}
 	for _, nh := range nhs {
 		st.taken[nh.ID] = true
@@ -151,6 +170,14 @@ func (n *Netlink) List() ([]Route, []netip.Prefix, error) {
 	n.nh = st
 	n.mu.Unlock()
 	return owned, foreign, nil
+}
+
+// nexthopCompat reports whether route dumps show the gateway of a route
+// through a nexthop object: net.ipv4.nexthop_compat_mode is not 0 (a
+// kernel without the sysctl, before 5.8, always shows it).
+func nexthopCompat() bool {
+	v, err := sysctl.Get("net.ipv4.nexthop_compat_mode")
+	return err != nil || v != "0"
 }
 
 // links are the devices' names, and which have carrier, by index.

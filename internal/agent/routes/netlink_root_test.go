@@ -81,3 +81,58 @@ func TestRootNetlinkNexthops(t *testing.T) {
 		t.Errorf("nothing wanted, left:\nroutes:\n%snexthops:\n%s", got, nhs)
 	}
 }
+
+// TestRootNetlinkNexthopCompatOff: in a namespace whose route dumps hide
+// the gateways of routes through nexthop objects
+// (net.ipv4.nexthop_compat_mode 0), the routes are written plain, so that
+// List reads what Write wrote: the routes through nexthops already there
+// are replaced once, our nexthops go, and the next sync changes nothing.
+func TestRootNetlinkNexthopCompatOff(t *testing.T) {
+	testutil.RequireFreeRange(t, "10.246.0.0/16", "10.245.0.0/16")
+	ns := testutil.NewNetNS(t)
+	nsn := testutil.NSName(ns)
+	ip := func(args ...string) string { return testutil.Run(t, append([]string{"ip", "-n", nsn}, args...)...) }
+	ip("link", "add", "nhup0", "type", "veth", "peer", "name", "nhup1")
+	ip("addr", "add", "10.246.255.254/16", "dev", "nhup0")
+	ip("link", "set", "nhup0", "up")
+	ip("link", "set", "nhup1", "up")
+
+	k := &routes.Netlink{}
+	sync := func(want ...routes.Route) routes.Plan {
+		t.Helper()
+		var p routes.Plan
+		if err := netns.Do(ns, func() error { var err error; p, err = routes.Sync(k, want); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	want := []routes.Route{
+		{Dst: netip.MustParsePrefix("10.245.1.0/24"), Gw: netip.MustParseAddr("10.246.0.1")},
+		{Dst: netip.MustParsePrefix("10.245.2.0/24"), Gw: netip.MustParseAddr("10.246.0.2")},
+	}
+	sync(want...)
+	if got := ip("route", "show", "proto", "0x66"); strings.Count(got, "nhid") != 2 {
+		t.Fatalf("with nexthop_compat_mode 1, want both routes through nexthops:\n%s", got)
+	}
+	testutil.Run(t, "ip", "netns", "exec", nsn, "sysctl", "-qw", "net.ipv4.nexthop_compat_mode=0")
+	if p := sync(want...); len(p.Replace) != 2 || len(p.Delete) != 0 {
+		t.Errorf("first sync with nexthop_compat_mode 0: %+v, want both routes replaced", p)
+	}
+	got := ip("route", "show", "proto", "0x66")
+	for _, w := range []string{"10.245.1.0/24 via 10.246.0.1 dev nhup0", "10.245.2.0/24 via 10.246.0.2 dev nhup0"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("routes lack %q (plain):\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, "nhid") {
+		t.Errorf("routes still through nexthops:\n%s", got)
+	}
+	if nhs := ip("nexthop", "show", "proto", "0x66"); nhs != "" {
+		t.Errorf("our nexthops left after the routes went plain:\n%s", nhs)
+	}
+	for i := range 2 {
+		if p := sync(want...); !p.Empty() {
+			t.Errorf("sync %d after that: %+v, want no change", i+2, p)
+		}
+	}
+}
