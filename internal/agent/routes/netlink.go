@@ -247,9 +247,18 @@ func (st *nexthops) release(dst netip.Prefix, keep nhKey) uint32 {
 // devices routes name are looked up once.
 func (n *Netlink) Write(cs []Change) []error {
 	n.mu.Lock()
+	unknown := n.nh == nil
+	n.mu.Unlock()
+	if unknown {
+		// Never listed, or a failed write made the bookkeeping unsure:
+		// read the namespace first, or a per-peer change (written with no
+		// List before it) would go plain until the next full sync.
+		_, _, _ = n.List() // on failure: plain routes, below
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.nh
-	if st == nil { // never listed: write plain routes
+	if st == nil { // the namespace could not be read: write plain routes
 		st = &nexthops{unsupported: true}
 	}
 	errs := make([]error, len(cs))

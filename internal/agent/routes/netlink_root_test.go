@@ -136,3 +136,44 @@ func TestRootNetlinkNexthopCompatOff(t *testing.T) {
 		}
 	}
 }
+
+// TestRootNetlinkWriteAfterFailure: a write that fails leaves what the
+// Netlink knows of the nexthops unsure; the next per-peer Write (no List
+// before it, as the agent's peer updates) reads the namespace again and
+// still writes through a nexthop object, not plain.
+func TestRootNetlinkWriteAfterFailure(t *testing.T) {
+	testutil.RequireFreeRange(t, "10.246.0.0/16", "10.245.0.0/16", "10.242.0.0/16")
+	ns := testutil.NewNetNS(t)
+	nsn := testutil.NSName(ns)
+	ip := func(args ...string) string { return testutil.Run(t, append([]string{"ip", "-n", nsn}, args...)...) }
+	ip("link", "add", "nhup0", "type", "veth", "peer", "name", "nhup1")
+	ip("addr", "add", "10.246.255.254/16", "dev", "nhup0")
+	ip("link", "set", "nhup0", "up")
+	ip("link", "set", "nhup1", "up")
+
+	k := &routes.Netlink{}
+	r := func(dst, gw string) routes.Route {
+		return routes.Route{Dst: netip.MustParsePrefix(dst), Gw: netip.MustParseAddr(gw)}
+	}
+	write := func(cs ...routes.Change) []error {
+		t.Helper()
+		var errs []error
+		if err := netns.Do(ns, func() error { errs = k.Write(cs); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return errs
+	}
+	if err := netns.Do(ns, func() error { _, err := routes.Sync(k, []routes.Route{r("10.245.1.0/24", "10.246.0.1")}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// A gateway on no network of this node: the kernel refuses it.
+	if errs := write(routes.Change{Op: routes.Add, Route: r("10.245.9.0/24", "10.242.0.9")}); errs[0] == nil {
+		t.Fatalf("a route via an unreachable gateway was accepted")
+	}
+	if errs := write(routes.Change{Op: routes.Add, Route: r("10.245.2.0/24", "10.246.0.2")}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if got := ip("route", "show", "10.245.2.0/24"); !strings.Contains(got, "nhid") {
+		t.Errorf("the write after a failed one: %q, want a route through a nexthop", got)
+	}
+}
