@@ -89,13 +89,7 @@ func TestRootNetlinkNexthops(t *testing.T) {
 // are replaced once, our nexthops go, and the next sync changes nothing.
 func TestRootNetlinkNexthopCompatOff(t *testing.T) {
 	testutil.RequireFreeRange(t, "10.246.0.0/16", "10.245.0.0/16")
-	ns := testutil.NewNetNS(t)
-	nsn := testutil.NSName(ns)
-	ip := func(args ...string) string { return testutil.Run(t, append([]string{"ip", "-n", nsn}, args...)...) }
-	ip("link", "add", "nhup0", "type", "veth", "peer", "name", "nhup1")
-	ip("addr", "add", "10.246.255.254/16", "dev", "nhup0")
-	ip("link", "set", "nhup0", "up")
-	ip("link", "set", "nhup1", "up")
+	ns, ip := oneLinkNS(t)
 
 	k := &routes.Netlink{}
 	sync := func(want ...routes.Route) routes.Plan {
@@ -114,7 +108,7 @@ func TestRootNetlinkNexthopCompatOff(t *testing.T) {
 	if got := ip("route", "show", "proto", "0x66"); strings.Count(got, "nhid") != 2 {
 		t.Fatalf("with nexthop_compat_mode 1, want both routes through nexthops:\n%s", got)
 	}
-	testutil.Run(t, "ip", "netns", "exec", nsn, "sysctl", "-qw", "net.ipv4.nexthop_compat_mode=0")
+	testutil.Run(t, "ip", "netns", "exec", testutil.NSName(ns), "sysctl", "-qw", "net.ipv4.nexthop_compat_mode=0")
 	if p := sync(want...); len(p.Replace) != 2 || len(p.Delete) != 0 {
 		t.Errorf("first sync with nexthop_compat_mode 0: %+v, want both routes replaced", p)
 	}
@@ -143,13 +137,7 @@ func TestRootNetlinkNexthopCompatOff(t *testing.T) {
 // still writes through a nexthop object, not plain.
 func TestRootNetlinkWriteAfterFailure(t *testing.T) {
 	testutil.RequireFreeRange(t, "10.246.0.0/16", "10.245.0.0/16", "10.242.0.0/16")
-	ns := testutil.NewNetNS(t)
-	nsn := testutil.NSName(ns)
-	ip := func(args ...string) string { return testutil.Run(t, append([]string{"ip", "-n", nsn}, args...)...) }
-	ip("link", "add", "nhup0", "type", "veth", "peer", "name", "nhup1")
-	ip("addr", "add", "10.246.255.254/16", "dev", "nhup0")
-	ip("link", "set", "nhup0", "up")
-	ip("link", "set", "nhup1", "up")
+	ns, ip := oneLinkNS(t)
 
 	k := &routes.Netlink{}
 	r := func(dst, gw string) routes.Route {
@@ -176,4 +164,18 @@ func TestRootNetlinkWriteAfterFailure(t *testing.T) {
 	if got := ip("route", "show", "10.245.2.0/24"); !strings.Contains(got, "nhid") {
 		t.Errorf("the write after a failed one: %q, want a route through a nexthop", got)
 	}
+}
+
+// oneLinkNS is a test namespace with nhup0 up on 10.246.0.0/16 (its veth
+// peer up too: carrier), and a function running ip -n in it.
+func oneLinkNS(t *testing.T) (string, func(args ...string) string) {
+	t.Helper()
+	ns := testutil.NewNetNS(t)
+	nsn := testutil.NSName(ns)
+	ip := func(args ...string) string { return testutil.Run(t, append([]string{"ip", "-n", nsn}, args...)...) }
+	ip("link", "add", "nhup0", "type", "veth", "peer", "name", "nhup1")
+	ip("addr", "add", "10.246.255.254/16", "dev", "nhup0")
+	ip("link", "set", "nhup0", "up")
+	ip("link", "set", "nhup1", "up")
+	return ns, ip
 }
