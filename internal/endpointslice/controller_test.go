@@ -3,16 +3,20 @@ package endpointslice
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -559,5 +563,40 @@ func TestControllerStampsTriggerTime(t *testing.T) {
 	}
 	if d := cmp.Diff(rfc(at(100)), triggerTimes()); d != "" {
 		t.Errorf("service recreated: trigger times (-want +got):\n%s", d)
+	}
+}
+
+// The slice informer's transform points an endpoint's targetRef name and
+// uid at the cached pod's strings, only where the uid is that pod's.
+func TestSliceSharesPodStrings(t *testing.T) {
+	f := newFixture(t)
+	p := PodOf(pod("web-1", "web", "node-a", "10.1.0.1"))
+	if err := f.c.podIndex.Add(p); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(name, uid string) *corev1.ObjectReference {
+		// Decoded copies: strings of their own, as a watch gives them.
+		return &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: strings.Clone(name), UID: types.UID(strings.Clone(uid))}
+	}
+	s := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-abcde", Namespace: ns}, Endpoints: []discovery.Endpoint{
+		{Addresses: []string{"10.1.0.1"}, TargetRef: ref("web-1", string(p.UID))},
+		{Addresses: []string{"10.1.0.2"}, TargetRef: ref("web-1", "uid-of-an-older-web-1")},
+		{Addresses: []string{"10.1.0.3"}, TargetRef: ref("web-2", "uid-web-2")},
+	}}
+	want := s.DeepCopy()
+	got, err := f.c.transformSlice(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := got.(*discovery.EndpointSlice)
+	if !equality.Semantic.DeepEqual(want, gs) {
+		t.Fatalf("transformed slice differs:\n%+v\nwant\n%+v", gs, want)
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	if r := gs.Endpoints[0].TargetRef; !same(r.Name, p.Name) || !same(string(r.UID), string(p.UID)) {
+		t.Error("the cached pod's endpoint keeps its own copies of the pod's name and uid")
+	}
+	if r := gs.Endpoints[1].TargetRef; same(r.Name, p.Name) || same(string(r.UID), string(p.UID)) {
+		t.Error("an endpoint of another pod of that name shares the cached pod's strings")
 	}
 }

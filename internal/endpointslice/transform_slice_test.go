@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -21,7 +22,10 @@ func decodedSlice(tb testing.TB, i, n int) *discovery.EndpointSlice {
 	s := &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: fmt.Sprintf("svc-%d-abcde", i), Namespace: ns, ResourceVersion: fmt.Sprint(i),
-			Labels: map[string]string{discovery.LabelServiceName: fmt.Sprintf("svc-%d", i), discovery.LabelManagedBy: "flatnet.io/endpointslice"},
+			Labels:      map[string]string{discovery.LabelServiceName: fmt.Sprintf("svc-%d", i), discovery.LabelManagedBy: ManagedBy},
+			Annotations: map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-12-04T02:50:00.123456789Z"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: fmt.Sprintf("svc-%d", i),
+				UID: types.UID(fmt.Sprintf("10000000-0000-0000-0000-%012d", i)), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "flatnet-controller", Operation: metav1.ManagedFieldsOperationUpdate,
 				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:endpoints":{},"f:metadata":{"f:labels":{}},"f:ports":{}}`)}}},
 		},
@@ -51,14 +55,31 @@ func decodedSlice(tb testing.TB, i, n int) *discovery.EndpointSlice {
 
 func TestTransformSlice(t *testing.T) {
 	s := decodedSlice(t, 7, 4)
+	s.Annotations["note"] = "kept"
 	want := s.DeepCopy()
 	want.ManagedFields = nil
+	want.Annotations = map[string]string{"note": "kept"}
 	got, err := Transform(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !equality.Semantic.DeepEqual(want, got) {
 		t.Fatalf("transformed slice differs:\n%+v\nwant\n%+v", got, want)
+	}
+	// The trigger time alone: no annotations at all.
+	if only, _ := Transform(decodedSlice(t, 8, 1)); only.(*discovery.EndpointSlice).Annotations != nil {
+		t.Errorf("annotations left: %v", only.(*discovery.EndpointSlice).Annotations)
+	}
+	// Label keys, our managed-by value and the owner's kind: constants.
+	gs := got.(*discovery.EndpointSlice)
+	for k, v := range gs.Labels {
+		if k == discovery.LabelManagedBy && (unsafe.StringData(k) != unsafe.StringData(discovery.LabelManagedBy) || unsafe.StringData(v) != unsafe.StringData(ManagedBy)) ||
+			k == discovery.LabelServiceName && unsafe.StringData(k) != unsafe.StringData(discovery.LabelServiceName) {
+			t.Errorf("label %s=%s is a decoded copy, not the constant", k, v)
+		}
+	}
+	if r := gs.OwnerReferences[0]; unsafe.StringData(r.Kind) != unsafe.StringData("Service") || r.Controller != &sharedTrue {
+		t.Errorf("owner reference %+v: kind and controller not shared", r)
 	}
 	// Alike fields share one copy, across slices too.
 	other, _ := Transform(decodedSlice(t, 7, 4))
