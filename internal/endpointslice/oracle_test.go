@@ -199,7 +199,7 @@ type group4cmp struct {
 	Endpoints []discovery.Endpoint
 }
 
-func comparable(ss []*discovery.EndpointSlice) map[string]*group4cmp {
+func comparableSlices(ss []*discovery.EndpointSlice) map[string]*group4cmp {
 	out := map[string]*group4cmp{}
 	for _, s := range ss {
 		k := string(s.AddressType) + " " + portsKey(s.Ports)
@@ -281,7 +281,7 @@ func TestMatchesUpstreamReconciler(t *testing.T) {
 				}
 				want := runUpstream(t, tc.svc, tc.after, nodes, existing, max, tr.at)
 				got := runOurs(t, tc.svc, tc.after, nodes, existing, max, tr.at)
-				if d := cmp.Diff(comparable(want.slices), comparable(got.slices), cmpopts.EquateEmpty()); d != "" {
+				if d := cmp.Diff(comparableSlices(want.slices), comparableSlices(got.slices), cmpopts.EquateEmpty()); d != "" {
 					t.Errorf("slices differ from upstream's (-upstream +flatnet):\n%s", d)
 				}
 				if w, g := [3]int{want.creates, want.updates, want.dels}, [3]int{got.creates, got.updates, got.dels}; w != g {

@@ -175,6 +175,7 @@ func (p *Pod) endpointsChanged(cur *Pod) bool {
 		!slices.Equal(p.SidecarPorts, cur.SidecarPorts)
 }
 
-func ptrEqual[T ~int64 | ~string](a, b *T) bool {
+// ptrEqual: both nil, or pointing to equal values.
+func ptrEqual[T comparable](a, b *T) bool {
 	return a == b || a != nil && b != nil && *a == *b
 }
