@@ -4,16 +4,20 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 )
 
-// Pods of the same labels share one map; a set no cached Pod holds any
-// more leaves the table.
+// Pods of the same labels and ports share one map and one port list; a
+// set no cached Pod holds any more leaves the table.
 func TestLabelsInterned(t *testing.T) {
-	a := PodOf(pod("a", "web", "n1", "10.1.0.1"))
-	b := PodOf(pod("b", "web", "n1", "10.1.0.2"))
-	c := PodOf(pod("c", "db", "n1", "10.1.0.3"))
+	a := PodOf(with(pod("a", "web", "n1", "10.1.0.1"), containerPort("http", 8080)))
+	b := PodOf(with(pod("b", "web", "n1", "10.1.0.2"), containerPort("http", 8080)))
+	c := PodOf(with(pod("c", "db", "n1", "10.1.0.3"), containerPort("http", 8080)))
 	if a.labelSet == nil || a.labelSet != b.labelSet || a.labelSet == c.labelSet {
 		t.Fatalf("label sets: a %p b %p c %p, want a and b shared, c its own", a.labelSet, b.labelSet, c.labelSet)
+	}
+	if &a.Ports[0] != &b.Ports[0] || &a.Ports[0] == &c.Ports[0] {
+		t.Fatal("ports: want a and b (one template) sharing one list, c its own")
 	}
 	a.Labels["probe"] = "x" // the map is the set's
 	if b.Labels["probe"] != "x" {
@@ -41,6 +45,14 @@ func TestLabelsInterned(t *testing.T) {
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
 	runtime.KeepAlive(c)
+}
+
+// A cached Pod fits the allocator's 256-byte size class (the next is
+// 288): 3 MB at 100,000 pods.
+func TestPodSize(t *testing.T) {
+	if n := unsafe.Sizeof(Pod{}); n > 256 {
+		t.Fatalf("a Pod is %d bytes, over the 256-byte size class", n)
+	}
 }
 
 // internedLabelSets is how many label sets the table holds (for tests).

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -32,15 +31,18 @@ type Pod struct {
 	// (as the API's older clients wrote it).
 	IPs []string
 	// Ready is the status of the Ready condition ("" without one) and
-	// ReadySince its lastTransitionTime.
+	// ReadySince its lastTransitionTime in Unix nanoseconds, 0 for none
+	// (8 bytes, not a metav1.Time's 24: a Pod is 256 bytes, the Go
+	// allocator's class below 288).
 	Ready      corev1.ConditionStatus
-	ReadySince metav1.Time
+	ReadySince int64
 	// Ports are the containers' ports, in order, then SidecarPorts those
 	// of the restartable (sidecar) init containers: where FindPort looks
 	// a named targetPort up.
 	Ports, SidecarPorts []corev1.ContainerPort
-	// labelSet holds Labels when they are interned (PodOf): it keeps the
-	// shared map's table entry alive while this Pod is cached.
+	// labelSet holds Labels, Ports and SidecarPorts when they are
+	// interned (PodOf): it keeps their table entry alive while this Pod
+	// is cached.
 	labelSet *labelSet
 }
 
@@ -81,26 +83,22 @@ func (p *Pod) Equal(o *Pod) bool {
 }
 
 // PodOf is what the controller keeps of p (Transform's result for a pod).
-// Its Labels are shared with every other Pod of the same labels: read
-// them, never write them.
+// Its Labels, Ports and SidecarPorts are shared with every other Pod of
+// the same: read them, never write them.
 func PodOf(p *corev1.Pod) *Pod {
-	ls := internLabels(p.Labels)
-	var labels map[string]string
-	if ls != nil {
-		labels = ls.m
-	}
+	ls := internLabels(p.Labels, containerPorts(p.Spec.Containers, false), containerPorts(p.Spec.InitContainers, true))
 	out := &Pod{
 		labelSet: ls,
 		PodMeta: PodMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels:                     labels,
 			DeletionTimestamp:          p.DeletionTimestamp,
 			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
 		},
 		NodeName: p.Spec.NodeName, Hostname: p.Spec.Hostname, Subdomain: p.Spec.Subdomain,
-		Phase:        p.Status.Phase,
-		Ports:        containerPorts(p.Spec.Containers, false),
-		SidecarPorts: containerPorts(p.Spec.InitContainers, true),
+		Phase: p.Status.Phase,
+	}
+	if ls != nil {
+		out.Labels, out.Ports, out.SidecarPorts = ls.m, ls.ports, ls.sidecarPorts
 	}
 	switch {
 	case len(p.Status.PodIPs) > 0:
@@ -113,7 +111,10 @@ func PodOf(p *corev1.Pod) *Pod {
 	}
 	for i := range p.Status.Conditions {
 		if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady {
-			out.Ready, out.ReadySince = c.Status, c.LastTransitionTime
+			out.Ready = c.Status
+			if !c.LastTransitionTime.IsZero() {
+				out.ReadySince = c.LastTransitionTime.UnixNano()
+			}
 			break
 		}
 	}
@@ -145,8 +146,8 @@ func (p *Pod) ready() bool { return p.Ready == corev1.ConditionTrue }
 // without one) or, if later, when the pod's deletion was accepted.
 func (p *Pod) triggerTime() time.Time {
 	var t time.Time
-	if p.Ready != "" {
-		t = p.ReadySince.Time
+	if p.Ready != "" && p.ReadySince != 0 {
+		t = time.Unix(0, p.ReadySince)
 	}
 	if d, g := p.DeletionTimestamp, p.DeletionGracePeriodSeconds; d != nil && g != nil {
 		if asked := d.Add(-time.Duration(*g) * time.Second); asked.After(t) {
@@ -170,7 +171,7 @@ func (p *Pod) endpointsChanged(cur *Pod) bool {
 		p.Hostname != cur.Hostname ||
 		p.Subdomain != cur.Subdomain ||
 		p.Ready != cur.Ready ||
-		!p.ReadySince.Equal(&cur.ReadySince) ||
+		p.ReadySince != cur.ReadySince ||
 		!slices.Equal(p.Ports, cur.Ports) ||
 		!slices.Equal(p.SidecarPorts, cur.SidecarPorts)
 }

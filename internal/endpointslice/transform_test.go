@@ -114,7 +114,7 @@ func TestTransform(t *testing.T) {
 	want := &Pod{
 		PodMeta:  PodMeta{Name: full.Name, Namespace: full.Namespace, UID: full.UID, ResourceVersion: full.ResourceVersion, Labels: full.Labels},
 		NodeName: full.Spec.NodeName, Phase: corev1.PodRunning, IPs: []string{full.Status.PodIP},
-		Ready: corev1.ConditionTrue, ReadySince: full.Status.Conditions[1].LastTransitionTime,
+		Ready: corev1.ConditionTrue, ReadySince: full.Status.Conditions[1].LastTransitionTime.UnixNano(),
 		Ports: []corev1.ContainerPort{full.Spec.Containers[0].Ports[0], full.Spec.Containers[1].Ports[0]},
 	}
 	if d := cmp.Diff(want, p); d != "" {

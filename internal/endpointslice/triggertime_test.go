@@ -176,7 +176,7 @@ func BenchmarkTriggerTrackerHeap(b *testing.B) {
 		for i := range perService {
 			pods[s] = append(pods[s], &Pod{
 				PodMeta: PodMeta{Name: fmt.Sprintf("web-%d-%d", s, i)},
-				Ready:   corev1.ConditionTrue, ReadySince: metav1.NewTime(at(s + i)),
+				Ready:   corev1.ConditionTrue, ReadySince: at(s + i).UnixNano(),
 			})
 		}
 	}
