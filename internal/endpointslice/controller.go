@@ -204,7 +204,7 @@ func (c *Controller) sharePodStrings(s *discovery.EndpointSlice) {
 		if err != nil || !ok {
 			continue
 		}
-		if p, ok := obj.(*Pod); ok && p.UID == r.UID && p.Name == r.Name {
+		if p, ok := obj.(*Pod); ok && p.UID == r.UID {
 			r.Name, r.UID = p.Name, p.UID
 		}
 	}

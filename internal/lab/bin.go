@@ -9,7 +9,7 @@ package lab
 // which replaces the copies (each by a rename: running programs keep
 // theirs) and restarts every flatnet daemon of the lab, so that no
 // daemon runs an older program than the flags that up gives it
-// (BinariesOutdated, Plan).
+// (binariesOutdated, Plan).
 
 import (
 	"bytes"
@@ -140,22 +140,22 @@ func sameContent(a, b string) (bool, error) {
 	if sa.Size() != sb.Size() {
 		return false, nil
 	}
+	// Equal sizes: b has as many bytes as a gives.
 	bufA, bufB := make([]byte, 1<<20), make([]byte, 1<<20)
 	for {
-		na, errA := io.ReadFull(fa, bufA)
-		nb, errB := io.ReadFull(fb, bufB)
-		if !bytes.Equal(bufA[:na], bufB[:nb]) {
+		n, errA := io.ReadFull(fa, bufA)
+		if _, err := io.ReadFull(fb, bufB[:n]); err != nil {
+			return false, err
+		}
+		if !bytes.Equal(bufA[:n], bufB[:n]) {
 			return false, nil
 		}
-		eofA := errA == io.EOF || errA == io.ErrUnexpectedEOF
-		eofB := errB == io.EOF || errB == io.ErrUnexpectedEOF
-		switch {
-		case errA != nil && !eofA:
+		switch errA {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			return true, nil
+		default:
 			return false, errA
-		case errB != nil && !eofB:
-			return false, errB
-		case eofA || eofB:
-			return eofA && eofB, nil
 		}
 	}
 }
