@@ -7,7 +7,7 @@ package endpointslice
 // in the pod cache. Transform gives every pod with the same labels and
 // ports one shared, read-only map and port lists. The table (intern.go)
 // holds each set weakly: a set lives as long as some cached Pod points to
-// it (Pod.labelSet).
+// it (Pod.template).
 
 import (
 	"maps"
@@ -18,24 +18,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// labelSet is one interned set of labels and ports; nothing is written
-// once made.
-type labelSet struct {
+// podTemplate is the labels and container ports the pods of one template
+// share, interned; nothing is written once made.
+type podTemplate struct {
 	m                   map[string]string
 	ports, sidecarPorts []corev1.ContainerPort
 }
 
-var labelTable = newInternTable[labelSet]()
+var templateTable = newInternTable[podTemplate]()
 
-// internLabels returns the shared set equal to l, ports and sidecarPorts
+// internTemplate returns the shared set equal to l, ports and sidecarPorts
 // (nil when all are empty).
-func internLabels(l map[string]string, ports, sidecarPorts []corev1.ContainerPort) *labelSet {
+func internTemplate(l map[string]string, ports, sidecarPorts []corev1.ContainerPort) *podTemplate {
 	if len(l) == 0 && len(ports) == 0 && len(sidecarPorts) == 0 {
 		return nil
 	}
 	key := labelKey(l) + containerPortsKey(ports) + containerPortsKey(sidecarPorts)
-	return labelTable.get(key, func() *labelSet {
-		return &labelSet{m: maps.Clone(l), ports: slices.Clip(slices.Clone(ports)), sidecarPorts: slices.Clip(slices.Clone(sidecarPorts))}
+	return templateTable.get(key, func() *podTemplate {
+		return &podTemplate{m: maps.Clone(l), ports: slices.Clip(slices.Clone(ports)), sidecarPorts: slices.Clip(slices.Clone(sidecarPorts))}
 	})
 }
 

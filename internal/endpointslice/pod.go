@@ -40,10 +40,10 @@ type Pod struct {
 	// of the restartable (sidecar) init containers: where FindPort looks
 	// a named targetPort up.
 	Ports, SidecarPorts []corev1.ContainerPort
-	// labelSet holds Labels, Ports and SidecarPorts when they are
+	// template holds Labels, Ports and SidecarPorts when they are
 	// interned (PodOf): it keeps their table entry alive while this Pod
 	// is cached.
-	labelSet *labelSet
+	template *podTemplate
 }
 
 var _ runtime.Object = (*Pod)(nil)
@@ -57,7 +57,7 @@ func (p *Pod) DeepCopyObject() runtime.Object { return p.DeepCopy() }
 // DeepCopy returns a copy sharing nothing with p that anyone may write.
 func (p *Pod) DeepCopy() *Pod {
 	out := *p
-	out.Labels = maps.Clone(p.Labels) // labelSet stays: it only keeps the set alive
+	out.Labels = maps.Clone(p.Labels) // template stays: it only keeps the set alive
 	if p.DeletionTimestamp != nil {
 		out.DeletionTimestamp = p.DeletionTimestamp.DeepCopy()
 	}
@@ -78,7 +78,7 @@ func (p *Pod) Equal(o *Pod) bool {
 		return p == o
 	}
 	a, b := *p, *o
-	a.labelSet, b.labelSet = nil, nil
+	a.template, b.template = nil, nil
 	return reflect.DeepEqual(a, b)
 }
 
@@ -86,9 +86,9 @@ func (p *Pod) Equal(o *Pod) bool {
 // Its Labels, Ports and SidecarPorts are shared with every other Pod of
 // the same: read them, never write them.
 func PodOf(p *corev1.Pod) *Pod {
-	ls := internLabels(p.Labels, containerPorts(p.Spec.Containers, false), containerPorts(p.Spec.InitContainers, true))
+	ls := internTemplate(p.Labels, containerPorts(p.Spec.Containers, false), containerPorts(p.Spec.InitContainers, true))
 	out := &Pod{
-		labelSet: ls,
+		template: ls,
 		PodMeta: PodMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			DeletionTimestamp:          p.DeletionTimestamp,
