@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,12 +18,12 @@ import (
 
 // BenchmarkSync times the proxy's syncs committed by nft (one `nft -f -`)
 // and over netlink, in test namespaces: full syncs of 1,000 and 10,000
-// Services (the table already holds them: the periodic resync), the first
-// sync into a missing table (cold: a node's first start) at 1,000, 5,000
-// and 10,000, and a
-// partial sync of one changed endpoint among 10,000. The Services are
-// hack/bench-proxy.sh's: ClusterIP, one TCP port, three endpoints. Render
-// time is included in both (the same for each).
+// Services (the table already holds them: the periodic resync, a restart),
+// the first sync into a missing table (cold: a node's first start) at
+// 1,000, 5,000 and 10,000, and a partial sync of one changed endpoint
+// among 10,000. The Services are hack/bench-proxy.sh's: ClusterIP, one TCP
+// port, three endpoints; "10000x10" has ten each, as make bench-scale's
+// full size. Render time is included in both (the same for each).
 //
 //	sudo go test -run '^$' -bench Sync -benchtime 3x -timeout 60m ./internal/nft/nfnl/
 func BenchmarkSync(b *testing.B) {
@@ -35,10 +36,10 @@ func BenchmarkSync(b *testing.B) {
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
 		return map[string]*nftables.Backend{"nft": nftables.NewBackend(p.exec, cfg), "netlink": nftables.NewBackend(p.nl, cfg)}
 	}
-	for _, n := range []int{1000, 10000} {
-		svcs := benchServices(n)
+	for _, size := range []struct{ n, k int }{{1000, 3}, {10000, 3}, {10000, 10}} {
+		svcs, name := benchServicesOf(size.n, size.k), sizeName(size.n, size.k)
 		for _, kind := range []string{"nft", "netlink"} {
-			b.Run(fmt.Sprintf("full/%d/%s", n, kind), func(b *testing.B) {
+			b.Run(fmt.Sprintf("full/%s/%s", name, kind), func(b *testing.B) {
 				be := backends(b)[kind]
 				res, err := be.Sync(ctx, svcs, nil, true)
 				if err != nil {
@@ -56,10 +57,10 @@ func BenchmarkSync(b *testing.B) {
 	}
 	// cold: the first sync into a table that does not exist yet (a node's
 	// first start), each iteration in fresh namespaces.
-	for _, n := range []int{1000, 5000, 10000} {
-		svcs := benchServices(n)
+	for _, size := range []struct{ n, k int }{{1000, 3}, {5000, 3}, {10000, 3}, {10000, 10}} {
+		svcs, name := benchServicesOf(size.n, size.k), sizeName(size.n, size.k)
 		for _, kind := range []string{"nft", "netlink"} {
-			b.Run(fmt.Sprintf("cold/%d/%s", n, kind), func(b *testing.B) {
+			b.Run(fmt.Sprintf("cold/%s/%s", name, kind), func(b *testing.B) {
 				for range b.N {
 					b.StopTimer()
 					be := backends(b)[kind]
@@ -100,12 +101,23 @@ func BenchmarkSync(b *testing.B) {
 
 // benchServices are n ClusterIP Services of one TCP port with three
 // endpoints each, as hack/bench-proxy.sh creates them.
-func benchServices(n int) []*proxy.Service {
+func benchServices(n int) []*proxy.Service { return benchServicesOf(n, 3) }
+
+// sizeName is n, or NxK when the Services have other than three endpoints.
+func sizeName(n, k int) string {
+	if k == 3 {
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprintf("%dx%d", n, k)
+}
+
+// benchServicesOf are n such Services with k endpoints each (k ≤ 16).
+func benchServicesOf(n, k int) []*proxy.Service {
 	out := make([]*proxy.Service, n)
 	for i := range out {
 		var eps []proxy.Endpoint
-		for j := range 3 {
-			eps = append(eps, proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, byte(i >> 6), byte(i&63<<2 | j)}),
+		for j := range k {
+			eps = append(eps, proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, byte(244 + i>>12), byte(i >> 4), byte(i&15<<4 | j)}),
 				Port: 8080, Ready: true, Serving: true, NodeName: "node-b"})
 		}
 		out[i] = &proxy.Service{Namespace: "bench", Name: fmt.Sprintf("svc%d", i), Type: proxy.ClusterIP,

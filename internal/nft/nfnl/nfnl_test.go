@@ -3,6 +3,7 @@ package nfnl_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -38,8 +39,19 @@ func TestProxyTransactionsCompile(t *testing.T) {
 		}
 		partial := fake.NewTransaction()
 		r.Partial(partial, kept, st, changed)
+		// The restart finds the endpoint maps in the table and replaces them.
+		if err := fake.Run(context.Background(), full); err != nil {
+			t.Fatal(err)
+		}
+		maps, err := fake.List(context.Background(), "maps")
+		if err != nil || len(maps) == 0 {
+			t.Fatalf("maps after the full sync: %v %v", maps, err)
+		}
 		restart := fake.NewTransaction()
-		r.Full(restart, services(50, v6, 2), nil, &nftables.Existing{Chains: st.Chains(), Sets: []string{"aff-GONE"}})
+		r.Full(restart, services(50, v6, 2), nil, &nftables.Existing{Chains: st.Chains(), Sets: []string{"aff-GONE"}, Maps: maps})
+		if !strings.Contains(restart.String(), "delete map") {
+			t.Fatalf("the restart did not replace the endpoint maps:\n%s", restart)
+		}
 		n, err := nfnl.CompileTx(full, partial, restart)
 		if err != nil {
 			t.Fatalf("%s: %v", fam, err)

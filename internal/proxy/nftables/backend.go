@@ -69,7 +69,7 @@ func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed m
 	return res, nil
 }
 
-// existing lists the table's chains and sets; nil when the table is absent.
+// existing lists the table's chains, sets and maps; nil when the table is absent.
 func (b *Backend) existing(ctx context.Context) (*Existing, error) {
 	all, err := b.nft.ListAll(ctx)
 	if nft.IsNotFound(err) || (err == nil && all == nil) {
@@ -78,7 +78,7 @@ func (b *Backend) existing(ctx context.Context) (*Existing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing table: %w", err)
 	}
-	return &Existing{Chains: all["chain"], Sets: all["set"]}, nil
+	return &Existing{Chains: all["chain"], Sets: all["set"], Maps: all["map"]}, nil
 }
 
 // Cleanup deletes the mode's table, if there is one: used when the agent

@@ -233,7 +233,8 @@ func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
 			}
 			chains, _ := fake.List(context.Background(), "chains")
 			sets, _ := fake.List(context.Background(), "sets")
-			st = r.Full(tx, current, prev, &Existing{Chains: chains, Sets: sets})
+			maps, _ := fake.List(context.Background(), "maps")
+			st = r.Full(tx, current, prev, &Existing{Chains: chains, Sets: sets, Maps: maps})
 		} else {
 			st = r.Partial(tx, current, st, changed)
 		}

@@ -560,6 +560,7 @@ func (s *State) Chains() []string {
 type Existing struct {
 	Chains []string
 	Sets   []string
+	Maps   []string
 }
 
 // Renderer renders Services into transactions.
@@ -610,9 +611,6 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	for _, m := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointIPs, mapNoEndpointNodePts, mapFirewallIPs} {
 		tx.Flush(&knftables.Map{Name: m})
 	}
-	for _, m := range r.endpointMaps() {
-		tx.Flush(&knftables.Map{Name: m.Name})
-	}
 	for _, set := range []string{setClusterIPs, setHairpin} {
 		tx.Flush(&knftables.Set{Name: set})
 	}
@@ -649,6 +647,26 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 	for _, c := range sortedNames(wantChains) {
 		tx.Add(&knftables.Chain{Name: c})
 		tx.Flush(&knftables.Chain{Name: c})
+	}
+	// The endpoint maps are replaced, not flushed, once the flushes above
+	// have unbound every rule from them: a flushed map keeps its old
+	// elements until the commit, and each rule bound to it walks them
+	// (and each element added checks every bound rule), so rewriting a
+	// table of 10,000 Services into its flushed maps took three times its
+	// first sync (BenchmarkSync in internal/nft/nfnl: full against cold).
+	inTable := map[string]bool{}
+	if existing != nil {
+		for _, m := range existing.Maps {
+			inTable[m] = true
+		}
+	}
+	for _, m := range r.endpointMaps() {
+		if inTable[m.Name] {
+			tx.Delete(&knftables.Map{Name: m.Name})
+			tx.Add(m)
+		} else {
+			tx.Flush(m)
+		}
 	}
 	// Sets: after the flushes nothing refers to them.
 	prevSets := map[string]time.Duration{}

@@ -386,7 +386,11 @@ func existing(t *testing.T, f *knftables.Fake) *Existing {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Existing{Chains: chains, Sets: sets}
+	maps, err := f.List(ctx, "maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Existing{Chains: chains, Sets: sets, Maps: maps}
 }
 
 func TestIdempotentFullSync(t *testing.T) {
