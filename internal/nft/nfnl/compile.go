@@ -105,34 +105,31 @@ func newCompiler(family, table string, lookup setLookup) (*compiler, error) {
 
 func (c *compiler) id() uint32 { c.nextID++; return c.nextID }
 
-// compile appends the messages of cmds.
-func (c *compiler) compile(cmds []command) error {
-	for i := range cmds {
-		cmd := &cmds[i]
-		if cmd.family != c.family.name || cmd.table != c.table {
-			return unsupported("command for another table: %q", cmd.line)
+// compile appends the messages of one command.
+func (c *compiler) compile(cmd *command) error {
+	if cmd.family != c.family.name || cmd.table != c.table {
+		return unsupported("command for another table: %q", cmd.line)
+	}
+	var err error
+	switch cmd.typ {
+	case "table":
+		err = c.tableCmd(cmd)
+	case "chain":
+		err = c.chainCmd(cmd)
+	case "set", "map":
+		err = c.setCmd(cmd)
+	case "element":
+		err = c.elementCmd(cmd)
+	case "rule":
+		err = c.ruleCmd(cmd)
+	default:
+		err = unsupported("command %q", cmd.line)
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			return fmt.Errorf("%w (in %q)", err, cmd.line)
 		}
-		var err error
-		switch cmd.typ {
-		case "table":
-			err = c.tableCmd(cmd)
-		case "chain":
-			err = c.chainCmd(cmd)
-		case "set", "map":
-			err = c.setCmd(cmd)
-		case "element":
-			err = c.elementCmd(cmd)
-		case "rule":
-			err = c.ruleCmd(cmd)
-		default:
-			err = unsupported("command %q", cmd.line)
-		}
-		if err != nil {
-			if errors.Is(err, ErrUnsupported) {
-				return fmt.Errorf("%w (in %q)", err, cmd.line)
-			}
-			return fmt.Errorf("%q: %w", cmd.line, err)
-		}
+		return fmt.Errorf("%q: %w", cmd.line, err)
 	}
 	return nil
 }

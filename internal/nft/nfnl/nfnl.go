@@ -120,15 +120,19 @@ func (r *Runner) dial() (*conn, error) {
 func (r *Runner) nfproto() byte { return families[string(r.family)].proto }
 
 func compileText(family, table, text string, lookup setLookup) (*compiler, error) {
-	cmds, err := parseLines(text)
-	if err != nil {
-		return nil, err
-	}
 	c, err := newCompiler(family, table, lookup)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.compile(cmds); err != nil {
+	c.msgs = make([]msg, 0, strings.Count(text, "\n")+1)
+	err = eachLine(text, func(line string) error {
+		cmd, err := parseLine(line)
+		if err != nil {
+			return err
+		}
+		return c.compile(&cmd)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -24,20 +24,26 @@ type command struct {
 	commentSet bool
 }
 
-// parseLines splits tx text into commands.
-func parseLines(text string) ([]command, error) {
-	var out []command
-	for _, line := range strings.Split(text, "\n") {
+// eachLine calls f with each non-empty line of tx text, in order, and
+// stops at f's first error. Lines are read in place (no slice of them or
+// of their commands: a full sync at 10,000 Services is a quarter of a
+// million lines).
+func eachLine(text string, f func(line string) error) error {
+	for len(text) > 0 {
+		line := text
+		if i := strings.IndexByte(text, '\n'); i >= 0 {
+			line, text = text[:i], text[i+1:]
+		} else {
+			text = ""
+		}
 		if line == "" {
 			continue
 		}
-		c, err := parseLine(line)
-		if err != nil {
-			return nil, err
+		if err := f(line); err != nil {
+			return err
 		}
-		out = append(out, c)
 	}
-	return out, nil
+	return nil
 }
 
 func parseLine(line string) (command, error) {
