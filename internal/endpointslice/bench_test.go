@@ -118,9 +118,11 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	for n := range benchNamespaces {
 		for s := range benchSvcsPerNS {
 			for i := range benchPodsPerSvc {
-				if err := e.podStore.Add(PodOf(benchPod(n, s, i))); err != nil {
+				p := PodOf(benchPod(n, s, i))
+				if err := e.podStore.Add(p); err != nil {
 					b.Fatal(err)
 				}
+				c.onPodAdd(p) // the informer's handler: the pod index
 			}
 		}
 	}

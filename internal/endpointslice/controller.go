@@ -50,6 +50,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -69,7 +70,8 @@ type Controller struct {
 	queue       workqueue.TypedRateLimitingInterface[string]
 	maxPerSlice int
 	triggers    *TriggerTimeTracker
-	podIndex    cache.Indexer // pods, with podsByLabel and podsByNode
+	podStore    cache.Indexer // the pod informer's store, without indexes
+	pods        *podIndex     // pods by label pair, node, namespace (podindex.go)
 	index       *serviceIndex // Services by selector (index.go)
 
 	mu      sync.Mutex                        // protects pending, waiting
@@ -118,14 +120,15 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		return nil, fmt.Errorf("max endpoints per slice %d: the API allows at most 1000", maxPerSlice)
 	}
 	svcInf := factory.Core().V1().Services()
-	podInf := factory.Core().V1().Pods()
+	// The pod informer without the namespace index the factory's own
+	// carries: podIndex has the indexes this controller reads.
+	podInf := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewPodInformer(client, metav1.NamespaceAll, resync, cache.Indexers{})
+	})
 	nodeInf := factory.Core().V1().Nodes()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
-	if err := podInf.Informer().SetTransform(Transform); err != nil {
+	if err := podInf.SetTransform(Transform); err != nil {
 		return nil, fmt.Errorf("endpointslice: setting the pod informer's transform (start the factory after New): %w", err)
-	}
-	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByLabel: podLabelIndex, podsByNode: podNodeIndex}); err != nil {
-		return nil, fmt.Errorf("endpointslice: adding pod indexes (start the factory after New): %w", err)
 	}
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{slicesByService: sliceServiceIndex}); err != nil {
 		return nil, fmt.Errorf("endpointslice: adding the slice index (start the factory after New): %w", err)
@@ -140,7 +143,8 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		triggers:    NewTriggerTimeTracker(),
 		pending:     map[string]map[string]expectation{},
 		waiting:     map[string]bool{},
-		podIndex:    podInf.Informer().GetIndexer(),
+		podStore:    podInf.GetIndexer(),
+		pods:        newPodIndex(),
 		index:       newServiceIndex(),
 	}
 	if err := sliceInf.Informer().SetTransform(c.transformSlice); err != nil {
@@ -155,7 +159,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 			UpdateFunc: func(_, n any) { c.onServiceAdd(n) },
 			DeleteFunc: c.onServiceDelete,
 		}},
-		{podInf.Informer(), cache.ResourceEventHandlerFuncs{
+		{podInf, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onPodAdd,
 			UpdateFunc: c.onPodUpdate,
 			DeleteFunc: c.onPodDelete,
@@ -172,10 +176,13 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, m
 		}},
 	}
 	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
 			return nil, fmt.Errorf("endpointslice: adding event handler: %w", err)
 		}
-		c.synced = append(c.synced, h.inf.HasSynced)
+		// Synced once the handler has seen the initial list, not only
+		// the store: the pod handler fills podIndex.
+		c.synced = append(c.synced, reg.HasSynced)
 	}
 	return c, nil
 }
@@ -200,7 +207,7 @@ func (c *Controller) sharePodStrings(s *discovery.EndpointSlice) {
 		if r == nil || r.Kind != "Pod" {
 			continue
 		}
-		obj, ok, err := c.podIndex.GetByKey(r.Namespace + "/" + r.Name)
+		obj, ok, err := c.podStore.GetByKey(r.Namespace + "/" + r.Name)
 		if err != nil || !ok {
 			continue
 		}
@@ -257,7 +264,12 @@ func (c *Controller) enqueueSelecting(namespace string, labels map[string]string
 // endpoint: a pod is created without an address (its sync would be a
 // no-op; the update that gives it one queues them).
 func (c *Controller) onPodAdd(obj any) {
-	if pod := podFrom(obj); pod != nil && pod.wanted() {
+	pod := podFrom(obj)
+	if pod == nil {
+		return
+	}
+	c.pods.update(nil, pod)
+	if pod.wanted() {
 		c.enqueueSelecting(pod.Namespace, pod.Labels)
 	}
 }
@@ -269,6 +281,7 @@ func (c *Controller) onPodDelete(obj any) {
 	if pod == nil {
 		return
 	}
+	c.pods.update(pod, nil)
 	if !pod.wanted() {
 		c.enqueueSelecting(pod.Namespace, pod.Labels)
 		return
@@ -289,6 +302,7 @@ func (c *Controller) onPodUpdate(old, cur any) {
 	if o == nil || n == nil {
 		return
 	}
+	c.pods.update(o, n)
 	relabelled := !maps.Equal(o.Labels, n.Labels)
 	changed := o.endpointsChanged(n)
 	switch {
@@ -335,15 +349,8 @@ func (c *Controller) onNodeUpdate(old, cur any) {
 }
 
 func (c *Controller) enqueueForNode(name string) {
-	objs, err := c.podIndex.ByIndex(podsByNode, name)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	for _, o := range objs {
-		if pod, ok := o.(*Pod); ok {
-			c.enqueueSelecting(pod.Namespace, pod.Labels)
-		}
+	for _, pod := range c.pods.onNode(name) {
+		c.enqueueSelecting(pod.Namespace, pod.Labels)
 	}
 }
 
@@ -437,49 +444,12 @@ func (c *Controller) Sync(ctx context.Context, key string) error {
 		// even with a selector (upstream skips it too).
 		return c.apply(ctx, key, Plan{Delete: existing})
 	}
-	pods, err := c.selectedPods(ns, svc.Spec.Selector)
-	if err != nil {
-		return err
-	}
+	pods := c.pods.selected(ns, svc.Spec.Selector)
 	// Computed even when the plan turns out empty, so that the tracker
 	// keeps up with what this sync saw, as upstream does.
 	triggerTime := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
 	plan, planErr := Reconcile(svc, pods, c.getNode, existing, c.maxPerSlice, triggerTime)
 	return errors.Join(c.apply(ctx, key, plan), planErr)
-}
-
-// selectedPods are the pods of namespace that selector (non-nil) matches:
-// those of the smallest podsByLabel bucket among its pairs that match the
-// rest, or every pod of the namespace for an empty selector.
-func (c *Controller) selectedPods(namespace string, selector map[string]string) ([]*Pod, error) {
-	var smallest []any
-	first := true
-	if len(selector) == 0 {
-		objs, err := c.podIndex.ByIndex(cache.NamespaceIndex, namespace)
-		if err != nil {
-			return nil, err
-		}
-		smallest = objs
-	}
-	for k, v := range selector {
-		objs, err := c.podIndex.ByIndex(podsByLabel, labelIndexValue(namespace, k, v))
-		if err != nil {
-			return nil, err
-		}
-		if first || len(objs) < len(smallest) {
-			smallest, first = objs, false
-		}
-		if len(smallest) == 0 {
-			break
-		}
-	}
-	pods := make([]*Pod, 0, len(smallest))
-	for _, o := range smallest {
-		if p, ok := o.(*Pod); ok && selects(selector, p.Labels) {
-			pods = append(pods, p)
-		}
-	}
-	return pods, nil
 }
 
 // servicesSlices are our slices of Service key, from the index.

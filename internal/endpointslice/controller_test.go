@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 type fixture struct {
@@ -52,6 +53,10 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			t.Fatalf("cache of %v did not sync", typ)
 		}
 	}
+	// And the handlers (the pod index), as Run waits for them.
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		t.Fatal("the controller's handlers did not sync")
+	}
 	return &fixture{t: t, ctx: ctx, cancel: cancel, client: client, c: c}
 }
 
@@ -80,13 +85,11 @@ func (f *fixture) makeNotReady(pod *corev1.Pod) {
 	})
 }
 
-// cachedPod is pod name (of ns) in the controller's cache.
+// cachedPod is pod name (of ns) as a sync reads it: in the controller's
+// pod index, which its event handler updates after the informer's store.
 func (f *fixture) cachedPod(name string) (*Pod, bool) {
-	o, ok, err := f.c.podIndex.GetByKey(ns + "/" + name)
-	if err != nil || !ok {
-		return nil, false
-	}
-	return o.(*Pod), true
+	p := f.c.pods.get(ns, name)
+	return p, p != nil
 }
 
 // sliceLister reads the controller's slice cache.
@@ -127,7 +130,7 @@ func (f *fixture) waitFor(what string, cond func() bool) {
 // pointers, and deep copies to compare them with later.
 func (f *fixture) cachedCopies() (ptrs, copies []runtime.Object) {
 	svcs, _ := f.c.services.List(labels.Everything())
-	pods := f.c.podIndex.List()
+	pods := f.c.podStore.List()
 	nodes, _ := f.c.nodes.List(labels.Everything())
 	sls, _ := f.sliceLister().List(labels.Everything())
 	for _, o := range svcs {
@@ -571,7 +574,7 @@ func TestControllerStampsTriggerTime(t *testing.T) {
 func TestSliceSharesPodStrings(t *testing.T) {
 	f := newFixture(t)
 	p := PodOf(pod("web-1", "web", "node-a", "10.1.0.1"))
-	if err := f.c.podIndex.Add(p); err != nil {
+	if err := f.c.podStore.Add(p); err != nil {
 		t.Fatal(err)
 	}
 	ref := func(name, uid string) *corev1.ObjectReference {

@@ -161,3 +161,15 @@ func nameOnCreate(c *fake.Clientset) {
 		return false, nil, nil
 	})
 }
+
+// get is the indexed pod namespace/name, nil if none.
+func (x *podIndex) get(namespace, name string) *Pod {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, p := range x.byNamespace[namespace] {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}

@@ -16,11 +16,11 @@ package endpointslice
 // are kept apart and always candidates. A nil selector selects nothing
 // and ExternalName Services have no endpoints: neither is indexed.
 //
-// A Service sync must find the pods its selector matches. The pod
-// informer carries an index by namespace/key=value (podsByLabel); a sync
-// takes the smallest bucket among its selector's pairs and filters it.
-// A pod index by node name (podsByNode) lets a Node event reach the
-// Services of the pods on that node instead of every Service.
+// A Service sync must find the pods its selector matches. podIndex
+// (podindex.go) holds the pods by namespace/key=value; a sync takes the
+// smallest bucket among its selector's pairs and filters it. Its pods by
+// node name let a Node event reach the Services of the pods on that node
+// instead of every Service.
 //
 // A sync also reads its Service's slices from an index of our slices by
 // Service (slicesByService), not by listing the namespace's slices with a
@@ -37,9 +37,6 @@ import (
 )
 
 const (
-	podsByLabel = "flatnet.io/pod-label" // "namespace/key=value" per label
-	podsByNode  = "flatnet.io/pod-node"  // spec.nodeName
-
 	slicesByService = "flatnet.io/slice-service" // "namespace/service" of our slices
 )
 
@@ -55,30 +52,6 @@ func sliceServiceIndex(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{s.Namespace + "/" + name}, nil
-}
-
-func labelIndexValue(namespace, k, v string) string { return namespace + "/" + k + "=" + v }
-
-// podLabelIndex is the podsByLabel index function.
-func podLabelIndex(obj any) ([]string, error) {
-	pod, ok := obj.(*Pod)
-	if !ok {
-		return nil, nil
-	}
-	out := make([]string, 0, len(pod.Labels))
-	for k, v := range pod.Labels {
-		out = append(out, labelIndexValue(pod.Namespace, k, v))
-	}
-	return out, nil
-}
-
-// podNodeIndex is the podsByNode index function.
-func podNodeIndex(obj any) ([]string, error) {
-	pod, ok := obj.(*Pod)
-	if !ok || pod.NodeName == "" {
-		return nil, nil
-	}
-	return []string{pod.NodeName}, nil
 }
 
 // selects reports whether selector (non-nil) matches labels, as

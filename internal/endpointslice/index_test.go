@@ -93,10 +93,7 @@ func (f *handlerFixture) selected(name string) []string {
 	if err != nil || !ok {
 		f.t.Fatalf("service %s: %v %v", name, ok, err)
 	}
-	pods, err := f.c.selectedPods(ns, obj.(*corev1.Service).Spec.Selector)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	pods := f.c.pods.selected(ns, obj.(*corev1.Service).Spec.Selector)
 	var out []string
 	for _, p := range pods {
 		out = append(out, p.Name)
