@@ -340,7 +340,7 @@ func TestArgv(t *testing.T) {
 		" --cni-conf-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/net.d --cni-conflist flatnet --cni-bin-dir /var/lib/flatnet/lab/flatnet/cni-bin" +
 		" --cni-data-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/networks --cni-cache-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/cni/cache" +
 		" --masquerade=true --lab-runtime --runtime-state-dir /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/runtime" +
-		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy --proxy-mode auto --network-policy --policy-socket /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/policy.sock" +
+		" --netns-prefix fl-flatnet- --pod-path /var/lib/flatnet/lab/flatnet/bin --proxy --proxy-mode auto --profiling --network-policy --policy-socket /var/lib/flatnet/lab/flatnet/nodes/flatnet-node1/policy.sock" +
 		" --dns --cluster-dns 10.96.0.10 --dns-addresses 169.254.20.10,10.96.0.10 --dns-upstreams none --dns-reverse-cidrs 10.96.0.0/16,10.244.0.0/16"
 	if got != want {
 		t.Errorf("agent argv:\n got %s\nwant %s", got, want)

@@ -573,8 +573,10 @@ func agentArgv(s *Spec, n Node) []string {
 			"--pod-path", s.BinDir())
 	}
 	return append(argv,
-		// Services: the lab has no kube-proxy.
-		"--proxy", "--proxy-mode", s.AgentProxyMode(),
+		// Services: the lab has no kube-proxy. Go's /debug/pprof/ on the
+		// proxy's metrics server, in the node's namespace, as the
+		// controller's: a lab is for looking inside.
+		"--proxy", "--proxy-mode", s.AgentProxyMode(), "--profiling",
 		// NetworkPolicy, by the agent as in deploy/flatnet.yaml, with the
 		// gate's socket in the node's own directory (nodes share the
 		// machine's file system; a containerd node's mount namespace
