@@ -361,6 +361,11 @@ func Run(ctx context.Context, o Options) error {
 		if policy, err = newPolicyController(ctx, client, o, cidrs); err != nil {
 			return err
 		}
+		if o.DNS {
+			// One watch of every pod for both (docs/scale.md, "What
+			// would break first at 10 ×").
+			dnsCfg.pods = policy.podInformer()
+		}
 	} else {
 		removeOtherPolicyRules(ctx, "")
 	}

@@ -87,6 +87,10 @@ type dnsSettings struct {
 	CacheEntries int
 	QueryLog     bool
 	MetricsAddr  string
+	// pods, when set, is an informer of every pod that another part of
+	// the agent runs (the network policy's): the pod records read it
+	// instead of a watch of their own.
+	pods cache.SharedIndexInformer
 }
 
 // resolveDNS checks the DNS flags and resolves them; readFile reads
@@ -224,7 +228,15 @@ func runDNS(ctx context.Context, client kubernetes.Interface, s dnsSettings) err
 
 	// Names first: answering before the records synced would say
 	// NXDOMAIN for names that exist.
-	synced := ix.Watch(ctx, client, s.Records.Pods == records.PodsVerified || s.Autopath)
+	needPods := s.Records.Pods == records.PodsVerified || s.Autopath
+	synced := ix.Watch(ctx, client, needPods && s.pods == nil)
+	if needPods && s.pods != nil {
+		podsSynced, err := ix.WatchPods(s.pods)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, podsSynced)
+	}
 	t0 := time.Now()
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return nil // ctx ended

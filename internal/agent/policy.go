@@ -164,6 +164,25 @@ type policyController struct {
 	metrics     *policymetrics.Metrics
 	metricsAddr string
 	lastRules   map[types.NamespacedName]*netpol.Pod
+	// factory holds the informers Run starts (informers, made once).
+	factoryOnce sync.Once
+	factory     informers.SharedInformerFactory
+}
+
+// informers is the factory of the policy's informers, made on first use:
+// by podInformer before Run when the agent's DNS shares the pod cache.
+func (c *policyController) informers() informers.SharedInformerFactory {
+	c.factoryOnce.Do(func() {
+		c.factory = informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(policyTransform))
+	})
+	return c.factory
+}
+
+// podInformer is the informer of every pod of the cluster, trimmed
+// (trimPod), that Run starts. The agent's DNS reads its pods from it
+// rather than watching them all a second time.
+func (c *policyController) podInformer() cache.SharedIndexInformer {
+	return c.informers().Core().V1().Pods().Informer()
 }
 
 // newPolicyController checks that the node can enforce policy (nft or
@@ -235,7 +254,7 @@ func trimPod(p *corev1.Pod) *corev1.Pod {
 
 // Run watches the API and syncs until ctx ends.
 func (c *policyController) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(policyTransform))
+	factory := c.informers()
 	pods := factory.Core().V1().Pods()
 	nss := factory.Core().V1().Namespaces()
 	nps := factory.Networking().V1().NetworkPolicies()

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -312,17 +313,7 @@ func TestWatch(t *testing.T) {
 	ix, _ := New(Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	synced := ix.Watch(ctx, cs, true)
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		t.Fatal("informers did not sync")
-	}
-	ref, _ := New(Config{})
-	if err := ref.FromClientset(ctx, cs); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := sizes(ix), sizes(ref); got != want {
-		t.Fatalf("fed by watching: %s, by a list: %s", got, want)
-	}
+	syncedAsListed(t, ctx, ix, cs, "watching", ix.Watch(ctx, cs, true))
 	if _, ok := ix.NamespaceOf(netip.MustParseAddr("10.1.0.5")); !ok {
 		t.Error("pods were not watched")
 	}
@@ -363,5 +354,82 @@ func BenchmarkIndexMemory(b *testing.B) {
 		}
 		b.ReportMetric(float64(heap()-h0)/10000, "heap-bytes/service")
 		runtime.KeepAlive(ix)
+	}
+}
+
+// TestWatchPodsFromInformer: fed from someone else's pod informer (the
+// agent's policy's) next to its own watches of Services and slices, the
+// index equals one fed by listing everything, and follows a pod's new
+// address and its deletion.
+func TestWatchPodsFromInformer(t *testing.T) {
+	cs := fake.NewClientset(world()...)
+	ix, _ := New(Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf := informers.NewSharedInformerFactory(cs, 0).Core().V1().Pods().Informer()
+	podsSynced, err := ix.WatchPods(inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go inf.RunWithContext(ctx)
+	syncedAsListed(t, ctx, ix, cs, "the pod informer", append(ix.Watch(ctx, cs, false), podsSynced))
+	old := netip.MustParseAddr("10.1.0.5")
+	ns, ok := ix.NamespaceOf(old)
+	if !ok {
+		t.Fatal("pods were not fed")
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *corev1.Pod
+	for i := range pods.Items {
+		if pods.Items[i].Status.PodIP == old.String() {
+			p = &pods.Items[i]
+		}
+	}
+	if p == nil {
+		t.Fatalf("no pod with %s in %s", old, ns)
+	}
+	moved := netip.MustParseAddr("10.1.9.9")
+	p.Status.PodIP, p.Status.PodIPs = moved.String(), []corev1.PodIP{{IP: moved.String()}}
+	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new address", func() bool {
+		_, gone := ix.NamespaceOf(old)
+		_, there := ix.NamespaceOf(moved)
+		return !gone && there
+	})
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deletion", func() bool { _, there := ix.NamespaceOf(moved); return !there })
+}
+
+// syncedAsListed waits for synced, then checks that ix holds what an
+// index fed by listing everything of cs holds.
+func syncedAsListed(t *testing.T, ctx context.Context, ix *Index, cs *fake.Clientset, fedBy string, synced []cache.InformerSynced) {
+	t.Helper()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		t.Fatal("informers did not sync")
+	}
+	ref, _ := New(Config{})
+	if err := ref.FromClientset(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sizes(ix), sizes(ref); got != want {
+		t.Fatalf("fed by %s: %s, by a list: %s", fedBy, got, want)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -2,6 +2,7 @@ package records
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,33 @@ func (ix *Index) Watch(ctx context.Context, cs kubernetes.Interface, pods bool) 
 		synced = append(synced, f.synced.Load)
 	}
 	return synced
+}
+
+// WatchPods feeds the pod records from inf, an informer of every pod of
+// the cluster that someone else runs (the agent's network policy caches
+// them all already): watching them a second time would double what each
+// pod event costs the node. The index reads a pod's namespace, name and
+// status IPs. The returned func reports when inf's initial list has been
+// fed.
+func (ix *Index) WatchPods(inf cache.SharedIndexInformer) (cache.InformerSynced, error) {
+	upsert := func(o any) {
+		if p, ok := o.(*corev1.Pod); ok {
+			ix.UpsertPod(p)
+		}
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, o any) { upsert(o) },
+		DeleteFunc: func(o any) {
+			if ns, name, ok := objectKey(o); ok {
+				ix.DeletePod(ns, name)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching pods for DNS: %w", err)
+	}
+	return reg.HasSynced, nil
 }
 
 // feed is a reflector's store that writes through to the index.
