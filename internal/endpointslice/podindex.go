@@ -15,7 +15,6 @@ package endpointslice
 // the pods of one label pair, node or namespace: tens to thousands).
 
 import (
-	"maps"
 	"sync"
 )
 
@@ -37,18 +36,6 @@ func newPodIndex() *podIndex {
 func (x *podIndex) update(old, cur *Pod) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old != nil && cur != nil && old.Namespace == cur.Namespace && old.NodeName == cur.NodeName && maps.Equal(old.Labels, cur.Labels) {
-		// Most updates (status) keep every bucket: the new pod takes the
-		// old one's place in each, nothing moves or grows.
-		for k, v := range cur.Labels {
-			replaceIn(x.byLabel, labelPair{cur.Namespace, k, v}, old, cur)
-		}
-		if cur.NodeName != "" {
-			replaceIn(x.byNode, cur.NodeName, old, cur)
-		}
-		replaceIn(x.byNamespace, cur.Namespace, old, cur)
-		return
-	}
 	if old != nil {
 		for k, v := range old.Labels {
 			removeFrom(x.byLabel, labelPair{old.Namespace, k, v}, old)
@@ -70,39 +57,27 @@ func (x *podIndex) update(old, cur *Pod) {
 	}
 }
 
-// find is p's place in b: the same pointer, or failing that the pod of
-// the same namespace and name (a copy the handler was given); -1 if none.
-func find(b []*Pod, p *Pod) int {
-	for j, q := range b {
-		if q == p {
-			return j
-		}
-	}
-	for j, q := range b {
-		if q.Name == p.Name && q.Namespace == p.Namespace {
-			return j
-		}
-	}
-	return -1
-}
-
-// replaceIn puts cur in old's place in bucket k (appends it if old is
-// not there).
-func replaceIn[K comparable](m map[K][]*Pod, k K, old, cur *Pod) {
-	b := m[k]
-	if i := find(b, old); i >= 0 {
-		b[i] = cur
-		return
-	}
-	m[k] = append(b, cur)
-}
-
-// removeFrom takes p out of bucket k. The bucket's last pod takes its
-// place; an emptied bucket is deleted and a mostly empty one shrunk, so
-// that churn leaves no dead capacity.
+// removeFrom takes p out of bucket k: the same pointer, or failing that
+// the pod of the same namespace and name (a copy the handler was given).
+// The bucket's last pod takes its place; an emptied bucket is deleted and
+// a mostly empty one shrunk, so that churn leaves no dead capacity.
 func removeFrom[K comparable](m map[K][]*Pod, k K, p *Pod) {
 	b := m[k]
-	i := find(b, p)
+	i := -1
+	for j, q := range b {
+		if q == p {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		for j, q := range b {
+			if q.Name == p.Name && q.Namespace == p.Namespace {
+				i = j
+				break
+			}
+		}
+	}
 	if i < 0 {
 		return
 	}
