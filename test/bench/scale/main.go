@@ -83,10 +83,16 @@ func main() {
 	flag.IntVar(&c.Workers, "workers", 32, "parallel API clients creating objects")
 	flag.StringVar(&c.Out, "out", "", "write the JSON result here (also printed)")
 	flag.DurationVar(&c.Timeout, "timeout", 60*time.Minute, "the whole run")
-	anchorKubeconfig := flag.String(anchorFlag, "", "run as the peer-churn phase's anchor, a bare Node watch, against this kubeconfig (the harness starts it)")
+	anchors := map[string]*string{
+		anchorFlag:           flag.String(anchorFlag, "", "run as the peer-churn phase's anchor, a bare Node watch, against this kubeconfig (the harness starts it)"),
+		controllerAnchorFlag: flag.String(controllerAnchorFlag, "", "run as the controller's anchor, bare Pod, Service, Node and EndpointSlice watches, against this kubeconfig (the harness starts it)"),
+	}
 	flag.Parse()
-	if *anchorKubeconfig != "" {
-		if err := runAnchor(*anchorKubeconfig); err != nil {
+	for name, kubeconfig := range anchors {
+		if *kubeconfig == "" {
+			continue
+		}
+		if err := runAnchor(name, *kubeconfig); err != nil {
 			fmt.Fprintln(os.Stderr, "scalebench anchor:", err)
 			os.Exit(1)
 		}
@@ -150,6 +156,7 @@ type bench struct {
 	res     *result
 	seq     int      // pods made so far (spreads them over nodes)
 	live    []podRef // pods that exist, oldest first
+	ctlAnc  *anchor  // the controller's anchor, from the objects phase on
 }
 
 func run(ctx context.Context, c config) (*result, error) {
@@ -183,6 +190,11 @@ func run(ctx context.Context, c config) (*result, error) {
 	for _, n := range b.spec.Nodes {
 		real = append(real, n.Name)
 	}
+	defer func() {
+		if b.ctlAnc != nil {
+			b.ctlAnc.stop()
+		}
+	}()
 	b.w = newWatcher(real)
 	if err := b.w.start(ctx, b.client); err != nil {
 		return b.res, fmt.Errorf("watching the API: %w", err)

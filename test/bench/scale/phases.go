@@ -179,7 +179,7 @@ func (b *bench) peerChurn(ctx context.Context, p *phase) error {
 		return err
 	}
 	defer stop()
-	anc, err := startAnchor(ctx, b.spec.Kubeconfig())
+	anc, err := startAnchor(ctx, anchorFlag, b.spec.Kubeconfig())
 	if err != nil {
 		return err
 	}
@@ -289,6 +289,13 @@ func (b *bench) objects(ctx context.Context, p *phase) error {
 		return err
 	}
 	p.Values["servicesCreateSeconds"] = round(time.Since(t0).Seconds(), 2)
+	// The controller's anchor runs from here to the end of the run: its
+	// caches fill with the pods as the controller's do.
+	anc, err := startAnchor(ctx, controllerAnchorFlag, b.spec.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	b.ctlAnc = anc
 	m0 := b.controllerMark()
 	t1 := time.Now()
 	pods := b.makePods("pod", 0, c.Pods)
@@ -311,11 +318,16 @@ func (b *bench) objects(ctx context.Context, p *phase) error {
 type controllerMark struct {
 	podEv, sliceEv int
 	usage          usage // the controller process's
+	anchor         usage // its anchor's, if it runs
 }
 
 func (b *bench) controllerMark() controllerMark {
 	_, pe, _ := b.w.counts()
-	return controllerMark{podEv: pe, sliceEv: b.w.sliceEvents(), usage: labProcs(b.spec.StateDir)[lab.ProcController]}
+	m := controllerMark{podEv: pe, sliceEv: b.w.sliceEvents(), usage: labProcs(b.spec.StateDir)[lab.ProcController]}
+	if b.ctlAnc != nil {
+		m.anchor, _ = b.ctlAnc.usage()
+	}
+	return m
 }
 
 // controllerCost records the controller's cost since m0: its CPU, the pod
@@ -329,6 +341,13 @@ func (b *bench) controllerCost(p *phase, m0 controllerMark) usage {
 	p.Values["sliceWrites"] = float64(m1.sliceEv - m0.sliceEv)
 	p.Values["controllerCPUSeconds"] = round(cpu, 2)
 	p.Values["controllerMillisecondsPerPodEvent"] = round(cpu/float64(max(1, pe))*1e3, 3)
+	if b.ctlAnc != nil && m1.anchor.PID == m0.anchor.PID {
+		acpu := m1.anchor.CPU - m0.anchor.CPU
+		p.Values["anchorMillisecondsPerPodEvent"] = round(acpu/float64(max(1, pe))*1e3, 3)
+		if acpu > 0 {
+			p.Values["controllerToAnchorRatio"] = round(cpu/acpu, 2)
+		}
+	}
 	return m1.usage
 }
 
