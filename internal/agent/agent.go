@@ -52,6 +52,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -313,6 +314,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	nodeCtx, stopNodes := context.WithCancel(ctx)
+	nodes, err := watchNodes(nodeCtx, client)
+	if err != nil {
+		stopNodes()
+		return err
+	}
+	defer func() {
+		stopNodes()
+		nodes.factory.Shutdown()
+	}()
 	be, err := backend.New(o.Backend, backend.Config{VNI: o.VXLANVNI, Port: o.VXLANPort, MTU: o.MTU, TxChecksumOffload: o.VXLANTxChecksumOffload})
 	if err != nil {
 		return err
@@ -423,7 +434,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		})
 	}
-	err = runLoop(ctx, client, r, o.Resync)
+	err = runLoop(ctx, nodes, r, o.Resync)
 	cancel(err)
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -432,48 +443,76 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// runLoop programs each changed peer Node on its own (Reconciler.Peer),
-// and reconciles in full at start, every resync, on this Node's changes,
-// when Peer cannot, and after failures with backoff, until ctx ends.
-func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, resync time.Duration) error {
-	logger := klog.FromContext(ctx)
+// nodeWatch is the agent's Node cache and the names of the Nodes changed
+// since the loop last took them. Run starts it before anything else:
+// every peer route waits for its LIST (5,000 Nodes: most of an agent's
+// start, docs/scale.md), which then runs while the proxy, policy and DNS
+// are set up.
+type nodeWatch struct {
+	factory informers.SharedInformerFactory
+	lister  corelisters.NodeLister
+	synced  cache.InformerSynced
+	kick    chan struct{} // a Node changed
+	mu      sync.Mutex
+	changed map[string]bool
+}
+
+// watchNodes starts the Node watch; it ends with ctx.
+func watchNodes(ctx context.Context, client kubernetes.Interface) (*nodeWatch, error) {
 	// A LIST fills the Node cache faster than a WatchList stream, and
 	// every peer route waits for it (kube.ListFirst).
-	factory := informers.NewSharedInformerFactoryWithOptions(kube.ListFirst(client), 0, informers.WithTransform(trimNode))
-	nodes := factory.Core().V1().Nodes()
-	kick := make(chan struct{}, 1)
-	var (
-		mu      sync.Mutex
-		changed = map[string]bool{} // Nodes changed since the last pass
-	)
-	mark := func(obj any) {
-		name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		if err != nil {
-			return
-		}
-		mu.Lock()
-		changed[name] = true
-		mu.Unlock()
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
+	w := &nodeWatch{
+		factory: informers.NewSharedInformerFactoryWithOptions(kube.ListFirst(client), 0, informers.WithTransform(trimNode)),
+		kick:    make(chan struct{}, 1),
+		changed: map[string]bool{},
 	}
+	nodes := w.factory.Core().V1().Nodes()
 	reg, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    mark,
-		DeleteFunc: mark,
+		AddFunc:    w.mark,
+		DeleteFunc: w.mark,
 		UpdateFunc: func(old, cur any) {
 			if relevantChange(old.(*corev1.Node), cur.(*corev1.Node)) {
-				mark(cur)
+				w.mark(cur)
 			}
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("watching nodes: %w", err)
+		return nil, fmt.Errorf("watching nodes: %w", err)
 	}
-	factory.StartWithContext(ctx)
-	defer factory.Shutdown()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, reg.HasSynced) {
+	w.lister, w.synced = nodes.Lister(), reg.HasSynced
+	w.factory.StartWithContext(ctx)
+	return w, nil
+}
+
+func (w *nodeWatch) mark(obj any) {
+	name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	w.changed[name] = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the Nodes changed since the last take.
+func (w *nodeWatch) take() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	names := w.changed
+	w.changed = map[string]bool{}
+	return names
+}
+
+// runLoop programs each changed peer Node on its own (Reconciler.Peer),
+// and reconciles in full at start, every resync, on this Node's changes,
+// when Peer cannot, and after failures with backoff, until ctx ends.
+func runLoop(ctx context.Context, w *nodeWatch, r *Reconciler, resync time.Duration) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, w.synced) {
 		return nil // ctx ended
 	}
 	logger.Info("Started", "node", r.NodeName, "clusterCIDRs", r.ClusterCIDRs, "backend", r.Backend.Name(), "cniConflist", style(r.CNIConflist), "masquerade", r.Masquerade)
@@ -487,19 +526,16 @@ func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, re
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-w.kick:
 		case <-timer.C:
 			full = true
 		}
-		mu.Lock()
-		names := changed
-		changed = map[string]bool{}
-		mu.Unlock()
+		names := w.take()
 		for name := range names {
 			if full {
 				break
 			}
-			n, err := nodes.Lister().Get(name)
+			n, err := w.lister.Get(name)
 			if apierrors.IsNotFound(err) {
 				n, err = nil, nil
 			}
@@ -516,7 +552,7 @@ func runLoop(ctx context.Context, client kubernetes.Interface, r *Reconciler, re
 		if !full {
 			continue // the timer still runs toward the next resync
 		}
-		list, err := nodes.Lister().List(labels.Everything())
+		list, err := w.lister.List(labels.Everything())
 		if err == nil {
 			err = r.Reconcile(ctx, list)
 		}

@@ -76,7 +76,15 @@ func TestRunLoop(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- runLoop(ctx, client, f.r, time.Hour) }()
+	w, err := watchNodes(ctx, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		w.factory.Shutdown()
+	}()
+	go func() { done <- runLoop(ctx, w, f.r, time.Hour) }()
 
 	// Each full reconcile publishes the node's annotations (the fake
 	// client never gets them): the positive signal.
