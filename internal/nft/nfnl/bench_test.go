@@ -99,6 +99,47 @@ func BenchmarkSync(b *testing.B) {
 	}
 }
 
+// BenchmarkChurnSync is one partial sync of make bench-scale's churn
+// phase at its full size: 10,000 Services of ten endpoints, and in each
+// sync 20 pods replaced (20 pods/s, one sync a second), each its
+// Service's endpoint at a new address.
+//
+//	sudo go test -run '^$' -bench ChurnSync -benchtime 20x ./internal/nft/nfnl/
+func BenchmarkChurnSync(b *testing.B) {
+	requireNFT(b)
+	ctx := context.Background()
+	const n, k, perSync = 10000, 10, 20
+	svcs := benchServicesOf(n, k)
+	p := newPair(b, knftables.IPv4Family)
+	cfg := nftables.Config{Family: knftables.IPv4Family, Table: p.table, NodeName: testNode,
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	be := nftables.NewBackend(p.nl, cfg)
+	if _, err := be.Sync(ctx, svcs, nil, true); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		changed := map[string]bool{}
+		for j := range perSync {
+			x := (i*perSync + j) * 7919 % n // spread over the Services
+			s := *svcs[x]
+			s.Ports = append([]proxy.ServicePort(nil), s.Ports...)
+			eps := append([]proxy.Endpoint(nil), s.Ports[0].Endpoints...)
+			// The oldest endpoint goes, a new one (a new address in
+			// 10.247/16, out of the other Services' way) comes last.
+			seq := i*perSync + j
+			eps = append(eps[1:], proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, 247, byte(seq >> 8), byte(seq)}),
+				Port: 8080, Ready: true, Serving: true, NodeName: "node-b"})
+			s.Ports[0].Endpoints = eps
+			svcs[x] = &s
+			changed[s.Key()] = true
+		}
+		if _, err := be.Sync(ctx, svcs, changed, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // benchServices are n ClusterIP Services of one TCP port with three
 // endpoints each, as hack/bench-proxy.sh creates them.
 func benchServices(n int) []*proxy.Service { return benchServicesOf(n, 3) }
