@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -279,29 +280,9 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 			}
 		}
 	}
-	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
+	if err := readPods(ctx, c, st, simulated); err != nil {
 		st.APIError = err
 		return st, nil
-	}
-	for _, p := range pods.Items {
-		if simulated[p.Spec.NodeName] {
-			st.Simulated.Pods++
-			if p.Status.Phase == corev1.PodRunning {
-				st.Simulated.Running++
-			}
-			continue
-		}
-		ready := 0
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Ready {
-				ready++
-			}
-		}
-		st.Pods = append(st.Pods, PodStatus{
-			Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP,
-			Phase: string(p.Status.Phase), Ready: fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)),
-		})
 	}
 	sort.Slice(st.Pods, func(i, j int) bool {
 		if st.Pods[i].Namespace != st.Pods[j].Namespace {
@@ -310,6 +291,89 @@ func GetStatus(ctx context.Context, root, name string) (*Status, error) {
 		return st.Pods[i].Name < st.Pods[j].Name
 	})
 	return st, nil
+}
+
+// readPods fills st.Pods with the pods of the lab's own nodes (and those
+// not bound yet) and counts those of its simulated nodes. A lab without
+// simulated nodes lists every pod. With them it never does: at 100,000
+// simulated pods that one LIST kept the API server busy for over 10
+// seconds (and `lab up`, which prints this status, restarts agents that
+// list the API themselves). It lists the pods of each real node and the
+// unbound ones (field selectors on spec.nodeName, which the API server's
+// cache indexes), counts every pod from a one-item page's
+// remainingItemCount and lists only the pods not Running.
+func readPods(ctx context.Context, c kubernetes.Interface, st *Status, simulated map[string]bool) error {
+	if st.Simulated == nil {
+		pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range pods.Items {
+			st.Pods = append(st.Pods, podStatus(&pods.Items[i]))
+		}
+		return nil
+	}
+	total, err := countPods(ctx, c)
+	if err != nil {
+		return err
+	}
+	own := []string{""} // "": not bound to a node yet
+	for _, n := range st.Nodes {
+		own = append(own, n.Name)
+	}
+	for _, node := range own {
+		pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+		if err != nil {
+			return err
+		}
+		for i := range pods.Items {
+			st.Pods = append(st.Pods, podStatus(&pods.Items[i]))
+		}
+	}
+	// Every other pod is on a simulated node (or on a Node since
+	// deleted, which kwok no longer serves either).
+	st.Simulated.Pods = max(0, total-len(st.Pods))
+	notRunning, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermNotEqualSelector("status.phase", string(corev1.PodRunning)).String()})
+	if err != nil {
+		return err
+	}
+	st.Simulated.Running = st.Simulated.Pods
+	for _, p := range notRunning.Items {
+		if simulated[p.Spec.NodeName] {
+			st.Simulated.Running--
+		}
+	}
+	return nil
+}
+
+// countPods counts every pod without listing them: the count of a
+// one-item page and the items remaining after it.
+func countPods(ctx context.Context, c kubernetes.Interface) (int, error) {
+	page, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	n := len(page.Items)
+	switch {
+	case page.RemainingItemCount != nil:
+		n += int(*page.RemainingItemCount)
+	case page.Continue != "":
+		return 0, errors.New("counting pods: the API server gave a page of pods without remainingItemCount")
+	}
+	return n, nil
+}
+
+func podStatus(p *corev1.Pod) PodStatus {
+	ready := 0
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Ready {
+			ready++
+		}
+	}
+	return PodStatus{
+		Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP,
+		Phase: string(p.Status.Phase), Ready: fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)),
+	}
 }
 
 func orDash(s string) string {
