@@ -386,6 +386,13 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	if policy != nil {
 		wg.Go(func() {
+			// The policy's caches start once the Service rules are
+			// programmed (policyAfterProxy).
+			var synced []<-chan struct{}
+			for _, p := range proxiers {
+				synced = append(synced, p.FirstSynced())
+			}
+			policyAfterProxy(ctx, synced, policyWaitsForProxy)
 			err := policy.Run(klog.NewContext(ctx, logger.WithName("policy")))
 			if ctx.Err() == nil {
 				if err == nil {
@@ -441,6 +448,34 @@ func Run(ctx context.Context, o Options) error {
 		return cause
 	}
 	return nil
+}
+
+// policyWaitsForProxy is the longest the policy's caches wait for the
+// proxy's first sync (policyAfterProxy).
+const policyWaitsForProxy = 30 * time.Second
+
+// policyAfterProxy waits until every proxier has synced once (each of
+// synced is closed), at most limit. The policy caches every pod of the cluster (and the DNS reads
+// pod records from that cache): at a restart with 100,000 pods their
+// stream kept the API server and this process busy for tens of seconds,
+// and the proxy's caches and first sync, and the routes' Node list, took
+// several times as long beside it (docs/scale.md). A restarted agent
+// finds its policy rules in the kernel as it left them, so the policy
+// loses nothing by starting seconds later; the Services' rules and the
+// routes are what every connection needs first.
+func policyAfterProxy(ctx context.Context, synced []<-chan struct{}, limit time.Duration) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for _, c := range synced {
+		select {
+		case <-c:
+		case <-timer.C:
+			klog.FromContext(ctx).Info("Proxy not synced yet; starting network policy anyway", "waited", limit)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // nodeWatch is the agent's Node cache and the names of the Nodes changed

@@ -106,6 +106,10 @@ type Proxier struct {
 
 	ipv6 bool
 
+	// firstSync is closed by the first successful sync.
+	firstSync     chan struct{}
+	firstSyncOnce sync.Once
+
 	// Only the runner's goroutine touches the fields below.
 
 	// synced says a sync succeeded since the start or the last failure;
@@ -133,7 +137,8 @@ func New(cfg Config) *Proxier {
 		cfg.IPv6 = b.Renderer().Config().Family == knftables.IPv6Family
 		cfg.NodeName = b.Renderer().Config().NodeName
 	}
-	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctReconcile: true}
+	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctReconcile: true,
+		firstSync: make(chan struct{})}
 	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
 		MinInterval: cfg.MinSyncInterval, MaxInterval: cfg.MaxSyncInterval, FullInterval: cfg.FullSyncInterval, Clock: cfg.Clock,
@@ -141,6 +146,10 @@ func New(cfg Config) *Proxier {
 	})
 	return p
 }
+
+// FirstSynced is closed once a sync has succeeded: every Service the API
+// had when the caches synced is programmed.
+func (p *Proxier) FirstSynced() <-chan struct{} { return p.firstSync }
 
 // Run watches the API and syncs until ctx ends.
 func (p *Proxier) Run(ctx context.Context) error {
@@ -350,6 +359,7 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 		return err
 	}
 	p.synced = true
+	p.firstSyncOnce.Do(func() { close(p.firstSync) })
 	done := p.now()
 	if full && res.Operations >= releaseAfterOps {
 		// A large full sync built its whole transaction in memory (at

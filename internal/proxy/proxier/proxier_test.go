@@ -241,6 +241,33 @@ func TestFailedSyncResyncsFully(t *testing.T) {
 	}
 }
 
+// FirstSynced stays open through a failed first sync and closes with the
+// first that succeeds.
+func TestFirstSynced(t *testing.T) {
+	ctx := context.Background()
+	nf := &failingNFT{Fake: nft.NewFake(knftables.IPv4Family, nftables.DefaultTable), n: 1}
+	p := New(Config{NFT: nf, Render: nftables.Config{Family: knftables.IPv4Family}})
+	p.tracker.OnService(service("web", "10.96.0.10"))
+	p.tracker.OnEndpointSlice(slice("web", "10.244.2.7"))
+	closed := func() bool {
+		select {
+		case <-p.FirstSynced():
+			return true
+		default:
+			return false
+		}
+	}
+	if err := p.sync(ctx, true); err == nil || closed() {
+		t.Fatalf("failed first sync: err %v, FirstSynced closed %v", err, closed())
+	}
+	if err := p.sync(ctx, true); err != nil || !closed() {
+		t.Fatalf("second sync: err %v, FirstSynced closed %v", err, closed())
+	}
+	if err := p.sync(ctx, false); err != nil { // closing twice would panic
+		t.Fatal(err)
+	}
+}
+
 // Services another proxy serves (service.kubernetes.io/service-proxy-name)
 // are left alone, as kube-proxy does.
 func TestServiceProxyNameIsLeftOut(t *testing.T) {
