@@ -455,11 +455,12 @@ func Run(ctx context.Context, o Options) error {
 const policyWaitsForProxy = 30 * time.Second
 
 // policyAfterProxy waits until every proxier has synced once (each of
-// synced is closed), at most limit. The policy caches every pod of the cluster (and the DNS reads
-// pod records from that cache): at a restart with 100,000 pods their
-// stream kept the API server and this process busy for tens of seconds,
-// and the proxy's caches and first sync, and the routes' Node list, took
-// several times as long beside it (docs/scale.md). A restarted agent
+// synced is closed), at most limit. The policy caches every pod of the
+// cluster (and the DNS reads pod records from that cache): at a restart
+// with 100,000 pods their stream kept the API server and this process
+// busy for tens of seconds, and the proxy's caches and first sync, and
+// the routes' Node list, took several times as long beside it
+// (docs/scale.md). A restarted agent
 // finds its policy rules in the kernel as it left them, so the policy
 // loses nothing by starting seconds later; the Services' rules and the
 // routes are what every connection needs first.
