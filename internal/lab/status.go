@@ -324,7 +324,7 @@ func readPods(ctx context.Context, c kubernetes.Interface, st *Status, simulated
 	for _, node := range own {
 		pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 		if err != nil {
-			return err
+			return fmt.Errorf("listing the pods of node %q: %w", node, err)
 		}
 		for i := range pods.Items {
 			st.Pods = append(st.Pods, podStatus(&pods.Items[i]))
@@ -335,7 +335,7 @@ func readPods(ctx context.Context, c kubernetes.Interface, st *Status, simulated
 	st.Simulated.Pods = max(0, total-len(st.Pods))
 	notRunning, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermNotEqualSelector("status.phase", string(corev1.PodRunning)).String()})
 	if err != nil {
-		return err
+		return fmt.Errorf("listing the pods not Running: %w", err)
 	}
 	st.Simulated.Running = st.Simulated.Pods
 	for _, p := range notRunning.Items {
@@ -351,7 +351,7 @@ func readPods(ctx context.Context, c kubernetes.Interface, st *Status, simulated
 func countPods(ctx context.Context, c kubernetes.Interface) (int, error) {
 	page, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("counting pods: %w", err)
 	}
 	n := len(page.Items)
 	switch {
