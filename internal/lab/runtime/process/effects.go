@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -345,6 +346,19 @@ func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
 		// containers outlive an agent restart.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS},
 	}
+	// The exec handshake: container-init inherits the pipe's write end as
+	// fd 3 and marks it close-on-exec with every other fd; the read end
+	// sees EOF once the container's command has replaced container-init
+	// (or container-init died). Until then the pod's resolv.conf and
+	// hosts may not be mounted yet, so the container is not started
+	// before it: a pod reported Running has its files in place, as with
+	// runc, whose start returns after the exec.
+	execR, execW, err := os.Pipe()
+	if err != nil {
+		return procID{}, nil, fmt.Errorf("exec handshake pipe: %w", err)
+	}
+	defer execR.Close()
+	cmd.ExtraFiles = []*os.File{execW}
 	startFn := cmd.Start
 	nsPath := spec.NetnsPath
 	if nsPath == "" {
@@ -356,9 +370,11 @@ func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
 	} else {
 		err = startFn()
 	}
+	execW.Close()
 	if err != nil {
 		return procID{}, nil, fmt.Errorf("starting %s: %w", spec.Argv[0], err)
 	}
+	waitExec(execR, execWaitLimit)
 	pid := cmd.Process.Pid
 	id := procID{PID: pid}
 	st, serr := readProcStat(pid)
@@ -374,6 +390,18 @@ func (r *realProcesses) start(spec procSpec) (procID, <-chan exitInfo, error) {
 		exits <- exitFromState(cmd.ProcessState)
 	}()
 	return id, exits, nil
+}
+
+// execWaitLimit bounds the wait for container-init's exec: a container-init
+// stuck in a mount must not stall the pod's worker for good. Past it the
+// container counts as started, as before the handshake.
+const execWaitLimit = 10 * time.Second
+
+// waitExec reads r until EOF (every write end closed: the exec happened or
+// the process died) or until limit passes.
+func waitExec(r *os.File, limit time.Duration) {
+	_ = r.SetReadDeadline(time.Now().Add(limit))
+	_, _ = io.Copy(io.Discard, r)
 }
 
 func exitFromState(ps *os.ProcessState) exitInfo {

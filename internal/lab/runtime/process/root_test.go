@@ -493,3 +493,54 @@ func TestRootRecoversUnreadableRecord(t *testing.T) {
 		return !strings.Contains(links, "veth"), links
 	})
 }
+
+// TestRootStartWaitsForExec: start returns only once container-init has
+// mounted the pod's files and exec'd the command (a pod reported Running
+// right after start has its resolv.conf: TestLab/DNS/ResolvConf once read
+// the node's), and promptly when container-init fails instead.
+func TestRootStartWaitsForExec(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := testutil.NewNetNS(t)
+	t.Cleanup(func() { _ = killNetnsMembers(ns, 2*time.Second) })
+	dir := t.TempDir()
+	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
+	const resolvText = "nameserver 10.213.0.53\nsearch exec-handshake.test\n"
+	if err := os.WriteFile(resolv, []byte(resolvText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &realProcesses{initBin: filepath.Join(buildFlatnet(t), "flatnet"), owner: dir}
+	spec := procSpec{NetnsPath: ns, Argv: []string{"sleep", "60"}, Env: []string{"PATH=/usr/bin:/bin"},
+		Hostname: "exec-handshake", ResolvFile: resolv, HostsFile: hosts, LogPath: filepath.Join(dir, "log")}
+	for i := range 5 { // the race, when there was one, was lost most of the time
+		id, exits, err := r.start(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", id.PID))
+		got, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/resolv.conf", id.PID))
+		r.killAll(id)
+		<-exits
+		if filepath.Base(exe) != "sleep" {
+			t.Errorf("start %d: returned while pid %d still ran %q, not the container's sleep", i, id.PID, exe)
+		}
+		if err != nil || string(got) != resolvText {
+			t.Errorf("start %d: the container's /etc/resolv.conf right after start: %q, %v; want the pod's %q", i, got, err, resolvText)
+		}
+	}
+
+	spec.Argv = []string{"no-such-command-exec-handshake"}
+	began := time.Now()
+	_, exits, err := r.start(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited >= execWaitLimit/2 {
+		t.Errorf("start of a command container-init cannot find took %v: the handshake's EOF on its exit was missed", waited)
+	}
+	if e := <-exits; e.Code != 128 {
+		t.Errorf("container-init's exit for a missing command: %+v, want code 128", e)
+	}
+}

@@ -11,7 +11,10 @@
 //     interfaces (as `ip netns exec` does); best effort;
 //  4. sets the hostname, changes to the working directory, marks every fd
 //     but 0, 1 and 2 close-on-exec and execs the container's command, which
-//     keeps this PID.
+//     keeps this PID. Fd 3, when given, is the runtime's exec handshake:
+//     the exec closes it with the rest, and the runtime's read of the
+//     other end returns, so the container counts as started only with
+//     its files mounted.
 //
 // The environment is the container's, prepared by the runtime; the command
 // is looked up in its PATH.
