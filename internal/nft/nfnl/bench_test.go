@@ -109,14 +109,7 @@ func BenchmarkChurnSync(b *testing.B) {
 	requireNFT(b)
 	ctx := context.Background()
 	const n, k, perSync = 10000, 10, 20
-	svcs := benchServicesOf(n, k)
-	p := newPair(b, knftables.IPv4Family)
-	cfg := nftables.Config{Family: knftables.IPv4Family, Table: p.table, NodeName: testNode,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
-	be := nftables.NewBackend(p.nl, cfg)
-	if _, err := be.Sync(ctx, svcs, nil, true); err != nil {
-		b.Fatal(err)
-	}
+	svcs, be := churnBackend(b, n, k)
 	b.ResetTimer()
 	for i := range b.N {
 		changed := map[string]bool{}
@@ -138,6 +131,82 @@ func BenchmarkChurnSync(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkChurnSyncReplaced is that churn as bench-scale's pods really
+// make it: a pod's endpoint leaves in one sync and its replacement joins
+// in a later one, so every changed Service's endpoint count moves (10 ->
+// 9 -> 10) and its dispatch rule ("numgen random mod N") is rewritten. A
+// new rule with a dnat, meta or lookup expression makes the kernel
+// validate the whole table at commit (nf_tables_validate: every base
+// chain, every element of the service-ips verdict map, every Service
+// chain), so the sync costs O(all Services), not O(changes), however few
+// rules it touches. 20 Services change per sync: ten lose an endpoint,
+// ten get one back.
+//
+//	sudo go test -run '^$' -bench ChurnSyncReplaced -benchtime 200x ./internal/nft/nfnl/
+func BenchmarkChurnSyncReplaced(b *testing.B) {
+	requireNFT(b)
+	for _, n := range []int{1000, 10000} {
+		b.Run(sizeName(n, 10), func(b *testing.B) { benchmarkChurnReplaced(b, n) })
+	}
+}
+
+func benchmarkChurnReplaced(b *testing.B, n int) {
+	ctx := context.Background()
+	const k, perSync = 10, 20
+	svcs, be := churnBackend(b, n, k)
+	var short []int // the Services that lost an endpoint, oldest first
+	next, ops := 0, 0
+	b.ResetTimer()
+	for i := range b.N {
+		changed := map[string]bool{}
+		back := len(short) // only those that lost one in an earlier sync
+		for j := range perSync {
+			seq := i*perSync + j
+			var x int
+			if j%2 == 1 && back > 0 {
+				x, short, back = short[0], short[1:], back-1
+			} else {
+				x = next * 7919 % n // spread over the Services
+				next++
+			}
+			s := *svcs[x]
+			s.Ports = append([]proxy.ServicePort(nil), s.Ports...)
+			eps := s.Ports[0].Endpoints
+			if len(eps) == k {
+				eps = append([]proxy.Endpoint(nil), eps[1:]...)
+				short = append(short, x)
+			} else {
+				// The replacement, at a new address in 10.247/16.
+				eps = append(append([]proxy.Endpoint(nil), eps...), proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, 247, byte(seq >> 8), byte(seq)}),
+					Port: 8080, Ready: true, Serving: true, NodeName: "node-b"})
+			}
+			s.Ports[0].Endpoints = eps
+			svcs[x] = &s
+			changed[s.Key()] = true
+		}
+		res, err := be.Sync(ctx, svcs, changed, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ops += res.Operations
+	}
+	b.ReportMetric(float64(ops)/float64(b.N), "ops/sync")
+}
+
+// churnBackend is a netlink backend in a test namespace that has synced
+// n Services of k endpoints each, and those Services.
+func churnBackend(b *testing.B, n, k int) ([]*proxy.Service, *nftables.Backend) {
+	svcs := benchServicesOf(n, k)
+	p := newPair(b, knftables.IPv4Family)
+	cfg := nftables.Config{Family: knftables.IPv4Family, Table: p.table, NodeName: testNode,
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	be := nftables.NewBackend(p.nl, cfg)
+	if _, err := be.Sync(context.Background(), svcs, nil, true); err != nil {
+		b.Fatal(err)
+	}
+	return svcs, be
 }
 
 // benchServices are n ClusterIP Services of one TCP port with three
