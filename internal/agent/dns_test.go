@@ -1,11 +1,21 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/flatnet/flatnet/internal/dns/records"
 )
@@ -73,5 +83,55 @@ func TestResolveDNS(t *testing.T) {
 	}
 	if _, err := resolveDNS(dnsOpts(nil), func(string) ([]byte, error) { return nil, errors.New("boom") }); err == nil {
 		t.Error("unreadable resolv.conf without --dns-upstreams: no error")
+	}
+}
+
+// TestRunDNSServesServicesBeforePods: with a pod informer that never
+// syncs (at a restart in a large cluster the pod list takes a minute, and
+// the policy's informer starts after the proxy's first sync), the DNS
+// server still answers Service names, and a verified pod name SERVFAILs
+// rather than NXDOMAIN.
+func TestRunDNSServesServicesBeforePods(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}}}
+	cs := fake.NewClientset(svc)
+	// Never run: its HasSynced stays false.
+	pods := informers.NewSharedInformerFactory(cs, 0).Core().V1().Pods().Informer()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddrPort(pc.LocalAddr().String())
+	pc.Close() // runDNS opens it again
+	s := dnsSettings{Records: records.Config{Pods: records.PodsVerified}, Listen: []netip.AddrPort{addr}, pods: pods}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runDNS(ctx, cs, s) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runDNS: %v", err)
+		}
+	}()
+	ask := func(name string) (*dns.Msg, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, addr.String())
+		return r, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := ask("web.ns1.svc.cluster.local.")
+		if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer for the Service while the pods are not synced: %v %v", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r, err := ask("10-244-1-7.ns1.pod.cluster.local.")
+	if err != nil || r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("a verified pod name before the pods synced: %v %v, want SERVFAIL", r, err)
 	}
 }

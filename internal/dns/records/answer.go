@@ -192,6 +192,9 @@ func (ix *Index) podAnswer(rel string, qtype uint16) Result {
 	if ix.pods == PodsDisabled {
 		return ix.negative(dns.RcodeNameError)
 	}
+	if ix.pods == PodsVerified && ix.podsPending.Load() {
+		return Result{Rcode: dns.RcodeServerFailure} // AwaitPods
+	}
 	label, ns, ok := strings.Cut(rel, ".")
 	if !ok { // <ns>.pod.<zone>
 		if ix.pods == PodsInsecure || len(ix.podAddrs[label]) > 0 {

@@ -202,6 +202,9 @@ type Index struct {
 	// keys on it. Writes that change nothing DNS answers (a pod's status,
 	// a ClusterIP Service's slice) leave it alone.
 	gen atomic.Uint64
+	// podsPending: the pod list is still coming (AwaitPods), so a
+	// verified pod name cannot be told missing yet.
+	podsPending atomic.Bool
 
 	mu       sync.RWMutex
 	services map[key]*service
@@ -256,6 +259,26 @@ func (ix *Index) TTL() uint32 { return ix.ttl }
 
 // Generation changes whenever an answer may have changed.
 func (ix *Index) Generation() uint64 { return ix.gen.Load() }
+
+// AwaitPods says the pods are still being listed: until PodsSynced, a pod
+// name in verified mode gets SERVFAIL, which resolvers retry, rather than
+// an NXDOMAIN they would cache for a pod that exists. The Service names
+// are answered meanwhile (at a restart in a large cluster the pod list
+// takes far longer than the Services'). Other pod modes do not read the
+// pod list for pod names.
+func (ix *Index) AwaitPods() {
+	if ix.pods == PodsVerified {
+		ix.podsPending.Store(true)
+		ix.gen.Add(1)
+	}
+}
+
+// PodsSynced ends AwaitPods: the pod list is in.
+func (ix *Index) PodsSynced() {
+	if ix.podsPending.Swap(false) {
+		ix.gen.Add(1)
+	}
+}
 
 // NamespaceOf is the namespace of the pod holding ip, for answers that
 // depend on the asker (autopath). An address held by pods of several

@@ -433,3 +433,44 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAwaitPods: while the pod list is still coming, a verified pod name
+// is SERVFAIL (not an NXDOMAIN the asker would cache) and Service names
+// are answered; once it is in, pod names are answered by what exists,
+// and each step moves the generation (the server's packed replies go).
+// Insecure pod names never wait for the list.
+func TestAwaitPods(t *testing.T) {
+	ix, _ := New(Config{Pods: PodsVerified})
+	ix.UpsertService(clusterIPSvc("ns1", "web", []string{"10.96.0.10"}))
+	g0 := ix.Generation()
+	ix.AwaitPods()
+	if ix.Generation() == g0 {
+		t.Error("AwaitPods left the generation")
+	}
+	podQ := func(name string) Result {
+		return ix.Answer(dns.Question{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}, netip.Addr{})
+	}
+	for _, name := range []string{"10-244-1-7.ns1.pod.cluster.local.", "ns1.pod.cluster.local."} {
+		if r := podQ(name); r.Rcode != dns.RcodeServerFailure || r.Authoritative || len(r.Ns) > 0 {
+			t.Errorf("%s while pods are listed: rcode %s, authoritative %v, %d SOA; want a bare SERVFAIL", name, dns.RcodeToString[r.Rcode], r.Authoritative, len(r.Ns))
+		}
+	}
+	ask(t, ix, "web.ns1.svc.cluster.local. A", want{answer: "web.ns1.svc.cluster.local. 5 IN A 10.96.0.10"})
+	ix.UpsertPod(pod("ns1", "p", "10.244.1.7"))
+	g1 := ix.Generation()
+	ix.PodsSynced()
+	if ix.Generation() == g1 {
+		t.Error("PodsSynced left the generation")
+	}
+	ask(t, ix, "10-244-1-7.ns1.pod.cluster.local. A", want{answer: "10-244-1-7.ns1.pod.cluster.local. 5 IN A 10.244.1.7"})
+	ask(t, ix, "10-244-1-8.ns1.pod.cluster.local. A", want{rcode: dns.RcodeNameError})
+	g2 := ix.Generation()
+	ix.PodsSynced()
+	if ix.Generation() != g2 {
+		t.Error("a second PodsSynced moved the generation")
+	}
+
+	insecure, _ := New(Config{Pods: PodsInsecure})
+	insecure.AwaitPods()
+	ask(t, insecure, "10-244-1-8.ns1.pod.cluster.local. A", want{answer: "10-244-1-8.ns1.pod.cluster.local. 5 IN A 10.244.1.8"})
+}
