@@ -21,15 +21,14 @@ type Backend interface {
 	// full: rebuild from a fresh read of what is installed (at start,
 	// after a failed sync, at least once per sync period), deleting what
 	// nobody wants any more and repairing drift. Otherwise only the
-	// services whose keys ("namespace/name") are in changed differ from
-	// the previous successful Sync; a key in changed but not in services
-	// was deleted. After an error the proxier's next call is full, so a
+	// services in changed differ from the previous successful Sync (each
+	// one's model as in services, nil for one deleted). After an error the proxier's next call is full, so a
 	// backend may leave its memory of the previous sync inconsistent on
 	// error.
 	//
 	// A sync is atomic where the mode allows it (one nft transaction, one
 	// iptables-restore per table): packets see the old or the new rules.
-	Sync(ctx context.Context, services []*Service, changed map[string]bool, full bool) (SyncResult, error)
+	Sync(ctx context.Context, services []*Service, changed Changes, full bool) (SyncResult, error)
 }
 
 // SyncResult says what one Sync did.

@@ -41,11 +41,11 @@ func TestUsable(t *testing.T) {
 	}
 }
 
-func TestPick(t *testing.T) {
+func TestChangesOf(t *testing.T) {
 	svcs := []*Service{{Namespace: "a", Name: "x"}, {Namespace: "a", Name: "y"}, {Namespace: "b", Name: "x"}}
-	got := Pick(svcs, map[string]bool{"a/y": true, "b/x": true, "c/z": true})
-	if len(got) != 2 || got["a/y"] != svcs[1] || got["b/x"] != svcs[2] {
-		t.Fatalf("Pick: %v", got)
+	got := ChangesOf(svcs, map[string]bool{"a/y": true, "b/x": true, "c/z": true})
+	if c, ok := got["c/z"]; len(got) != 3 || got["a/y"] != svcs[1] || got["b/x"] != svcs[2] || !ok || c != nil {
+		t.Fatalf("ChangesOf: %v (want a/y, b/x, and c/z deleted)", got)
 	}
 }
 

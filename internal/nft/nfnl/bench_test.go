@@ -91,7 +91,7 @@ func BenchmarkSync(b *testing.B) {
 				}
 				s.Ports[0].Endpoints = eps
 				svcs[i%n] = &s
-				if _, err := be.Sync(ctx, svcs, map[string]bool{s.Key(): true}, false); err != nil {
+				if _, err := be.Sync(ctx, svcs, proxy.Changes{s.Key(): &s}, false); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -112,7 +112,7 @@ func BenchmarkChurnSync(b *testing.B) {
 	svcs, be := churnBackend(b, n, k)
 	b.ResetTimer()
 	for i := range b.N {
-		changed := map[string]bool{}
+		changed := proxy.Changes{}
 		for j := range perSync {
 			x := (i*perSync + j) * 7919 % n // spread over the Services
 			s := *svcs[x]
@@ -125,7 +125,7 @@ func BenchmarkChurnSync(b *testing.B) {
 				Port: 8080, Ready: true, Serving: true, NodeName: "node-b"})
 			s.Ports[0].Endpoints = eps
 			svcs[x] = &s
-			changed[s.Key()] = true
+			changed[s.Key()] = &s
 		}
 		if _, err := be.Sync(ctx, svcs, changed, false); err != nil {
 			b.Fatal(err)
@@ -160,7 +160,7 @@ func benchmarkChurnReplaced(b *testing.B, n int) {
 	next, ops := 0, 0
 	b.ResetTimer()
 	for i := range b.N {
-		changed := map[string]bool{}
+		changed := proxy.Changes{}
 		back := len(short) // only those that lost one in an earlier sync
 		for j := range perSync {
 			seq := i*perSync + j
@@ -184,7 +184,7 @@ func benchmarkChurnReplaced(b *testing.B, n int) {
 			}
 			s.Ports[0].Endpoints = eps
 			svcs[x] = &s
-			changed[s.Key()] = true
+			changed[s.Key()] = &s
 		}
 		res, err := be.Sync(ctx, svcs, changed, false)
 		if err != nil {

@@ -147,7 +147,7 @@ func TestRootSameTable(t *testing.T) {
 			bExec, bNL := nftables.NewBackend(p.exec, cfg), nftables.NewBackend(p.nl, cfg)
 			sync := func(step string, b *nftables.Backend, svcs []*proxy.Service, changed map[string]bool, full bool) {
 				t.Helper()
-				if _, err := b.Sync(ctx, svcs, changed, full); err != nil {
+				if _, err := b.Sync(ctx, svcs, proxy.ChangesOf(svcs, changed), full); err != nil {
 					t.Fatalf("%s: %v", step, err)
 				}
 			}

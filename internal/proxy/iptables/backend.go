@@ -36,7 +36,7 @@ func (b *Backend) Renderer() *Renderer { return b.renderer }
 // tables (nothing when nothing changed), full when asked or when the
 // state of the previous sync is unknown. iptables-restore -w holds the
 // xtables lock for that one run only.
-func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed map[string]bool, full bool) (proxy.SyncResult, error) {
+func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed proxy.Changes, full bool) (proxy.SyncResult, error) {
 	fam := b.renderer.cfg.Family
 	var (
 		next *State
@@ -50,7 +50,7 @@ func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed m
 		}
 		next, in = b.renderer.Full(services, existing)
 	} else {
-		next, in = b.renderer.Partial(services, b.state, changed)
+		next, in = b.renderer.partial(b.state, changed)
 	}
 	res := proxy.SyncResult{Operations: in.Lines()}
 	if res.Operations > 0 {

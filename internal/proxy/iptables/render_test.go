@@ -78,7 +78,7 @@ func partial(t *testing.T, fake *ipt.Fake, b *Backend, services []*proxy.Service
 	for _, k := range changed {
 		keys["ns/"+k] = true
 	}
-	if _, err := b.Sync(context.Background(), services, keys, false); err != nil {
+	if _, err := b.Sync(context.Background(), services, proxy.ChangesOf(services, keys), false); err != nil {
 		t.Fatalf("partial sync of %v: %v", changed, err)
 	}
 	if len(fake.Restores) == n {
@@ -540,7 +540,7 @@ func TestFailedPartialSyncThenFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := slices.Delete(slices.Clone(services), 1, 2)
-	if _, err := b.Sync(ctx, gone, map[string]bool{"ns/svc-1": true}, false); err == nil {
+	if _, err := b.Sync(ctx, gone, proxy.Changes{"ns/svc-1": nil}, false); err == nil {
 		t.Fatal("partial sync deleting a missing rule succeeded")
 	}
 	if _, err := b.Sync(ctx, gone, nil, true); err != nil {
@@ -728,7 +728,7 @@ func TestConflictingServicesDoNotBreakTheSync(t *testing.T) {
 	check("full sync")
 	// A partial sync of the loser keeps out of the owner's rules.
 	second.Ports[0].Endpoints = append(second.Ports[0].Endpoints, ep("10.244.4.5", 8080, "node-d"))
-	res, err = b.Sync(ctx, []*proxy.Service{first, second}, map[string]bool{"ns/b-second": true}, false)
+	res, err = b.Sync(ctx, []*proxy.Service{first, second}, proxy.Changes{"ns/b-second": second}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

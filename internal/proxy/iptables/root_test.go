@@ -113,10 +113,10 @@ func TestRootRestoreAccepted(t *testing.T) {
 		web.Ports = []proxy.ServicePort{web.Ports[0]}
 		web.Ports[0].Endpoints = nil
 		changed := []*proxy.Service{&web, services[1], services[2], services[3]}
-		if _, err := b.Sync(ctx, changed, map[string]bool{"ns/web": true, "ns/itp": true}, false); err != nil {
+		if _, err := b.Sync(ctx, changed, proxy.ChangesOf(changed, map[string]bool{"ns/web": true, "ns/itp": true}), false); err != nil {
 			t.Fatalf("%s partial sync: %v", fam, err)
 		}
-		if _, err := b.Sync(ctx, services, map[string]bool{"ns/web": true, "ns/itp": true}, false); err != nil {
+		if _, err := b.Sync(ctx, services, proxy.ChangesOf(services, map[string]bool{"ns/web": true, "ns/itp": true}), false); err != nil {
 			t.Fatalf("%s partial sync back: %v", fam, err)
 		}
 		res, err := NewBackend(real, cfg).Sync(ctx, services, nil, true)
@@ -167,7 +167,6 @@ func BenchmarkRootSync(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("second full sync (iptables-save first): %d lines in %v", res.Operations, time.Since(start))
-	changed := map[string]bool{"ns/svc-42": true}
 	lines := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -177,7 +176,7 @@ func BenchmarkRootSync(b *testing.B) {
 		s.Ports[0].Endpoints[0].IP = netip.AddrFrom4([4]byte{10, 247, byte(i >> 8), byte(i)})
 		next := slices.Clone(services)
 		next[42] = &s
-		res, err := be.Sync(ctx, next, changed, false)
+		res, err := be.Sync(ctx, next, proxy.Changes{"ns/svc-42": &s}, false)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -220,8 +220,14 @@ func (r *Renderer) Full(services []*proxy.Service, existing *Existing) (*State, 
 // updated in place (the cost follows the change, not the service count)
 // and returned; if the restore then fails, the next sync must be Full.
 func (r *Renderer) Partial(services []*proxy.Service, prev *State, changed map[string]bool) (*State, *Input) {
+	return r.partial(prev, proxy.ChangesOf(services, changed))
+}
+
+// partial is Partial with the changed services' models at hand (the
+// proxier's rounds carry them).
+func (r *Renderer) partial(prev *State, byKey proxy.Changes) (*State, *Input) {
+	changed := byKey
 	in := newInput()
-	byKey := proxy.Pick(services, changed)
 	next := prev
 	next.Conflicts = nil
 	keys := slices.Sorted(maps.Keys(changed))

@@ -44,7 +44,7 @@ func (b *Backend) Renderer() *Renderer { return b.renderer }
 
 // Sync renders and runs one transaction, full when asked or when the state
 // of the previous sync is unknown.
-func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed map[string]bool, full bool) (proxy.SyncResult, error) {
+func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed proxy.Changes, full bool) (proxy.SyncResult, error) {
 	tx := b.nft.NewTransaction()
 	var next *State
 	if full || b.state == nil {
@@ -55,7 +55,7 @@ func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed m
 		}
 		next = b.renderer.Full(tx, services, b.state, existing)
 	} else {
-		next = b.renderer.Partial(tx, services, b.state, changed)
+		next = b.renderer.partial(tx, b.state, changed)
 	}
 	res := proxy.SyncResult{Operations: tx.NumOperations()}
 	if err := b.nft.Run(ctx, tx); err != nil {

@@ -744,7 +744,13 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 	if prev == nil {
 		return r.Full(tx, services, nil, nil)
 	}
-	byKey := proxy.Pick(services, changed)
+	return r.partial(tx, prev, proxy.ChangesOf(services, changed))
+}
+
+// partial is Partial with the changed services' models at hand (the
+// proxier's rounds carry them), prev not nil.
+func (r *Renderer) partial(tx *knftables.Transaction, prev *State, byKey proxy.Changes) *State {
+	changed := byKey
 	next := prev
 	next.Conflicts = nil
 	for _, key := range sortedNames(changed) {

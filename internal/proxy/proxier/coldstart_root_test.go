@@ -418,7 +418,7 @@ type firstSync struct {
 	done     chan struct{}
 }
 
-func (f *firstSync) Sync(ctx context.Context, services []*proxy.Service, changed map[string]bool, full bool) (proxy.SyncResult, error) {
+func (f *firstSync) Sync(ctx context.Context, services []*proxy.Service, changed proxy.Changes, full bool) (proxy.SyncResult, error) {
 	t0 := time.Now()
 	res, err := f.Backend.Sync(ctx, services, changed, full)
 	f.once.Do(func() {

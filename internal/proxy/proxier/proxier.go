@@ -118,6 +118,8 @@ type Proxier struct {
 	// ctPrevious holds, for each service changed since the last
 	// successful sync, its model as that sync programmed it.
 	ctPrevious map[string]*proxy.Service
+	// ctCurrent holds the same services' models now (nil: deleted).
+	ctCurrent proxy.Changes
 	// ctReconcile asks the next cleanup to list the conntrack table
 	// rather than trust ctPrevious (at start, after a failed cleanup).
 	ctReconcile bool
@@ -137,7 +139,7 @@ func New(cfg Config) *Proxier {
 		cfg.IPv6 = b.Renderer().Config().Family == knftables.IPv6Family
 		cfg.NodeName = b.Renderer().Config().NodeName
 	}
-	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctReconcile: true,
+	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctCurrent: proxy.Changes{}, ctReconcile: true,
 		firstSync: make(chan struct{})}
 	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
@@ -339,6 +341,9 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 			p.ctPrevious[key] = prev
 		}
 	}
+	for key, svc := range changed {
+		p.ctCurrent[key] = svc
+	}
 	for _, ts := range round.TriggerTimes {
 		p.triggers = append(p.triggers, ts...)
 	}
@@ -444,8 +449,8 @@ func noLocalEndpoints(services []*proxy.Service, node string) (internal, externa
 // last successful sync made stale. A failure is logged, not returned: the
 // rules are in place, and the next sync reconciles the whole table.
 func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Service) {
-	previous := p.ctPrevious
-	p.ctPrevious = map[string]*proxy.Service{}
+	previous, current := p.ctPrevious, p.ctCurrent
+	p.ctPrevious, p.ctCurrent = map[string]*proxy.Service{}, proxy.Changes{}
 	if p.cfg.Conntrack == nil {
 		return
 	}
@@ -460,7 +465,6 @@ func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Servic
 		p.ctReconcile = false
 		filters = conntrack.Reconcile(services, entries)
 	} else {
-		current := proxy.Pick(services, previous)
 		for key, prev := range previous {
 			filters = append(filters, conntrack.Stale(prev, current[key])...)
 		}

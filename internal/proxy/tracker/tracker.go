@@ -244,9 +244,9 @@ type Round struct {
 	// not shared with the tracker's later updates: each event builds
 	// fresh ones.
 	Services []*proxy.Service
-	// Changed names the keys that changed since the previous Take; a
-	// changed key absent from Services was deleted.
-	Changed map[string]bool
+	// Changed holds the keys that changed since the previous Take, each
+	// with its model in Services (nil: deleted).
+	Changed proxy.Changes
 	// Previous holds, for each changed key, its model at the previous
 	// Take (nil when it did not exist then): what the last sync
 	// programmed, which conntrack cleanup compares with.
@@ -262,9 +262,9 @@ type Round struct {
 func (t *Tracker) Take() Round {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := Round{Changed: make(map[string]bool, len(t.previous)), Previous: t.previous, TriggerTimes: map[string][]time.Time{}}
+	r := Round{Changed: make(proxy.Changes, len(t.previous)), Previous: t.previous, TriggerTimes: map[string][]time.Time{}}
 	for k := range t.previous {
-		r.Changed[k] = true
+		r.Changed[k] = t.models[k]
 		if ts := t.triggers[k]; len(ts) > 0 {
 			r.TriggerTimes[k] = ts
 		}

@@ -164,8 +164,8 @@ func TestTrackerChanges(t *testing.T) {
 	tr.OnService(service("other"))
 	r := tr.Take()
 	got, changed := r.Services, r.Changed
-	if diff := cmp.Diff(map[string]bool{"ns/web": true, "ns/other": true}, changed); diff != "" {
-		t.Fatalf("changed after adds (-want +got):\n%s", diff)
+	if len(got) != 2 || len(changed) != 2 || changed["ns/web"] != got[1] || changed["ns/other"] != got[0] {
+		t.Fatalf("changed after adds: %v, want ns/web and ns/other with their models in Services (%v)", changed, got)
 	}
 	if p, ok := r.Previous["ns/web"]; !ok || p != nil {
 		t.Fatalf("previous of a new service: %+v, %v; want nil, true", p, ok)
@@ -199,7 +199,7 @@ func TestTrackerChanges(t *testing.T) {
 	tr.OnEndpointSlice(slice("web", "web-1", 8080, ep("10.1.0.3")))
 	r = tr.Take()
 	got, changed = r.Services, r.Changed
-	if diff := cmp.Diff(map[string]bool{"ns/web": true}, changed); diff != "" {
+	if diff := cmp.Diff(map[string]bool{"ns/web": true}, keysOf(t, changed, r.Services)); diff != "" {
 		t.Fatalf("changed after slice update (-want +got):\n%s", diff)
 	}
 	if e := got[1].Ports[0].Endpoints; len(e) != 1 || e[0].IP != a("10.1.0.3") {
@@ -219,7 +219,7 @@ func TestTrackerChanges(t *testing.T) {
 	tr.OnService(service("late"))
 	r = tr.Take()
 	got, changed = r.Services, r.Changed
-	if !changed["ns/late"] || len(changed) != 1 || len(got) != 3 || len(got[0].Ports[0].Endpoints) != 1 {
+	if changed["ns/late"] == nil || len(changed) != 1 || len(got) != 3 || len(got[0].Ports[0].Endpoints) != 1 {
 		t.Fatalf("late service: changed %v, services %+v", changed, got)
 	}
 
@@ -228,7 +228,7 @@ func TestTrackerChanges(t *testing.T) {
 	tr.OnEndpointSliceDelete(sl)
 	r = tr.Take()
 	got, changed = r.Services, r.Changed
-	if diff := cmp.Diff(map[string]bool{"ns/web": true}, changed); diff != "" {
+	if diff := cmp.Diff(map[string]bool{"ns/web": true}, keysOf(t, changed, r.Services)); diff != "" {
 		t.Fatalf("changed after delete (-want +got):\n%s", diff)
 	}
 	if p := r.Previous["ns/web"]; p == nil || p.Ports[0].Endpoints[0].IP != a("10.1.0.3") {
@@ -283,7 +283,7 @@ func TestTrackerMetricsInputs(t *testing.T) {
 	// A slice deletion drops the key's trigger times (kube-proxy's rule).
 	tr.OnEndpointSlice(triggered(slice("web", "web-1", 8080, ep("10.1.0.4")), t2.Add(time.Second)))
 	tr.OnEndpointSliceDelete(slice("web", "web-1", 8080))
-	if r := tr.Take(); len(r.TriggerTimes) != 0 || !r.Changed["ns/web"] {
+	if r := tr.Take(); len(r.TriggerTimes) != 0 || r.Changed["ns/web"] == nil {
 		t.Errorf("after a slice deletion: changed %v, trigger times %v", r.Changed, r.TriggerTimes)
 	}
 }
@@ -389,4 +389,22 @@ func TestSlicesOfAService(t *testing.T) {
 	if len(tr.slices) != 0 {
 		t.Errorf("slices left for gone slices: %v", tr.slices)
 	}
+}
+
+// keysOf is changed's keys, after checking that each one's model is the
+// one in services (nil for a key services lacks: a deletion).
+func keysOf(t *testing.T, changed proxy.Changes, services []*proxy.Service) map[string]bool {
+	t.Helper()
+	byKey := map[string]*proxy.Service{}
+	for _, svc := range services {
+		byKey[svc.Key()] = svc
+	}
+	out := map[string]bool{}
+	for k, svc := range changed {
+		if svc != byKey[k] {
+			t.Errorf("changed %s: model %p, Services has %p", k, svc, byKey[k])
+		}
+		out[k] = true
+	}
+	return out
 }

@@ -126,7 +126,7 @@ func BenchmarkSync(b *testing.B) {
 			if _, err := be.Sync(context.Background(), svcs, nil, true); err != nil {
 				b.Fatal(err)
 			}
-			changed := map[string]bool{svcs[0].Key(): true}
+			changed := proxy.Changes{svcs[0].Key(): svcs[0]}
 			for b.Loop() {
 				svcs[0].Ports[0].Endpoints[0].Port++
 				res, err := be.Sync(context.Background(), svcs, changed, false)

@@ -76,7 +76,7 @@ func TestRootNodeNamespace(t *testing.T) {
 	// endpoint serves the client.
 	silent := service("silent", "10.246.113.30", proxy.TCP, 8080,
 		proxy.Endpoint{IP: netip.MustParseAddr("10.246.112.99"), Port: uint16(port), Ready: true}, web.Ports[0].Endpoints[0])
-	if _, err := first.Sync(ctx, []*proxy.Service{web, gone, silent}, map[string]bool{"ns/silent": true}, false); err != nil {
+	if _, err := first.Sync(ctx, []*proxy.Service{web, gone, silent}, proxy.Changes{"ns/silent": silent}, false); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {

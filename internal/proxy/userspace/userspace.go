@@ -242,7 +242,7 @@ func (b *Backend) Close() {
 // services' sockets, pools and addresses. Sockets that cannot bind
 // (another process has the port) are conflicts, retried by the next full
 // sync; failing to add or remove an address is an error.
-func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed map[string]bool, full bool) (proxy.SyncResult, error) {
+func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed proxy.Changes, full bool) (proxy.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var res proxy.SyncResult
@@ -253,7 +253,7 @@ func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed m
 	if full || !b.valid {
 		err = b.full(services, &res)
 	} else {
-		err = b.applyAddrs(b.partial(services, changed, &res), &res)
+		err = b.applyAddrs(b.partial(changed, &res), &res)
 	}
 	b.valid = err == nil
 	return res, err
@@ -344,11 +344,13 @@ func (b *Backend) full(services []*proxy.Service, res *proxy.SyncResult) error {
 
 // partial replans the changed services only; it returns the addresses
 // they had or have.
-func (b *Backend) partial(services []*proxy.Service, changed map[string]bool, res *proxy.SyncResult) []netip.Addr {
+func (b *Backend) partial(changed proxy.Changes, res *proxy.SyncResult) []netip.Addr {
 	var addrs []netip.Addr
 	next := map[string]*svcPlan{}
-	for key, svc := range proxy.Pick(services, changed) {
-		next[key] = b.planner.plan(svc, b.nodeAddrs)
+	for key, svc := range changed {
+		if svc != nil {
+			next[key] = b.planner.plan(svc, b.nodeAddrs)
+		}
 	}
 	touched := map[frontendKey]bool{}
 	// Release everything first, so that one changed service can take

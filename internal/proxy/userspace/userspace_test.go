@@ -179,7 +179,7 @@ func newBackend(t *testing.T, cfg Config) (*Backend, *fakeAddrs) {
 
 func mustSync(t *testing.T, b *Backend, svcs []*proxy.Service, changed map[string]bool, full bool) proxy.SyncResult {
 	t.Helper()
-	res, err := b.Sync(context.Background(), svcs, changed, full)
+	res, err := b.Sync(context.Background(), svcs, proxy.ChangesOf(svcs, changed), full)
 	if err != nil {
 		t.Fatalf("sync: %v", err)
 	}
