@@ -239,6 +239,7 @@ func runDNS(ctx context.Context, client kubernetes.Interface, s dnsSettings) err
 	var podsSynced cache.InformerSynced
 	switch {
 	case needPods && s.pods == nil:
+		// Watch returns the pods' HasSynced last.
 		podsSynced, synced = synced[len(synced)-1], synced[:len(synced)-1]
 	case needPods:
 		if podsSynced, err = ix.WatchPods(s.pods); err != nil {

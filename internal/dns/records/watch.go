@@ -19,8 +19,9 @@ import (
 
 // Watch feeds ix from the API until ctx ends: Services and EndpointSlices,
 // and Pods when pods is set (verified pod records, autopath). It returns
-// one HasSynced per resource; wait on them before answering, or existing
-// names would be NXDOMAIN for a moment.
+// one HasSynced per resource, in that order (the pods' last); wait on the
+// Services' and slices' before answering, or existing names would be
+// NXDOMAIN for a moment.
 //
 // There are no informers here: a reflector per resource lists and watches
 // into a store (feed) that hands every object straight to the index, which

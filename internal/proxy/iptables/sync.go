@@ -225,8 +225,7 @@ func (r *Renderer) Partial(services []*proxy.Service, prev *State, changed map[s
 
 // partial is Partial with the changed services' models at hand (the
 // proxier's rounds carry them).
-func (r *Renderer) partial(prev *State, byKey proxy.Changes) (*State, *Input) {
-	changed := byKey
+func (r *Renderer) partial(prev *State, changed proxy.Changes) (*State, *Input) {
 	in := newInput()
 	next := prev
 	next.Conflicts = nil
@@ -243,7 +242,7 @@ func (r *Renderer) partial(prev *State, byKey proxy.Changes) (*State, *Input) {
 		}
 		nw := newObjects()
 		delete(next.services, key)
-		if svc := byKey[key]; svc != nil {
+		if svc := changed[key]; svc != nil {
 			nw = r.renderService(svc)
 			next.claim(key, nw)
 			next.services[key] = nw

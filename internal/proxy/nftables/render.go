@@ -749,8 +749,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 
 // partial is Partial with the changed services' models at hand (the
 // proxier's rounds carry them), prev not nil.
-func (r *Renderer) partial(tx *knftables.Transaction, prev *State, byKey proxy.Changes) *State {
-	changed := byKey
+func (r *Renderer) partial(tx *knftables.Transaction, prev *State, changed proxy.Changes) *State {
 	next := prev
 	next.Conflicts = nil
 	for _, key := range sortedNames(changed) {
@@ -778,7 +777,7 @@ func (r *Renderer) partial(tx *knftables.Transaction, prev *State, byKey proxy.C
 		}
 		nw := &objects{}
 		delete(next.services, key)
-		if svc := byKey[key]; svc != nil {
+		if svc := changed[key]; svc != nil {
 			// A chain keeps its keys while its endpoints fit in them,
 			// and its values their keys (pick.place).
 			alloc := func(chain string, n int) pick {
