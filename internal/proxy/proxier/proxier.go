@@ -115,12 +115,13 @@ type Proxier struct {
 	// synced says a sync succeeded since the start or the last failure;
 	// until then every sync is full.
 	synced bool
-	// ctChanges holds, for each service changed since the last
-	// successful sync, its model as that sync programmed it and its model
-	// now (nil: absent).
-	ctChanges map[string]ctChange
+	// ctPrevious holds, for each service changed since the last
+	// successful sync, its model as that sync programmed it.
+	ctPrevious map[string]*proxy.Service
+	// ctCurrent holds the same services' models now (nil: deleted).
+	ctCurrent proxy.Changes
 	// ctReconcile asks the next cleanup to list the conntrack table
-	// rather than trust ctChanges (at start, after a failed cleanup).
+	// rather than trust ctPrevious (at start, after a failed cleanup).
 	ctReconcile bool
 	// triggers are the EndpointSlice trigger times of the changes not
 	// yet synced (kept across failed syncs).
@@ -138,7 +139,7 @@ func New(cfg Config) *Proxier {
 		cfg.IPv6 = b.Renderer().Config().Family == knftables.IPv6Family
 		cfg.NodeName = b.Renderer().Config().NodeName
 	}
-	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctChanges: map[string]ctChange{}, ctReconcile: true,
+	p := &Proxier{cfg: cfg, backend: cfg.Backend, ipv6: cfg.IPv6, ctPrevious: map[string]*proxy.Service{}, ctCurrent: proxy.Changes{}, ctReconcile: true,
 		firstSync: make(chan struct{})}
 	p.tracker = tracker.New(p.ipv6)
 	p.runner = runner.New(p.syncAndLog, runner.Config{
@@ -335,13 +336,13 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 	round := p.tracker.Take()
 	p.cfg.Metrics.SetPending(p.tracker.PendingChanges())
 	services, changed := round.Services, round.Changed
-	for key, svc := range changed {
-		c, ok := p.ctChanges[key]
-		if !ok {
-			c.previous = round.Previous[key]
+	for key, prev := range round.Previous {
+		if _, ok := p.ctPrevious[key]; !ok {
+			p.ctPrevious[key] = prev
 		}
-		c.current = svc
-		p.ctChanges[key] = c
+	}
+	for key, svc := range changed {
+		p.ctCurrent[key] = svc
 	}
 	for _, ts := range round.TriggerTimes {
 		p.triggers = append(p.triggers, ts...)
@@ -444,16 +445,12 @@ func noLocalEndpoints(services []*proxy.Service, node string) (internal, externa
 	return internal, external
 }
 
-// ctChange is a service's model as the last successful sync programmed it
-// and now, for the conntrack cleanup.
-type ctChange struct{ previous, current *proxy.Service }
-
 // cleanupConntrack deletes the conntrack entries the changes since the
 // last successful sync made stale. A failure is logged, not returned: the
 // rules are in place, and the next sync reconciles the whole table.
 func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Service) {
-	changes := p.ctChanges
-	p.ctChanges = map[string]ctChange{}
+	previous, current := p.ctPrevious, p.ctCurrent
+	p.ctPrevious, p.ctCurrent = map[string]*proxy.Service{}, proxy.Changes{}
 	if p.cfg.Conntrack == nil {
 		return
 	}
@@ -468,8 +465,8 @@ func (p *Proxier) cleanupConntrack(ctx context.Context, services []*proxy.Servic
 		p.ctReconcile = false
 		filters = conntrack.Reconcile(services, entries)
 	} else {
-		for _, c := range changes {
-			filters = append(filters, conntrack.Stale(c.previous, c.current)...)
+		for key, prev := range previous {
+			filters = append(filters, conntrack.Stale(prev, current[key])...)
 		}
 	}
 	if len(filters) == 0 {
