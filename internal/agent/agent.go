@@ -98,6 +98,9 @@ type Options struct {
 	ProxyProfiling bool
 	// ProxyFullSyncPeriod: how often the rules are rewritten in full.
 	ProxyFullSyncPeriod time.Duration
+	// ProxyModulusHold: how long the nftables mode keeps a dispatch
+	// rule's endpoint count through an endpoint's replacement (0: never).
+	ProxyModulusHold time.Duration
 	// ProxyNFTablesExec: the nftables mode runs nft, not netlink (proxynetlink.go).
 	ProxyNFTablesExec bool
 	// MetricsBindAddress and HealthzBindAddress are the proxy's servers
@@ -279,6 +282,9 @@ func (o *Options) validate() ([]netip.Prefix, error) {
 	}
 	if o.Proxy && (o.ProxyMinSyncPeriod < 0 || o.ProxySyncPeriod <= 0) {
 		errs = append(errs, fmt.Errorf("--proxy-min-sync-period must be >= 0 and --proxy-sync-period > 0 (got %s, %s)", o.ProxyMinSyncPeriod, o.ProxySyncPeriod))
+	}
+	if (o.Proxy || o.ProxyOnly) && o.ProxyModulusHold < 0 {
+		errs = append(errs, fmt.Errorf("--proxy-modulus-hold %s: must not be negative (0: never hold)", o.ProxyModulusHold))
 	}
 	if (o.Proxy || o.ProxyOnly) && o.ProxyFullSyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--proxy-full-sync-period %s: must not be negative (0: every --proxy-sync-period)", o.ProxyFullSyncPeriod))

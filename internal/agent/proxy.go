@@ -37,6 +37,7 @@ func addProxyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.ProxyMinSyncPeriod, "proxy-min-sync-period", 0, "--proxy: the least time between two rule syncs (bursts of changes are coalesced). Apart from it a sync after a partial one that took d waits 10 d, so syncs take at most a tenth of the time; kube-proxy's fixed 1s made every change under steady churn wait up to a second (docs/proxy.md)")
 	fs.DurationVar(&o.ProxySyncPeriod, "proxy-sync-period", 30*time.Second, "--proxy: kube-proxy's syncPeriod: /healthz fails when a change waits more than twice it, and a failed sync is retried at least this often")
 	fs.DurationVar(&o.ProxyFullSyncPeriod, "proxy-full-sync-period", time.Hour, "--proxy, --proxy-only: how often the Service rules are listed and rewritten in full (kube-proxy's fixed full-sync period, an hour), repairing drift such as a foreign edit of the table; every other sync writes only what changed; 0: every --proxy-sync-period")
+	fs.DurationVar(&o.ProxyModulusHold, "proxy-modulus-hold", nftables.DefaultModulusHold, "--proxy, --proxy-only, nftables mode: when a Service loses an endpoint, its dispatch rule keeps its endpoint count this long, the leaver's slot taking a second copy of another endpoint (at most one per four endpoints, so none gets more than twice its share), so that a replacement joining within it changes map elements only: a rule change makes the kernel validate the whole table (~10 ms a sync at 10,000 Services, docs/proxy.md); 0: the exact count at once, as kube-proxy")
 	fs.BoolVar(&o.ProxyProfiling, "profiling", false, "--proxy: also serve Go's /debug/pprof/ (heap, CPU, goroutine profiles) on --metrics-bind-address, as kube-proxy's --profiling does")
 	fs.BoolVar(&o.ProxyNFTablesExec, "proxy-nftables-exec", false, "--proxy: the nftables mode pipes each sync to an nft process instead of committing it over netlink in process (the old path, for debugging)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", DefaultMetricsBindAddress,
@@ -232,7 +233,8 @@ func newProxiers(ctx context.Context, client kubernetes.Interface, o Options, ci
 			}
 		}
 		if len(famCIDRs) > 0 {
-			renders = append(renders, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: o.NodeName, ClusterCIDRs: famCIDRs})
+			renders = append(renders, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: o.NodeName, ClusterCIDRs: famCIDRs,
+				ModulusHold: o.ProxyModulusHold})
 		}
 	}
 	return buildProxiers(ctx, client, o.ProxyMode, proxyServersConfig{

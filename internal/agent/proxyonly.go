@@ -150,6 +150,7 @@ type proxyOnlySettings struct {
 	MinSyncPeriod  time.Duration
 	SyncPeriod     time.Duration
 	FullSyncPeriod time.Duration // --proxy-full-sync-period (the file has no such field)
+	ModulusHold    time.Duration // --proxy-modulus-hold (nor this)
 	MasqueradeMark uint32
 	// NodePortAddresses (nodePortAddresses CIDRs) and NodePortPrimary
 	// ("primary": the Node's InternalIPs, added at start) restrict
@@ -339,6 +340,7 @@ func resolveProxyOnly(in proxyOnlyInput) (*proxyOnlySettings, error) {
 	if changed("proxy-min-sync-period") {
 		s.MinSyncPeriod, minFrom = in.ProxyMinSyncPeriod, "--proxy-min-sync-period"
 	}
+	s.ModulusHold = in.ProxyModulusHold
 	// kube-proxy has no field for it: an hour, fixed (FullSyncPeriod).
 	s.FullSyncPeriod = kubeProxyFullSyncPeriod
 	if changed("proxy-full-sync-period") {
@@ -656,7 +658,7 @@ func proxyOnlyRenderConfigs(s *proxyOnlySettings, fams []knftables.Family) []nft
 			}
 		}
 		out = append(out, nftables.Config{Family: fam, Table: nftables.DefaultTable, NodeName: s.NodeName, ClusterCIDRs: cidrs,
-			MasqueradeMark: s.MasqueradeMark, NodePortAddresses: s.NodePortAddresses})
+			MasqueradeMark: s.MasqueradeMark, NodePortAddresses: s.NodePortAddresses, ModulusHold: s.ModulusHold})
 	}
 	return out
 }

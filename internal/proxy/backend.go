@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Backend programs one IP family's Service rules in one proxy mode: the
@@ -39,6 +40,10 @@ type SyncResult struct {
 	// Conflicts are services (or parts of them) left out because another
 	// service already took their address:port or NodePort; logged.
 	Conflicts []error
+	// ResyncAfter, when positive, asks for a sync (a partial one will do)
+	// after this long even if nothing changes: the backend left something
+	// to finish then (the nftables mode's held modulus).
+	ResyncAfter time.Duration
 }
 
 // ConflictError says a service's address:port or NodePort is already

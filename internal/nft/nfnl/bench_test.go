@@ -142,20 +142,24 @@ func BenchmarkChurnSync(b *testing.B) {
 // chain, every element of the service-ips verdict map, every Service
 // chain), so the sync costs O(all Services), not O(changes), however few
 // rules it touches. 20 Services change per sync: ten lose an endpoint,
-// ten get one back.
+// ten get one back. With hold=10s (the agent's --proxy-modulus-hold) the
+// dispatch rules keep their modulus through the replacement, so the
+// transactions change map elements only.
 //
 //	sudo go test -run '^$' -bench ChurnSyncReplaced -benchtime 200x ./internal/nft/nfnl/
 func BenchmarkChurnSyncReplaced(b *testing.B) {
 	requireNFT(b)
 	for _, n := range []int{1000, 10000} {
-		b.Run(sizeName(n, 10), func(b *testing.B) { benchmarkChurnReplaced(b, n) })
+		for _, hold := range []time.Duration{0, nftables.DefaultModulusHold} {
+			b.Run(fmt.Sprintf("%s/hold=%s", sizeName(n, 10), hold), func(b *testing.B) { benchmarkChurnReplaced(b, n, hold) })
+		}
 	}
 }
 
-func benchmarkChurnReplaced(b *testing.B, n int) {
+func benchmarkChurnReplaced(b *testing.B, n int, hold time.Duration) {
 	ctx := context.Background()
 	const k, perSync = 10, 20
-	svcs, be := churnBackend(b, n, k)
+	svcs, be := churnBackendHeld(b, n, k, hold)
 	var short []int // the Services that lost an endpoint, oldest first
 	next, ops := 0, 0
 	b.ResetTimer()
@@ -198,10 +202,15 @@ func benchmarkChurnReplaced(b *testing.B, n int) {
 // churnBackend is a netlink backend in a test namespace that has synced
 // n Services of k endpoints each, and those Services.
 func churnBackend(b *testing.B, n, k int) ([]*proxy.Service, *nftables.Backend) {
+	return churnBackendHeld(b, n, k, 0)
+}
+
+// churnBackendHeld is churnBackend with the renderer's ModulusHold.
+func churnBackendHeld(b *testing.B, n, k int, hold time.Duration) ([]*proxy.Service, *nftables.Backend) {
 	svcs := benchServicesOf(n, k)
 	p := newPair(b, knftables.IPv4Family)
 	cfg := nftables.Config{Family: knftables.IPv4Family, Table: p.table, NodeName: testNode,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, ModulusHold: hold}
 	be := nftables.NewBackend(p.nl, cfg)
 	if _, err := be.Sync(context.Background(), svcs, nil, true); err != nil {
 		b.Fatal(err)

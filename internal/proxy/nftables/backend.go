@@ -55,6 +55,7 @@ func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed p
 		}
 		next = b.renderer.Full(tx, services, b.state, existing)
 	} else {
+		changed = b.state.WithHoldsDue(services, changed, b.renderer.cfg.ModulusHold, b.renderer.cfg.now())
 		next = b.renderer.partial(tx, b.state, changed)
 	}
 	res := proxy.SyncResult{Operations: tx.NumOperations()}
@@ -66,6 +67,7 @@ func (b *Backend) Sync(ctx context.Context, services []*proxy.Service, changed p
 	}
 	b.state = next
 	res.Conflicts = next.Conflicts
+	res.ResyncAfter = next.NextHoldDue(b.renderer.cfg.ModulusHold, b.renderer.cfg.now())
 	return res, nil
 }
 

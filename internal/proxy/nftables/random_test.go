@@ -165,8 +165,11 @@ func requirePicksInTable(t *testing.T, fake *knftables.Fake, st *State) {
 func TestRandomSyncs(t *testing.T) {
 	var dump strings.Builder
 	for _, conflicts := range []bool{false, true} {
-		t.Run(fmt.Sprintf("conflicts=%v", conflicts), func(t *testing.T) { randomSyncs(t, conflicts, &dump) })
+		t.Run(fmt.Sprintf("conflicts=%v", conflicts), func(t *testing.T) { randomSyncs(t, conflicts, false, &dump) })
 	}
+	// With ModulusHold the table equals a full sync's up to the copies a
+	// held modulus adds (each dispatch's distinct endpoints compared).
+	t.Run("modulusHold", func(t *testing.T) { randomSyncs(t, false, true, &dump) })
 	if p := os.Getenv("FLATNET_TX_DUMP"); p != "" {
 		if err := os.WriteFile(p, []byte(dump.String()), 0o644); err != nil {
 			t.Fatal(err)
@@ -174,14 +177,24 @@ func TestRandomSyncs(t *testing.T) {
 	}
 }
 
-func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
+func randomSyncs(t *testing.T, conflicts, hold bool, dump *strings.Builder) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 60
 	services := make([]*proxy.Service, n)
 	for i := range services {
 		services[i] = randomService(rng, i, conflicts)
 	}
-	r := New(testConfig())
+	cfg := testConfig()
+	now := time.Unix(1_800_000_000, 0)
+	if hold {
+		// A step is a second: holds come due every few steps.
+		cfg.ModulusHold, cfg.Now = 5*time.Second, func() time.Time { return now }
+	}
+	same := func(s string) string { return s }
+	if hold {
+		same = distinct
+	}
+	r := New(cfg)
 	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
 	run := func(step int, tx *knftables.Transaction) {
 		t.Helper()
@@ -193,7 +206,17 @@ func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
 	tx := fake.NewTransaction()
 	st := r.Full(tx, services, nil, nil)
 	run(0, tx)
+	heldSteps := 0
+	defer func() {
+		if hold && heldSteps == 0 {
+			t.Errorf("no step held a modulus")
+		}
+		if hold {
+			t.Logf("%d of 200 steps left a modulus held", heldSteps)
+		}
+	}()
 	for step := 1; step <= 200; step++ {
+		now = now.Add(time.Second)
 		changed := map[string]bool{}
 		for range 1 + rng.IntN(4) {
 			i := rng.IntN(n)
@@ -236,9 +259,12 @@ func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
 			maps, _ := fake.List(context.Background(), "maps")
 			st = r.Full(tx, current, prev, &Existing{Chains: chains, Sets: sets, Maps: maps})
 		} else {
-			st = r.Partial(tx, current, st, changed)
+			st = r.partial(tx, st, st.WithHoldsDue(current, proxy.ChangesOf(current, changed), cfg.ModulusHold, now))
 		}
 		run(step, tx)
+		if len(st.held) > 0 {
+			heldSteps++
+		}
 		requirePicksInTable(t, fake, st)
 		if conflicts {
 			continue
@@ -249,7 +275,7 @@ func randomSyncs(t *testing.T, conflicts bool, dump *strings.Builder) {
 		if err := want.Run(context.Background(), wtx); err != nil {
 			t.Fatalf("step %d: full sync from scratch: %v", step, err)
 		}
-		if diff := cmp.Diff(sortedDump(want), sortedDump(fake)); diff != "" {
+		if diff := cmp.Diff(same(sortedDump(want)), same(sortedDump(fake))); diff != "" {
 			t.Fatalf("step %d: table differs from a full sync (-full +synced):\n%s", step, diff)
 		}
 	}

@@ -54,6 +54,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"hash/maphash"
+	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -120,6 +122,22 @@ type Config struct {
 	// prefixes (kube-proxy's nodePortAddresses); without a prefix of this
 	// family (as kube-proxy reads it): every local address but loopback.
 	NodePortAddresses []netip.Prefix
+	// ModulusHold is how long a partial sync may keep a dispatch rule's
+	// modulus over fewer endpoints (holdModulus); 0: never.
+	ModulusHold time.Duration
+	// Now is the clock of ModulusHold (time.Now when nil).
+	Now func() time.Time
+}
+
+// DefaultModulusHold is the agent's ModulusHold: longer than a replaced
+// pod usually takes to be Ready again.
+const DefaultModulusHold = 10 * time.Second
+
+func (c Config) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 func (c Config) withDefaults() Config {
@@ -206,6 +224,10 @@ type pick struct {
 	m    string   // the endpoint map (interned: endpointMapName)
 	sums []uint64 // valueSum of each value
 	vals []string // nil once written
+	// heldSince is when the pick began holding its modulus over fewer
+	// endpoints (Unix nanoseconds; 0: every value is its own endpoint).
+	// See holdModulus.
+	heldSince int64
 }
 
 func valueSum(v string) uint64 { return maphash.String(ruleSeed, v) }
@@ -260,9 +282,20 @@ func diffPicks(old, nw pick) (dels, adds []knftables.Object) {
 // keeps its keys and map: a value old (the sums at those keys) already
 // holds keeps its index, and the rest fill the free indices in order, so
 // one endpoint more or less changes one to three elements, not every
-// element after it. Indices stay 0..N-1: when the pick shrank, the values
+// element after it. Indices stay 0..mod-1: when the pick shrank, the values
 // beyond its new end move down into the gaps.
-func (p *pick) place(old []uint64) {
+//
+// mod > len(p.vals) holds the modulus (holdModulus): the pick grows to mod
+// values, the indices no endpoint of p takes holding a second copy of one
+// that does (fillers): at an index whose old value is still one of p's,
+// that value (a filler that stays), else p's values in turn.
+func (p *pick) place(old []uint64, mod int) {
+	if held := mod > len(p.vals); held {
+		for range mod - len(p.vals) {
+			p.vals, p.sums = append(p.vals, ""), append(p.sums, 0) // free, filled below
+		}
+		defer p.fill(old)
+	}
 	if slices.Equal(old, p.sums) {
 		return
 	}
@@ -318,6 +351,126 @@ func (p *pick) place(old []uint64) {
 	}
 }
 
+// fill gives each index place left free (an empty value) a filler: the
+// old value there when it is still one of p's endpoints, else those
+// endpoints in turn.
+func (p *pick) fill(old []uint64) {
+	var endpoints []int // the indices of p's own values
+	bySum := map[uint64]string{}
+	for i, v := range p.vals {
+		if v != "" {
+			endpoints = append(endpoints, i)
+			bySum[p.sums[i]] = v
+		}
+	}
+	next := 0
+	for k, v := range p.vals {
+		if v != "" {
+			continue
+		}
+		if k < len(old) {
+			if v, ok := bySum[old[k]]; ok {
+				p.vals[k], p.sums[k] = v, old[k]
+				continue
+			}
+		}
+		i := endpoints[next%len(endpoints)]
+		next++
+		p.vals[k], p.sums[k] = p.vals[i], p.sums[i]
+	}
+}
+
+// holdModulus returns the modulus a dispatch chain whose previous pick is
+// prev keeps over its n endpoints in a partial sync, or 0 for n.
+//
+// Why. The rule "numgen random mod N ... map @endpoints-…" names N, so
+// an endpoint leaving and its replacement joining rewrites the rule twice,
+// and a transaction that adds a rule with a dnat or a lookup makes the
+// kernel validate the whole table at commit: at 10,000 services that is
+// ~10 ms of every churn sync, where an element change costs ~1 ms
+// (docs/scale.md, "Why a churn partial sync costs 20-30 ms"). So when an
+// endpoint leaves, the chain keeps its modulus and the leaver's key takes
+// a second copy of another endpoint (pick.fill); its replacement takes
+// that key back, and the rule is never touched. Bounded: at most one
+// copy per four endpoints (at least one), so no endpoint gets more than
+// twice its share, and for at most ModulusHold; after that the next sync
+// of the service (Backend.Sync asks for one) rewrites the rule with the
+// exact count. Full syncs always write the exact count.
+func (r *Renderer) holdModulus(prev pick, n int, now int64) int {
+	mod := len(prev.sums)
+	switch {
+	case r.cfg.ModulusHold <= 0, n < 1, mod <= n, mod-n > max(1, n/4):
+		return 0
+	case prev.heldSince != 0 && now-prev.heldSince >= int64(r.cfg.ModulusHold):
+		return 0
+	}
+	return mod
+}
+
+// noteHolds records whether service key's objects o hold a modulus, and
+// since when.
+func (s *State) noteHolds(key string, o *objects) {
+	var since int64
+	for _, c := range o.chains {
+		if c.heldSince != 0 && (since == 0 || c.heldSince < since) {
+			since = c.heldSince
+		}
+	}
+	if since == 0 {
+		delete(s.held, key)
+		return
+	}
+	if s.held == nil {
+		s.held = map[string]int64{}
+	}
+	s.held[key] = since
+}
+
+// WithHoldsDue returns changed plus every service of services whose chain
+// has held its modulus for hold by now, so that this sync writes their
+// exact count; changed itself is not modified.
+func (s *State) WithHoldsDue(services []*proxy.Service, changed proxy.Changes, hold time.Duration, now time.Time) proxy.Changes {
+	if s == nil || len(s.held) == 0 {
+		return changed
+	}
+	var due map[string]bool
+	for key, since := range s.held {
+		if _, ok := changed[key]; !ok && now.UnixNano()-since >= int64(hold) {
+			if due == nil {
+				due = map[string]bool{}
+			}
+			due[key] = true
+		}
+	}
+	if len(due) == 0 {
+		return changed
+	}
+	out := make(proxy.Changes, len(changed)+len(due))
+	maps.Copy(out, changed)
+	for _, svc := range services {
+		if key := svc.Key(); due[key] {
+			out[key] = svc
+			if delete(due, key); len(due) == 0 {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// NextHoldDue is the time from now until the first held modulus is due
+// (WithHoldsDue), at least a millisecond; 0 when none is held.
+func (s *State) NextHoldDue(hold time.Duration, now time.Time) time.Duration {
+	if s == nil || len(s.held) == 0 {
+		return 0
+	}
+	first := int64(math.MaxInt64)
+	for _, since := range s.held {
+		first = min(first, since)
+	}
+	return max(time.Millisecond, time.Duration(first+int64(hold)-now.UnixNano()))
+}
+
 // keyRange is a dispatch chain's keys in the endpoint maps: [off, off+size),
 // size a power of two, of which the first N (its endpoint count) are used.
 type keyRange struct{ off, size uint32 }
@@ -358,8 +511,12 @@ func (s *slots) release(r keyRange) {
 
 // allocator gives a dispatch chain its key range for n endpoints, as a
 // pick without values: the chain's previous pick when it keeps that range
-// (so that place can keep its values where they are), else a fresh range.
-type allocator func(chain string, n int) pick
+// (so that place can keep its values where they are), else a fresh range;
+// and hold, the modulus the chain keeps over its n endpoints (0: n), see
+// holdModulus. With keysOnlyToHold (one endpoint, which needs no map
+// unless the chain holds) it allocates nothing and returns the zero pick
+// unless the chain holds.
+type allocator func(chain string, n int, keysOnlyToHold bool) (prev pick, hold int)
 
 type setObj struct {
 	name    string
@@ -468,6 +625,9 @@ type State struct {
 	shared map[elemKey]int
 	// Conflicts lists the elements the last sync left out for that reason.
 	Conflicts []error
+	// held maps each service with a chain holding its modulus to the
+	// earliest heldSince of its chains.
+	held map[string]int64
 }
 
 // claim drops from o the elements another service owns, records o's own.
@@ -590,7 +750,12 @@ func (r *Renderer) Full(tx *knftables.Transaction, services []*proxy.Service, pr
 		sorted[i] = keyed{svc.Key(), svc}
 	}
 	slices.SortFunc(sorted, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	alloc := func(_ string, n int) pick { return pick{keys: next.slots.alloc(n)} }
+	alloc := func(_ string, n int, keysOnlyToHold bool) (pick, int) {
+		if keysOnlyToHold {
+			return pick{}, 0
+		}
+		return pick{keys: next.slots.alloc(n)}, 0
+	}
 	for _, ks := range sorted {
 		key, svc := ks.key, ks.svc
 		o := r.renderService(svc, alloc)
@@ -752,6 +917,7 @@ func (r *Renderer) Partial(tx *knftables.Transaction, services []*proxy.Service,
 func (r *Renderer) partial(tx *knftables.Transaction, prev *State, changed proxy.Changes) *State {
 	next := prev
 	next.Conflicts = nil
+	now := r.cfg.now().UnixNano()
 	for _, key := range sortedNames(changed) {
 		if old := prev.services[key]; old != nil {
 			next.release(key, old)
@@ -780,16 +946,22 @@ func (r *Renderer) partial(tx *knftables.Transaction, prev *State, changed proxy
 		if svc := changed[key]; svc != nil {
 			// A chain keeps its keys while its endpoints fit in them,
 			// and its values their keys (pick.place).
-			alloc := func(chain string, n int) pick {
+			alloc := func(chain string, n int, keysOnlyToHold bool) (pick, int) {
 				if oc, ok := old.chain(chain); ok && oc.keys.size >= uint32(n) {
-					return oc.pick
+					if hold := r.holdModulus(oc.pick, n, now); hold > 0 || !keysOnlyToHold {
+						return oc.pick, hold
+					}
 				}
-				return pick{keys: next.slots.alloc(n)}
+				if keysOnlyToHold {
+					return pick{}, 0
+				}
+				return pick{keys: next.slots.alloc(n)}, 0
 			}
 			nw = r.renderService(svc, alloc)
 			next.claim(key, nw)
 			next.services[key] = nw
 		}
+		next.noteHolds(key, nw)
 		for _, c := range old.chains {
 			nc, _ := nw.chain(c.name)
 			if nc.keys != c.keys {
@@ -1080,14 +1252,21 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 		}
 		dispatch := func(chain string, eps []proxy.Endpoint) {
 			proto := "meta l4proto " + string(sp.Protocol)
-			if len(eps) == 1 && svc.AffinityTimeout == 0 {
+			single := len(eps) == 1 && svc.AffinityTimeout == 0
+			prev, hold := alloc(chain, len(eps), single)
+			if single && hold == 0 {
 				o.chains[chain] = []string{proto + " dnat to " + netip.AddrPortFrom(eps[0].IP, eps[0].Port).String()}
 				return
 			}
-			prev := alloc(chain, len(eps))
 			pk := pick{keys: prev.keys, m: endpointMapName(chain, sp.Protocol, svc.AffinityTimeout > 0),
 				sums: make([]uint64, len(eps)), vals: make([]string, len(eps))}
-			numgen := "numgen random mod " + strconv.Itoa(len(eps)) + " offset " + strconv.FormatUint(uint64(pk.keys.off), 10)
+			if svc.AffinityTimeout > 0 || prev.m != pk.m {
+				// With affinity an endpoint's rule goes with it, so the
+				// chain is rewritten anyway.
+				hold = 0
+			}
+			mod := max(hold, len(eps))
+			numgen := "numgen random mod " + strconv.Itoa(mod) + " offset " + strconv.FormatUint(uint64(pk.keys.off), 10)
 			var rules []string
 			var val []byte // "address . port", built without a string per part
 			for i, ep := range eps {
@@ -1102,7 +1281,10 @@ func (r *Renderer) renderService(svc *proxy.Service, alloc allocator) *objects {
 				pk.sums[i] = valueSum(pk.vals[i])
 			}
 			if prev.m == pk.m {
-				pk.place(prev.sums)
+				pk.place(prev.sums, mod)
+				if mod > len(eps) {
+					pk.heldSince = cmp.Or(prev.heldSince, r.cfg.now().UnixNano())
+				}
 			}
 			o.picks[chain] = pk
 			if svc.AffinityTimeout > 0 {

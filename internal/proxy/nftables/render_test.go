@@ -623,10 +623,16 @@ func TestPlace(t *testing.T) {
 		{"shrunk below a kept value", []string{"a", "b", "c", "d"}, []string{"x", "d"}, []string{"x", "d"}, 6},
 		{"a value twice", []string{"a", "b", "c", "d"}, []string{"b", "a", "a", "e"}, []string{"a", "b", "a", "e"}, 4},
 		{"from nothing", nil, []string{"b", "a"}, []string{"b", "a"}, 2},
+		// The modulus held (holdModulus): five keys over four endpoints.
+		{"held: the leaver's key takes a copy", []string{"a", "b", "c", "d", "e"}, []string{"a", "b", "d", "e"}, []string{"a", "b", "a", "d", "e"}, 2},
+		{"held: the copy stays", []string{"a", "b", "a", "d", "e"}, []string{"a", "b", "d", "e"}, []string{"a", "b", "a", "d", "e"}, 0},
+		{"held: the replacement takes the copy's key", []string{"a", "b", "a", "d", "e"}, []string{"a", "b", "x", "d", "e"}, []string{"a", "b", "x", "d", "e"}, 2},
+		{"held: the copy's endpoint leaves too", []string{"a", "b", "a", "d", "e"}, []string{"b", "d", "e"}, []string{"b", "b", "d", "d", "e"}, 4},
+		{"held: two keys over one endpoint", []string{"a", "b"}, []string{"b"}, []string{"b", "b"}, 2},
 	} {
 		old := newPick(8, tc.old...)
 		p := newPick(8, tc.nw...)
-		p.place(old.sums)
+		p.place(old.sums, len(tc.want))
 		if diff := cmp.Diff(tc.want, p.vals); diff != "" {
 			t.Errorf("%s: (-want +got):\n%s", tc.name, diff)
 		}

@@ -126,6 +126,9 @@ type Proxier struct {
 	// triggers are the EndpointSlice trigger times of the changes not
 	// yet synced (kept across failed syncs).
 	triggers []time.Time
+	// resync runs a sync when the backend asked for one
+	// (SyncResult.ResyncAfter) with nothing changed by then.
+	resync *time.Timer
 }
 
 // New returns a proxier; Run starts it.
@@ -374,6 +377,14 @@ func (p *Proxier) sync(ctx context.Context, full bool) (err error) {
 		// One garbage collection, once per large full sync, off the sync
 		// loop so that a change queued behind the sync does not wait for it.
 		go debug.FreeOSMemory()
+	}
+	switch {
+	case res.ResyncAfter > 0 && p.resync == nil:
+		p.resync = time.AfterFunc(res.ResyncAfter, p.runner.Run)
+	case res.ResyncAfter > 0:
+		p.resync.Reset(res.ResyncAfter)
+	case p.resync != nil:
+		p.resync.Stop()
 	}
 	p.cfg.Health.Updated()
 	p.cfg.Metrics.Synced(done)

@@ -841,3 +841,72 @@ func BenchmarkNoLocalEndpoints(b *testing.B) {
 		}
 	}
 }
+
+// A held modulus (nftables.Config.ModulusHold) ends without any further
+// change from the API: the backend asks for a sync when the hold is due
+// (SyncResult.ResyncAfter) and the proxier runs one.
+func TestHeldModulusEndsWithoutAChange(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	nf := nft.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	p := New(Config{
+		Client: client, NFT: nf,
+		Render: nftables.Config{Family: knftables.IPv4Family, NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+			ModulusHold: 300 * time.Millisecond},
+		MaxSyncInterval: time.Hour,
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	dispatch := func() string {
+		nf.RLock()
+		defer nf.RUnlock()
+		if nf.Table == nil {
+			return ""
+		}
+		for name, c := range nf.Table.Chains {
+			if strings.HasPrefix(name, "svc-") && strings.Contains(name, "-ns/web/") && len(c.Rules) > 0 {
+				return c.Rules[0].Rule
+			}
+		}
+		return ""
+	}
+	if _, err := client.CoreV1().Services("ns").Create(ctx, service("web", "10.96.0.10"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sl := slice("web", "10.244.2.1", "10.244.2.2", "10.244.2.3")
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "three endpoints", func() (bool, string) { r := dispatch(); return strings.Contains(r, "mod 3 "), r })
+	sl.Endpoints = sl.Endpoints[:2]
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	// Held: the rule stays "mod 3" while the endpoint's key holds a copy
+	// (seen by the element count, which the fake keeps per map)...
+	eventually(t, "the endpoint gone from the map", func() (bool, string) {
+		nf.RLock()
+		defer nf.RUnlock()
+		for _, m := range nf.Table.Maps {
+			for _, e := range m.Elements {
+				if strings.Join(e.Value, "") == "10.244.2.3 . 8080" {
+					return false, "10.244.2.3 still in " + m.Name
+				}
+			}
+		}
+		return true, ""
+	})
+	if r := dispatch(); !strings.Contains(r, "mod 3 ") && time.Since(removed) < 300*time.Millisecond {
+		t.Errorf("the modulus was not held: %s", r)
+	}
+	// ... and "mod 2" once the hold is due, with nothing else changed.
+	eventually(t, "the exact count after the hold", func() (bool, string) { r := dispatch(); return strings.Contains(r, "mod 2 "), r })
+}
