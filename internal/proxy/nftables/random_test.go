@@ -117,6 +117,22 @@ func churnEndpoints(rng *rand.Rand, s *proxy.Service) *proxy.Service {
 // as it says: keys off..off+N-1 of its map hold values of its sums, in
 // that order, the rest of its range is empty, and its chain's numgen
 // reads "mod N offset off" of that map.
+// requireFewCopies fails when a held pick gives an endpoint more than
+// twice its share: a key beyond the endpoint's own and one copy.
+func requireFewCopies(t *testing.T, st *State) {
+	t.Helper()
+	for key, o := range st.services {
+		for _, c := range o.chains {
+			keys := map[uint64]int{}
+			for _, s := range c.sums {
+				if keys[s]++; keys[s] > 2 {
+					t.Fatalf("%s: chain %s holds a value in %d of its %d keys", key, c.name, keys[s], len(c.sums))
+				}
+			}
+		}
+	}
+}
+
 func requirePicksInTable(t *testing.T, fake *knftables.Fake, st *State) {
 	t.Helper()
 	maps := map[string]map[string]string{}
@@ -264,6 +280,9 @@ func randomSyncs(t *testing.T, conflicts, hold bool, dump *strings.Builder) {
 		run(step, tx)
 		if len(st.held) > 0 {
 			heldSteps++
+		}
+		if hold {
+			requireFewCopies(t, st)
 		}
 		requirePicksInTable(t, fake, st)
 		if conflicts {

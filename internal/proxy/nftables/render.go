@@ -351,16 +351,29 @@ func (p *pick) place(old []uint64, mod int) {
 	}
 }
 
-// fill gives each index place left free (an empty value) a filler: the
-// old value there when it is still one of p's endpoints, else those
-// endpoints in turn.
+// fill gives each index place left free (an empty value) a filler, a
+// second copy of one of p's endpoints, never a third (holdModulus allows
+// fewer copies than endpoints): first the old value at that index when it
+// is still an endpoint without a copy (a filler that stays), then the
+// endpoints without a copy in turn.
 func (p *pick) fill(old []uint64) {
 	var endpoints []int // the indices of p's own values
 	bySum := map[uint64]string{}
+	keys := map[uint64]int{} // how many keys hold each value
 	for i, v := range p.vals {
 		if v != "" {
 			endpoints = append(endpoints, i)
 			bySum[p.sums[i]] = v
+			keys[p.sums[i]]++
+		}
+	}
+	for k, v := range p.vals {
+		if v != "" || k >= len(old) {
+			continue
+		}
+		if v, ok := bySum[old[k]]; ok && keys[old[k]] < 2 {
+			p.vals[k], p.sums[k] = v, old[k]
+			keys[old[k]]++
 		}
 	}
 	next := 0
@@ -368,15 +381,14 @@ func (p *pick) fill(old []uint64) {
 		if v != "" {
 			continue
 		}
-		if k < len(old) {
-			if v, ok := bySum[old[k]]; ok {
-				p.vals[k], p.sums[k] = v, old[k]
-				continue
-			}
-		}
 		i := endpoints[next%len(endpoints)]
+		for tries := 1; keys[p.sums[i]] >= 2 && tries < len(endpoints); tries++ {
+			next++
+			i = endpoints[next%len(endpoints)]
+		}
 		next++
 		p.vals[k], p.sums[k] = p.vals[i], p.sums[i]
+		keys[p.sums[i]]++
 	}
 }
 

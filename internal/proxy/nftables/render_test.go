@@ -629,6 +629,8 @@ func TestPlace(t *testing.T) {
 		{"held: the replacement takes the copy's key", []string{"a", "b", "a", "d", "e"}, []string{"a", "b", "x", "d", "e"}, []string{"a", "b", "x", "d", "e"}, 2},
 		{"held: the copy's endpoint leaves too", []string{"a", "b", "a", "d", "e"}, []string{"b", "d", "e"}, []string{"b", "b", "d", "d", "e"}, 4},
 		{"held: two keys over one endpoint", []string{"a", "b"}, []string{"b"}, []string{"b", "b"}, 2},
+		{"held: a second copy goes to another endpoint", []string{"a", "b", "c", "d", "e", "f", "g", "h", "a", "j"}, []string{"a", "b", "c", "d", "e", "f", "g", "h"}, []string{"a", "b", "c", "d", "e", "f", "g", "h", "a", "b"}, 2},
+		{"held: a kept copy that would be a third is replaced", []string{"a", "b", "a", "d", "a", "f"}, []string{"a", "b", "d", "f"}, []string{"a", "b", "a", "d", "b", "f"}, 2},
 	} {
 		old := newPick(8, tc.old...)
 		p := newPick(8, tc.nw...)
