@@ -290,7 +290,7 @@ func diffPicks(old, nw pick) (dels, adds []knftables.Object) {
 // that does (fillers): at an index whose old value is still one of p's,
 // that value (a filler that stays), else p's values in turn.
 func (p *pick) place(old []uint64, mod int) {
-	if held := mod > len(p.vals); held {
+	if mod > len(p.vals) {
 		for range mod - len(p.vals) {
 			p.vals, p.sums = append(p.vals, ""), append(p.sums, 0) // free, filled below
 		}
