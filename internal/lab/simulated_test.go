@@ -45,10 +45,10 @@ func TestSimulatedSpec(t *testing.T) {
 	}
 	// The control plane is sized for them.
 	cp := controlPlaneConfig(s, "")
-	if !cp.ManyNodes || cp.NodeMonitorGracePeriod != simnodes.NodeMonitorGracePeriod || !slices.Equal(cp.DisabledControllers, []string{"endpointslice-controller", "ttl-controller"}) {
+	if !cp.ManyNodes || cp.NodeMonitorGracePeriod != simnodes.NodeMonitorGracePeriod || !slices.Equal(cp.DisabledControllers, []string{"endpointslice-controller", "ttl-controller", "endpoints-controller"}) {
 		t.Errorf("control plane with simulated nodes: %+v", cp)
 	}
-	if cp := controlPlaneConfig(&Spec{}, ""); cp.ManyNodes || cp.NodeMonitorGracePeriod != 0 || slices.Contains(cp.DisabledControllers, "ttl-controller") {
+	if cp := controlPlaneConfig(&Spec{}, ""); cp.ManyNodes || cp.NodeMonitorGracePeriod != 0 || slices.Contains(cp.DisabledControllers, "ttl-controller") || slices.Contains(cp.DisabledControllers, "endpoints-controller") {
 		t.Errorf("control plane without simulated nodes: %+v", cp)
 	}
 }

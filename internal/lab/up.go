@@ -412,10 +412,18 @@ func controlPlaneConfig(s *Spec, k8sBin string) controlplane.Config {
 	// at the controller manager's 20 QPS: ten minutes of Node updates
 	// that every Node watcher receives, in the middle of what the lab's
 	// users measure (make bench-scale).
+	//
+	// Nor the legacy Endpoints controller: nothing in the lab reads
+	// Endpoints (flatnet's proxy, DNS and gateway read EndpointSlices), and
+	// it writes one per Service at every pod readiness change, beside the
+	// EndpointSlice write of flatnet's controller: in a 5,000-pod run of
+	// make bench-scale it cost kube-controller-manager 9 CPU-s, the
+	// apiserver 10 and etcd 4 (docs/scale.md), on the two CPUs the
+	// simulation and the measured processes share.
 	if s.SimulatedNodes > 0 {
 		cfg.NodeMonitorGracePeriod = simnodes.NodeMonitorGracePeriod
 		cfg.ManyNodes = true
-		cfg.DisabledControllers = append(cfg.DisabledControllers, "ttl-controller")
+		cfg.DisabledControllers = append(cfg.DisabledControllers, "ttl-controller", "endpoints-controller")
 	}
 	return cfg
 }
