@@ -10,8 +10,8 @@
 #             minutes), full (5,000 nodes, 100,000 pods, 10,000 Services:
 #             80-100 minutes on two CPUs and ~6 GiB for the apiserver) or
 #             ci (100 nodes, 1,000 pods, 100 Services, a 100-pod burst:
-#             what .ci/run runs, every phase in about two minutes; its
-#             figures are not the targets' sizes)
+#             what .ci/run runs, every phase in about three minutes;
+#             its figures are not the targets' sizes)
 #   NODES, PODS, SERVICES, BURST   override the size's counts
 #   BACKEND   host-gw (default) or vxlan
 #   REAL      real lab nodes (default 1)
