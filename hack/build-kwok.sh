@@ -49,15 +49,6 @@ fi
 command -v go >/dev/null || die "no go in PATH or /usr/local/go/bin; install Go 1.26 or newer"
 
 mkdir -p "$bin" "$cache/logs"
-# kwok's source, copied out of the module cache with the one line changed,
-# and a go.mod that builds from the copy (the module cache is left as it
-# is; go build cannot overlay files beneath it).
-(cd "$mod" && go mod download sigs.k8s.io/kwok) || die "cannot download sigs.k8s.io/kwok $version (module proxy reachable? GOPROXY=$(go env GOPROXY))"
-pristine=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-patched=$pristine/pkg/utils/informer/event.go
-[ -f "$patched" ] || die "$patched not found: the module's layout changed; see the note on the change above"
-[ "$(grep -c '^		opts.ResourceVersion = "0"$' "$patched")" = 1 ] ||
-  die "$patched: the line the build changes (opts.ResourceVersion = \"0\") is not there once; kwok $version changed it: check whether the change is still needed"
 want=$(printf 'module=sigs.k8s.io/kwok\nversion=%s\ngo=%s\nplatform=%s/%s\nmodsum=%s\nrecipe=%s\n' "$version" \
   "$(go env GOVERSION)" "$(go env GOOS)" "$(go env GOARCH)" \
   "$(cat "$mod/go.mod" "$mod/go.sum" "$mod/tools.go" | sha256sum | cut -d' ' -f1)" \
@@ -71,6 +62,16 @@ if [ -x "$out" ] && [ -f "$cache/stamp" ] && [ "$want" = "$(cat "$cache/stamp")"
   echo "build-kwok: kwok $version is current ($out)"
   exit 0
 fi
+
+# kwok's source, copied out of the module cache with the one line changed,
+# and a go.mod that builds from the copy (the module cache is left as it
+# is; go build cannot overlay files beneath it).
+(cd "$mod" && go mod download sigs.k8s.io/kwok) || die "cannot download sigs.k8s.io/kwok $version (module proxy reachable? GOPROXY=$(go env GOPROXY))"
+pristine=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+patched=$pristine/pkg/utils/informer/event.go
+[ -f "$patched" ] || die "$patched not found: the module's layout changed; see the note on the change above"
+[ "$(grep -c '^		opts.ResourceVersion = "0"$' "$patched")" = 1 ] ||
+  die "$patched: the line the build changes (opts.ResourceVersion = \"0\") is not there once; kwok $version changed it: check whether the change is still needed"
 
 log=$cache/logs/build.log
 echo "build-kwok: building sigs.k8s.io/kwok/cmd/kwok $version (static, -trimpath; about a minute the first time); log $log"
