@@ -134,8 +134,8 @@ bench-dns: build
 # bench-scale: the control plane and agent at cluster scale: a lab with
 # one real node and simulated nodes (kwok), Services and pods, then churn
 # (docs/scale.md). SIZE=small (500 nodes, 5,000 pods; four minutes),
-# SIZE=full (5,000 nodes, 100,000 pods, 10,000 Services; 80-100 minutes
-# here) or SIZE=ci (100 nodes, 1,000 pods: .ci/run's smoke run).
+# SIZE=full (5,000 nodes, 100,000 pods, 10,000 Services; an hour or
+# more here) or SIZE=ci (100 nodes, 1,000 pods: .ci/run's smoke run).
 # Needs root, make k8s and make kwok; run alone (it brings up a lab).
 bench-scale: build
 	hack/bench-scale.sh

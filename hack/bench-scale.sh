@@ -8,7 +8,7 @@
 #
 #   SIZE      small (500 nodes, 5,000 pods, 500 Services: about four
 #             minutes), full (5,000 nodes, 100,000 pods, 10,000 Services:
-#             80-100 minutes on two CPUs and ~6 GiB for the apiserver) or
+#             an hour or more on two CPUs and ~6 GiB for the apiserver) or
 #             ci (100 nodes, 1,000 pods, 100 Services, a 100-pod burst:
 #             what .ci/run runs, every phase in about three minutes;
 #             its figures are not the targets' sizes)

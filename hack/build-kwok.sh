@@ -15,8 +15,9 @@
 # The check: `kwok --version` names the pinned version. The lab finds the
 # binary at this path (internal/lab/simnodes.KwokBinary); keep the two in step.
 #
-# One line of kwok is changed for the build (go build -overlay, the module
-# cache left as it is): kwok v0.8.0's informer options set resourceVersion
+# One line of kwok is changed for the build (in a copy of its source under
+# the cache, built through a go.mod that replaces the module with the copy;
+# the module cache is left as it is): kwok v0.8.0's informer options set resourceVersion
 # "0" on every list and every watch of its pod informer, so each restart of
 # that watch (client-go's watch timeout, or the API server closing a
 # watcher that fell behind) makes the API server send every pod in the
